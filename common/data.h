@@ -1,0 +1,50 @@
+// common/data.h: everything deterministic that every stage, the reference and PyTorch share:
+// the synthetic regression set, MNIST initial parameters and the per-epoch batch order.
+#ifndef DATA_H
+#define DATA_H
+
+#include <stdint.h>
+#include "trainer.h"
+
+// ----------------------------------------------------------------------------
+// a small, portable random number generator (splitmix64): same numbers on every machine
+
+typedef struct {
+    uint64_t state;
+} Rng;
+
+void rng_seed(Rng *rng, uint64_t seed);
+uint64_t rng_next(Rng *rng);
+double rng_uniform(Rng *rng);  // [0, 1)
+double rng_normal(Rng *rng);   // standard normal (Box-Muller)
+
+// ----------------------------------------------------------------------------
+// regression: x_i = 10 i / n (evenly spaced in [0, 10)), y_i = 0.7 x_i + 0.3 + N(0, 0.1^2);
+// the first 80% of the points train, the rest test.
+
+#define REGRESSION_TRUE_W 0.7
+#define REGRESSION_TRUE_B 0.3
+#define REGRESSION_NOISE 0.1
+#define REGRESSION_W_INIT 0.83f
+#define REGRESSION_B_INIT 0.7645f
+#define REGRESSION_TRAIN_FRACTION 0.8
+
+typedef struct {
+    float *x, *y;     // (n,): train is [0, n_train), test is [n_train, n)
+    int64_t n, n_train;
+} RegressionSet;
+
+// Returns -1 (with a message in err) when n < 10 or memory runs out.
+int regression_generate(int64_t n, uint64_t seed, RegressionSet *out, char *err, size_t err_len);
+void regression_free(RegressionSet *set);
+// The trainer's view of a set: train/test pointers, sizes and initial parameters.
+RegressionData regression_data_view(const RegressionSet *set);
+
+// ----------------------------------------------------------------------------
+// MNIST MLP: initial parameters (every W and b uniform in +-1/sqrt(fan_in), as PyTorch's nn.Linear)
+// and the batch order (epoch e: a Fisher-Yates permutation of 0..n_train-1 from seed and e).
+
+void mnist_init_params(const MnistConfig *cfg, uint64_t seed, float *params);
+void mnist_batch_order(int n_train, int epochs, uint64_t seed, int32_t *order);  // order: (epochs, n_train)
+
+#endif

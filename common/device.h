@@ -1,0 +1,19 @@
+// common/device.h: which GPU we run on, for the report (and a clear line when there is none).
+#ifndef DEVICE_H
+#define DEVICE_H
+
+#include <stddef.h>
+
+typedef struct {
+    char name[128];    // "NVIDIA H100 80GB HBM3", or the CPU's model name for --reference
+    char cc[8];        // "9.0"
+    char cuda[16];     // runtime version, "13.0"
+    char driver[16];   // highest CUDA version the driver supports, "13.0"
+} DeviceInfo;
+
+// Device 0. Without one, prints "error: no CUDA device found ..." on stderr and returns -1.
+int device_query(DeviceInfo *out);
+// The host CPU's model name (from /proc/cpuinfo), for rows of the CPU reference.
+void host_describe(DeviceInfo *out);
+
+#endif

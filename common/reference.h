@@ -1,0 +1,21 @@
+// common/reference.h: CPU trainers in double precision, the yardstick for every stage.
+// Same data, initial parameters, batch order and loss definitions as the GPU trainers; the float
+// inputs are widened to double and the results narrowed back to float at the end.
+#ifndef REFERENCE_H
+#define REFERENCE_H
+
+#include "trainer.h"
+
+// Fills everything a GPU trainer fills; timings come from the host clock (e2e = loop, no h2d).
+void reference_train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out);
+
+// max_steps < 0 trains every epoch; otherwise training stops after max_steps steps in total: step_loss
+// is filled up to there, and test_loss/test_acc only for the epochs that completed.
+void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out, int max_steps);
+
+// The building block, exposed for tests: mean cross-entropy of the MLP with params (packed as in
+// trainer.h) over n images; if grad is not NULL, its gradient with respect to params (same packing).
+double reference_mnist_loss(const MnistConfig *cfg, const double *params, const float *images,
+                            const uint8_t *labels, int n, double *grad);
+
+#endif

@@ -1,0 +1,36 @@
+// common/report.h: result rows (DESIGN.md, "Result rows"): one human line on stdout, and one CSV row
+// appended to --csv FILE (header written when the file is new). NaN / -1 / "" mean an empty column.
+#ifndef REPORT_H
+#define REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define REPORT_CSV_HEADER                                                                        \
+    "stage,trainer,variant,points,hidden,batch,epochs,lr,precision,device,cc,cuda,driver,"       \
+    "e2e_ms,loop_ms,ms_per_epoch,h2d_ms,train_loss,test_loss,test_acc,w,b,commit"
+
+typedef struct {
+    char stage[16];      // "02".."07", "cpu-reference", "pytorch"
+    char trainer[16];    // "regression", "mnist"
+    char variant[32];
+    int64_t points;      // regression: all points (train + test); -1 for MNIST
+    char hidden[64];     // MNIST: "128", "1024,1024", "0"; "" for regression
+    int batch;           // -1 for regression
+    int epochs;
+    double lr;
+    char precision[8];
+    char device[128], cc[8], cuda[16], driver[16];
+    double e2e_ms, loop_ms, ms_per_epoch, h2d_ms;
+    double train_loss, test_loss, test_acc, w, b;
+    char commit[48];
+} ResultRow;
+
+void result_row_init(ResultRow *row);  // every column empty, commit filled in
+void report_print(const ResultRow *row, FILE *out);
+// Returns -1 with a message in err when the file cannot be written.
+int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len);
+
+double median(const double *values, int n);  // of a copy; NaN when n == 0
+
+#endif

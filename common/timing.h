@@ -1,0 +1,56 @@
+// common/timing.h: the one definition of every time this repository reports (DESIGN.md, "Timing").
+//
+// A stage's trainer uses a TrainClock like this (stream = the stream its work runs on):
+//
+//     TrainClock clock;
+//     train_clock_init(&clock, cfg->epochs, cfg->breakdown);   // before: allocations, handles
+//     train_clock_e2e_start(&clock, stream);                    // training data still in host memory
+//     ... upload ...
+//     train_clock_loop_start(&clock, stream);                   // data on the device
+//     for (epoch ...) {
+//         train_clock_phase_begin(&clock, stream); forward(...); train_clock_phase_end(&clock, PHASE_FORWARD, stream);
+//         ...
+//         train_clock_epoch_end(&clock, epoch, stream);
+//     }
+//     ... copy parameters back ...
+//     train_clock_e2e_stop(&clock, stream);
+//     train_clock_finish(&clock, &out->timing);                 // synchronizes, fills the figures
+//
+// All figures come from CUDA events. Phase timing (only with --breakdown) synchronizes after each
+// phase, so it changes what it measures; the report says so.
+#ifndef TIMING_H
+#define TIMING_H
+
+#include <cuda_runtime_api.h>
+#include "trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int epochs;
+    int breakdown;
+    cudaEvent_t e2e_start, e2e_stop, loop_start;
+    cudaEvent_t *epoch_end;  // [epochs]
+    cudaEvent_t phase_start, phase_stop;
+    double phase_ms[PHASE_COUNT];
+} TrainClock;
+
+void train_clock_init(TrainClock *clock, int epochs, int breakdown);
+void train_clock_e2e_start(TrainClock *clock, cudaStream_t stream);
+void train_clock_loop_start(TrainClock *clock, cudaStream_t stream);
+void train_clock_epoch_end(TrainClock *clock, int epoch, cudaStream_t stream);
+void train_clock_e2e_stop(TrainClock *clock, cudaStream_t stream);
+// No-ops unless breakdown was asked for; phase_end waits for the phase to finish.
+void train_clock_phase_begin(TrainClock *clock, cudaStream_t stream);
+void train_clock_phase_end(TrainClock *clock, Phase phase, cudaStream_t stream);
+// Waits for e2e_stop, writes e2e, loop, h2d, per-epoch and phase figures, destroys the events.
+// setup_ms is left as the trainer set it.
+void train_clock_finish(TrainClock *clock, TrainTiming *timing);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
