@@ -117,12 +117,12 @@ $(BUILD)/$(1)/regression: $(BUILD)/$(1)/regression_main.o $(BUILD)/$(1)/regressi
 $(BUILD)/$(1)/mnist: $(BUILD)/$(1)/mnist_main.o $(BUILD)/$(1)/mnist.o $(COMMON_LIB)
 	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/$(1)/test_gpu: $(BUILD)/tests/test_gpu.o $(BUILD)/$(1)/regression.o $(BUILD)/$(1)/mnist.o $(COMMON_LIB)
+$(BUILD)/$(1)/test_gpu: $(BUILD)/tests/gpu/test_stage.o $(BUILD)/$(1)/regression.o $(BUILD)/$(1)/mnist.o $(COMMON_LIB)
 	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
 endef
 $(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
 
-$(BUILD)/tests/%.o: tests/%.c $(wildcard common/*.h tests/*.h) | $(ARCH_STAMP)
+$(BUILD)/tests/%.o: tests/%.c $(wildcard common/*.h tests/*.h tests/gpu/*.h) | $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CRITERION_FLAGS) -Itests -c $< -o $@
 

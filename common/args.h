@@ -19,7 +19,8 @@ typedef struct {
     uint64_t seed;                 // --seed (42): regression noise; MNIST init and batch order
     const char *data_dir;          // MNIST: --data (data/mnist)
     const char *csv_path;          // --csv FILE: append a result row
-    const char *export_dir;        // --export DIR: write what PyTorch needs to train the same problem
+    const char *export_dir;        // --export DIR: write what PyTorch needs to train the same problem, then exit
+    const char *curve_path;        // --curve FILE: append the loss curve (long CSV) for plots
     const char *variant;           // --variant NAME (checked by the driver against the stage's list)
     const char *precision;         // MNIST: --precision fp32|tf32|bf16 (checked against the stage's list)
     int breakdown;                 // --breakdown
