@@ -4,7 +4,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef enum { TRAINER_REGRESSION, TRAINER_MNIST } TrainerKind;
 
@@ -34,5 +39,14 @@ typedef struct {
 // a one-line message in err on any invalid flag or value.
 int parse_args(int argc, char **argv, TrainerKind trainer, Options *opt, char *err, size_t err_len);
 void print_usage(TrainerKind trainer, const char *program, FILE *out);
+
+// The index of value in the NULL-terminated names (value NULL = the first, the default); -1 with a
+// one-line message in err, naming context ("stage 02 regression") and listing the names, otherwise.
+int args_pick(const char *flag, const char *value, const char *const *names, const char *context, char *err,
+              size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,6 +6,10 @@
 #include <stdint.h>
 #include "trainer.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // ----------------------------------------------------------------------------
 // a small, portable random number generator (splitmix64): same numbers on every machine
 
@@ -46,5 +50,9 @@ RegressionData regression_data_view(const RegressionSet *set);
 
 void mnist_init_params(const MnistConfig *cfg, uint64_t seed, float *params);
 void mnist_batch_order(int n_train, int epochs, uint64_t seed, int32_t *order);  // order: (epochs, n_train)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

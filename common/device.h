@@ -4,6 +4,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     char name[128];    // "NVIDIA H100 80GB HBM3", or the CPU's model name for --reference
     char cc[8];        // "9.0"
@@ -15,5 +19,9 @@ typedef struct {
 int device_query(DeviceInfo *out);
 // The host CPU's model name (from /proc/cpuinfo), for rows of the CPU reference.
 void host_describe(DeviceInfo *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int count, rows, cols;
     uint8_t *pixels;  // (count, rows, cols) row-major
@@ -37,5 +41,9 @@ typedef struct {
 // t10k-labels-idx1-ubyte (each plain or .gz): 28x28 images, image and label counts equal, labels 0..9.
 int mnist_load(const char *dir, MnistSet *out, char *err, size_t err_len);
 void mnist_free(MnistSet *set);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

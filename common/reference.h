@@ -6,6 +6,10 @@
 
 #include "trainer.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // Fills everything a GPU trainer fills; timings come from the host clock (e2e = loop, no h2d).
 void reference_train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out);
 
@@ -17,5 +21,9 @@ void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistR
 // trainer.h) over n images; if grad is not NULL, its gradient with respect to params (same packing).
 double reference_mnist_loss(const MnistConfig *cfg, const double *params, const float *images,
                             const uint8_t *labels, int n, double *grad);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

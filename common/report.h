@@ -3,8 +3,14 @@
 #ifndef REPORT_H
 #define REPORT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define REPORT_CSV_HEADER                                                                        \
     "stage,trainer,variant,points,hidden,batch,epochs,lr,precision,device,cc,cuda,driver,"       \
@@ -32,5 +38,19 @@ void report_print(const ResultRow *row, FILE *out);
 int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len);
 
 double median(const double *values, int n);  // of a copy; NaN when n == 0
+
+// The drivers' other outputs. --curve FILE: long-format rows (header when the file is new) for plots;
+// values[i] gets index[i], or first_index + i when index is NULL.
+#define REPORT_CURVE_HEADER "stage,trainer,variant,hidden,series,index,value"
+int report_append_curve(const char *path, const ResultRow *row, const char *series, const float *values,
+                        const int *index, int first_index, int count, char *err, size_t err_len);
+// --breakdown: ms and share of each phase, and the note that timing phases adds synchronizations.
+void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out);
+// --export: writes bytes to dir/name, creating dir (and its parents) first.
+int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
