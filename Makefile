@@ -101,6 +101,11 @@ $(BUILD)/common/%.o: common/%.c $(wildcard common/*.h) | $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# Result rows name the commit they were measured at; a new commit rebuilds report.o.
+GIT_HEAD := $(wildcard .git/HEAD $(shell git rev-parse --git-path $$(git symbolic-ref -q HEAD) 2>/dev/null))
+$(BUILD)/common/report.o: CFLAGS += -DGIT_COMMIT='"$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"'
+$(BUILD)/common/report.o: $(GIT_HEAD)
+
 # The CPU reference does real work with --reference; -O3 lets gcc vectorize its loops (same results).
 $(BUILD)/common/reference.o: CFLAGS += -O3
 

@@ -1,0 +1,370 @@
+// common/args.c: the flags of build/NN/regression and build/NN/mnist (see args.h).
+//
+// Every flag takes `--flag value` or `--flag=value`. Each mistake ends parsing with one line in err
+// that names the flag, the value and what would have been valid; the driver prints it after
+// "error: " and exits with EXIT_USAGE. Built into build/common/libcommon.a; tested by tests/test_args.c.
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+
+// ----------------------------------------------------------------------------
+// the flag table: which trainer takes which flag
+
+enum { FOR_BOTH, FOR_REGRESSION, FOR_MNIST };
+
+typedef struct {
+    const char *name;  // without the leading "--"
+    int trainer;       // FOR_BOTH, FOR_REGRESSION or FOR_MNIST
+    int takes_value;
+} Flag;
+
+static const Flag FLAGS[] = {
+    {"points", FOR_REGRESSION, 1},
+    {"epochs", FOR_BOTH, 1},
+    {"lr", FOR_BOTH, 1},
+    {"batch", FOR_MNIST, 1},
+    {"hidden", FOR_MNIST, 1},
+    {"seed", FOR_BOTH, 1},
+    {"data", FOR_MNIST, 1},
+    {"precision", FOR_MNIST, 1},
+    {"variant", FOR_BOTH, 1},
+    {"csv", FOR_BOTH, 1},
+    {"curve", FOR_BOTH, 1},
+    {"export", FOR_BOTH, 1},
+    {"warmup", FOR_BOTH, 1},
+    {"repeat", FOR_BOTH, 1},
+    {"breakdown", FOR_BOTH, 0},
+    {"reference", FOR_BOTH, 0},
+    {"quiet", FOR_BOTH, 0},
+    {"help", FOR_BOTH, 0},  // also -h; answered before any other flag is looked at
+};
+#define FLAG_COUNT ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
+
+static int flag_applies(const Flag *flag, TrainerKind trainer) {
+    if (flag->trainer == FOR_BOTH) return 1;
+    return flag->trainer == (trainer == TRAINER_REGRESSION ? FOR_REGRESSION : FOR_MNIST);
+}
+
+static const char *trainer_name(TrainerKind trainer) { return trainer == TRAINER_REGRESSION ? "regression" : "mnist"; }
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...) {
+    if (!err || err_len == 0) return;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err, err_len, fmt, args);
+    va_end(args);
+}
+
+// "--points --epochs ..." for the trainer, for messages that list what is valid.
+static void list_flags(TrainerKind trainer, char *out, size_t out_len) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < FLAG_COUNT && used < out_len; i++) {
+        if (!flag_applies(&FLAGS[i], trainer)) continue;
+        int n = snprintf(out + used, out_len - used, "%s--%s", used ? " " : "", FLAGS[i].name);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// values
+
+// A whole number: plain digits ("5000000", "-3") or, for large counts, a float literal with an
+// integral value ("5e6", "1e8"). Anything else (empty, "12abc", "1.5", " 7", "0x10") is rejected.
+static int parse_whole(const char *text, int64_t *out) {
+    if (text[0] == '\0' || strspn(text, "0123456789+-.eE") != strlen(text)) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long whole = strtoll(text, &end, 10);
+    if (*end == '\0') {
+        if (errno == ERANGE) return -1;
+        *out = whole;
+        return 0;
+    }
+    errno = 0;
+    double real = strtod(text, &end);
+    if (*end != '\0' || errno == ERANGE || !isfinite(real) || real != floor(real) || fabs(real) > 9e18) return -1;
+    *out = (int64_t)real;
+    return 0;
+}
+
+static int parse_ranged(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out, char *err,
+                        size_t err_len) {
+    int64_t value;
+    if (parse_whole(text, &value) != 0) {
+        set_err(err, err_len, "--%s '%s' is not a whole number (valid: %lld .. %lld)", flag, text, (long long)lo,
+                (long long)hi);
+        return -1;
+    }
+    if (value < lo || value > hi) {
+        set_err(err, err_len, "--%s %s is out of range (valid: %lld .. %lld)", flag, text, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
+static int parse_int(const char *flag, const char *text, int lo, int hi, int *out, char *err, size_t err_len) {
+    int64_t value;
+    if (parse_ranged(flag, text, lo, hi, &value, err, err_len) != 0) return -1;
+    *out = (int)value;
+    return 0;
+}
+
+static int parse_lr(const char *text, float *out, char *err, size_t err_len) {
+    char *end = NULL;
+    double value = strtod(text, &end);  // over- and underflow land out of range below
+    if (text[0] == '\0' || isspace((unsigned char)text[0]) || *end != '\0') {
+        set_err(err, err_len, "--lr '%s' is not a number (valid: > 0 and <= 100, e.g. 0.01)", text);
+        return -1;
+    }
+    if (!isfinite(value) || value <= 0.0 || value > 100.0 || (float)value <= 0.0f) {
+        set_err(err, err_len, "--lr %s is out of range (valid: finite, > 0 and <= 100)", text);
+        return -1;
+    }
+    *out = (float)value;
+    return 0;
+}
+
+static int parse_seed(const char *text, uint64_t *out, char *err, size_t err_len) {
+    int digits_only = text[0] != '\0';
+    for (const char *c = text; *c; c++) digits_only &= *c >= '0' && *c <= '9';
+    char *end = NULL;
+    errno = 0;
+    unsigned long long value = digits_only ? strtoull(text, &end, 10) : 0;
+    if (!digits_only || errno == ERANGE) {
+        set_err(err, err_len, "--seed '%s' is not a whole number (valid: 0 .. 18446744073709551615)", text);
+        return -1;
+    }
+    *out = (uint64_t)value;
+    return 0;
+}
+
+// "0" (no hidden layer) or 1..MNIST_MAX_LAYERS-1 comma-separated sizes, each 1..65536.
+static int parse_hidden(const char *text, Options *opt, char *err, size_t err_len) {
+    const int max_layers = MNIST_MAX_LAYERS - 1;
+    if (strcmp(text, "0") == 0) {
+        opt->n_hidden = 0;
+        return 0;
+    }
+    int n = 0;
+    const char *c = text;
+    for (;;) {
+        if (*c < '0' || *c > '9') break;
+        long size = 0;
+        while (*c >= '0' && *c <= '9' && size <= 65536) size = size * 10 + (*c++ - '0');
+        if (size < 1 || size > 65536 || (*c >= '0' && *c <= '9')) {
+            set_err(err, err_len, "--hidden '%s': each layer size must be 1 .. 65536 (use --hidden 0 for no hidden layer)",
+                    text);
+            return -1;
+        }
+        if (n == max_layers) {
+            set_err(err, err_len, "--hidden '%s' has more than %d layers (valid: 0, or 1 .. %d comma-separated sizes)",
+                    text, max_layers, max_layers);
+            return -1;
+        }
+        opt->hidden[n++] = (int)size;
+        if (*c == '\0') {
+            opt->n_hidden = n;
+            return 0;
+        }
+        if (*c != ',') break;
+        c++;
+    }
+    set_err(err, err_len, "--hidden '%s' is not a layer list (valid: 0, or 1 .. %d comma-separated sizes 1 .. 65536, e.g. 128 or 1024,1024)",
+            text, max_layers);
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// one flag with its value
+
+static int apply_flag(const char *name, const char *value, Options *opt, char *err, size_t err_len) {
+    int64_t points;
+    if (strcmp(name, "points") == 0) {
+        if (parse_ranged(name, value, 10, 2000000000, &points, err, err_len) != 0) return -1;
+        opt->points = points;
+        return 0;
+    }
+    if (strcmp(name, "epochs") == 0) return parse_int(name, value, 1, 100000, &opt->epochs, err, err_len);
+    if (strcmp(name, "lr") == 0) return parse_lr(value, &opt->lr, err, err_len);
+    if (strcmp(name, "batch") == 0) return parse_int(name, value, 1, 60000, &opt->batch, err, err_len);
+    if (strcmp(name, "hidden") == 0) return parse_hidden(value, opt, err, err_len);
+    if (strcmp(name, "seed") == 0) return parse_seed(value, &opt->seed, err, err_len);
+    if (strcmp(name, "warmup") == 0) return parse_int(name, value, 0, 100, &opt->warmup, err, err_len);
+    if (strcmp(name, "repeat") == 0) return parse_int(name, value, 1, 1000, &opt->repeat, err, err_len);
+
+    // the rest take a name or a path: only an empty one is wrong here
+    if (value[0] == '\0') {
+        set_err(err, err_len, "--%s needs a non-empty value", name);
+        return -1;
+    }
+    if (strcmp(name, "data") == 0) opt->data_dir = value;
+    if (strcmp(name, "csv") == 0) opt->csv_path = value;
+    if (strcmp(name, "curve") == 0) opt->curve_path = value;
+    if (strcmp(name, "export") == 0) opt->export_dir = value;
+    if (strcmp(name, "variant") == 0) opt->variant = value;
+    if (strcmp(name, "precision") == 0) opt->precision = value;
+    return 0;
+}
+
+static void set_defaults(TrainerKind trainer, Options *opt) {
+    memset(opt, 0, sizeof(*opt));
+    opt->trainer = trainer;
+    opt->seed = 42;
+    opt->warmup = 1;
+    opt->repeat = 1;
+    if (trainer == TRAINER_REGRESSION) {
+        opt->points = 5000000;
+        opt->epochs = 200;
+        opt->lr = 0.01f;
+        opt->batch = -1;
+    } else {
+        opt->points = -1;
+        opt->epochs = 10;
+        opt->lr = 0.1f;
+        opt->batch = 128;
+        opt->hidden[0] = 128;
+        opt->n_hidden = 1;
+        opt->data_dir = "data/mnist";
+        opt->precision = "fp32";
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the parser
+
+int parse_args(int argc, char **argv, TrainerKind trainer, Options *opt, char *err, size_t err_len) {
+    char valid[512];
+    set_defaults(trainer, opt);
+    if (err && err_len) err[0] = '\0';
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            print_usage(trainer, argv[0], stdout);
+            return 1;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            set_err(err, err_len, "unexpected argument '%s': every option is a --flag (see --help)", arg);
+            return -1;
+        }
+
+        // split "--name=value"
+        char name[32];
+        const char *equals = strchr(arg + 2, '=');
+        size_t name_len = equals ? (size_t)(equals - (arg + 2)) : strlen(arg + 2);
+        const Flag *flag = NULL;
+        if (name_len < sizeof(name)) {
+            memcpy(name, arg + 2, name_len);
+            name[name_len] = '\0';
+            for (int f = 0; f < FLAG_COUNT; f++)
+                if (strcmp(FLAGS[f].name, name) == 0) flag = &FLAGS[f];
+        }
+        if (!flag) {
+            list_flags(trainer, valid, sizeof(valid));
+            set_err(err, err_len, "unknown flag '%.*s'; %s takes: %s", (int)(name_len + 2), arg, trainer_name(trainer),
+                    valid);
+            return -1;
+        }
+        if (!flag_applies(flag, trainer)) {
+            list_flags(trainer, valid, sizeof(valid));
+            set_err(err, err_len, "--%s is %s flag; %s takes: %s", name,
+                    flag->trainer == FOR_MNIST ? "an MNIST" : "a regression", trainer_name(trainer), valid);
+            return -1;
+        }
+
+        if (!flag->takes_value) {
+            if (equals) {
+                set_err(err, err_len, "--%s takes no value (got '%s')", name, arg);
+                return -1;
+            }
+            if (strcmp(name, "breakdown") == 0) opt->breakdown = 1;
+            if (strcmp(name, "reference") == 0) opt->reference = 1;
+            if (strcmp(name, "quiet") == 0) opt->quiet = 1;
+            continue;
+        }
+
+        // a value is the rest after '=', else the next argument unless that is another --flag
+        const char *value = NULL;
+        if (equals) {
+            value = equals + 1;
+        } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+            value = argv[++i];
+        } else {
+            set_err(err, err_len, "--%s needs a value (--%s VALUE or --%s=VALUE; see --help)", name, name, name);
+            return -1;
+        }
+        if (apply_flag(name, value, opt, err, err_len) != 0) return -1;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// names checked by the driver: --variant and --precision against what the stage offers
+
+int args_pick(const char *flag, const char *value, const char *const *names, const char *context, char *err,
+              size_t err_len) {
+    if (!value) return 0;
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], value) == 0) return i;
+    char valid[256] = "";
+    size_t used = 0;
+    for (int i = 0; names[i] && used < sizeof(valid); i++) {
+        int n = snprintf(valid + used, sizeof(valid) - used, "%s%s", i ? ", " : "", names[i]);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+    set_err(err, err_len, "%s '%s' is not available in %s; valid: %s", flag, value, context, valid);
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// --help
+
+void print_usage(TrainerKind trainer, const char *program, FILE *out) {
+    if (trainer == TRAINER_REGRESSION) {
+        fprintf(out,
+                "usage: %s [flags]\n"
+                "Trains y = w x + b on synthetic points (y = 0.7 x + 0.3 + noise) by full-batch gradient descent.\n"
+                "\n"
+                "  --points N       points in the set, 80%% train / 20%% test (default 5000000; 10 .. 2e9; 5e6 works)\n"
+                "  --epochs N       full-batch epochs (default 200; 1 .. 100000)\n"
+                "  --lr X           learning rate (default 0.01; > 0 and <= 100)\n"
+                "  --seed N         seed of the noise (default 42)\n",
+                program);
+    } else {
+        fprintf(out,
+                "usage: %s [flags]\n"
+                "Trains an MLP (784 -> hidden ReLU layers -> 10, softmax cross-entropy) on MNIST by minibatch SGD.\n"
+                "\n"
+                "  --hidden LIST    hidden layer sizes: 0 (softmax regression), 128 (default) or 1024,1024 (at most 8, each 1 .. 65536)\n"
+                "  --batch N        minibatch size (default 128; 1 .. 60000)\n"
+                "  --epochs N       epochs (default 10; 1 .. 100000)\n"
+                "  --lr X           learning rate (default 0.1; > 0 and <= 100)\n"
+                "  --seed N         seed of the initial weights and the batch order (default 42)\n"
+                "  --data DIR       IDX files (default data/mnist; `make data` fetches them; Fashion-MNIST works too)\n"
+                "  --precision P    GEMM precision: fp32 (default), tf32 or bf16, where the stage offers it\n",
+                program);
+    }
+    fprintf(out,
+            "  --variant NAME   one of the stage's variants (default: the stage's own; an unknown name lists them)\n"
+            "  --warmup N       untimed 1-epoch runs before the timed ones (default 1; 0 .. 100; GPU only)\n"
+            "  --repeat N       timed runs; the report gives the medians (default 1; 1 .. 1000)\n"
+            "  --breakdown      time each phase (h2d, forward, loss, ...); adds synchronizations\n"
+            "  --reference      train with the CPU reference (double precision) instead of the GPU\n"
+            "  --csv FILE       append the result row to FILE (header written when the file is new)\n"
+            "  --curve FILE     append the loss curve to FILE as long-format CSV, for plots\n"
+            "  --export DIR     write the data set, initial parameters and config the PyTorch baselines read, then exit\n"
+            "  --quiet          print only the result line\n"
+            "  --help, -h       this text\n"
+            "\n"
+            "Both --flag value and --flag=value work. Exit codes: 0 ok, 2 bad flag, 3 bad data, 4 CUDA, 5 diverged.\n");
+}

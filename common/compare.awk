@@ -1,0 +1,88 @@
+# common/compare.awk: the side-by-side table of `make stage N compare`, read from the result rows the
+# two stages appended to build/compare/NN.csv (REPORT_CSV_HEADER first, as common/report.c writes it).
+#
+#     awk -F, -f common/compare.awk build/compare/03.csv
+#
+# Per trainer: one line per run (stage, variant, times, final test loss, and test accuracy or w / b),
+# then the speedup of the last stage over the first. POSIX awk (mawk, gawk, busybox): lines are split
+# here rather than by -F, so that quoted fields with commas (hidden "1024,1024") stay whole.
+
+# Splits a CSV line into f[1..n] (double quotes group, "" inside quotes is a quote); returns n.
+function split_csv(line, f,    n, i, c, field, quoted) {
+    n = 0
+    field = ""
+    quoted = 0
+    for (i = 1; i <= length(line); i++) {
+        c = substr(line, i, 1)
+        if (quoted) {
+            if (c == "\"" && substr(line, i + 1, 1) == "\"") { field = field c; i++ }
+            else if (c == "\"") quoted = 0
+            else field = field c
+        } else if (c == "\"") quoted = 1
+        else if (c == ",") { f[++n] = field; field = "" }
+        else field = field c
+    }
+    f[++n] = field
+    return n
+}
+
+# Milliseconds as report.c prints them: 4 significant digits, no exponent; "-" when absent.
+function ms(x) {
+    if (x == "") return "-"
+    return (x + 0 >= 1000) ? sprintf("%.0f", x) : sprintf("%.4g", x)
+}
+
+function num(x) { return x == "" ? "-" : sprintf("%.6g", x) }
+
+function ratio(old, new) { return (old == "" || new == "" || new + 0 <= 0) ? "n/a" : sprintf("%.2fx", old / new) }
+
+{ sub(/\r$/, "") }
+
+NR == 1 {
+    n = split_csv($0, header)
+    for (i = 1; i <= n; i++) column[header[i]] = i
+    if (!("trainer" in column) || !("e2e_ms" in column)) {
+        print "error: " FILENAME " does not start with the result-row header (stage,trainer,...)" > "/dev/stderr"
+        bad_header = 1
+        exit 2
+    }
+    next
+}
+
+NF == 0 { next }
+
+{
+    split_csv($0, f)
+    t = f[column["trainer"]]
+    if (!(t in count)) { trainers[++n_trainers] = t; count[t] = 0 }
+    k = ++count[t]
+    for (name in column) cell[t, k, name] = f[column[name]]
+}
+
+END {
+    if (bad_header) exit 2
+    for (j = 1; j <= n_trainers; j++) {
+        t = trainers[j]
+        if (t == "regression")
+            printf "\nregression: %s points, %s epochs, lr %s", cell[t, 1, "points"], cell[t, 1, "epochs"], cell[t, 1, "lr"]
+        else
+            printf "\n%s: hidden %s, batch %s, %s epochs, lr %s, %s", t, cell[t, 1, "hidden"], cell[t, 1, "batch"],
+                cell[t, 1, "epochs"], cell[t, 1, "lr"], cell[t, 1, "precision"]
+        printf " on %s\n", cell[t, 1, "device"]
+        printf "  %-14s %-12s %10s %10s %10s %9s %11s  %s\n", "stage", "variant", "e2e ms", "loop ms", "ms/epoch",
+            "h2d ms", "final loss", (t == "regression" ? "w / b" : "test acc")
+        for (k = 1; k <= count[t]; k++) {
+            if (t == "regression") last = num(cell[t, k, "w"]) " / " num(cell[t, k, "b"])
+            else last = cell[t, k, "test_acc"] == "" ? "-" : sprintf("%.2f%%", 100 * cell[t, k, "test_acc"])
+            printf "  %-14s %-12s %10s %10s %10s %9s %11s  %s\n", cell[t, k, "stage"], cell[t, k, "variant"],
+                ms(cell[t, k, "e2e_ms"]), ms(cell[t, k, "loop_ms"]), ms(cell[t, k, "ms_per_epoch"]),
+                ms(cell[t, k, "h2d_ms"]), num(cell[t, k, "test_loss"]), last
+        }
+        first = 1
+        final = count[t]
+        if (final > 1 && cell[t, first, "stage"] != cell[t, final, "stage"])
+            printf "  stage %s vs %s: e2e %s, loop %s\n", cell[t, final, "stage"], cell[t, first, "stage"],
+                ratio(cell[t, first, "e2e_ms"], cell[t, final, "e2e_ms"]),
+                ratio(cell[t, first, "loop_ms"], cell[t, final, "loop_ms"])
+    }
+}

@@ -1,0 +1,57 @@
+// common/device.c: which GPU (or CPU) a result row was measured on (see device.h).
+//
+// Plain C against the CUDA runtime API, compiled by gcc and linked with -lcudart. device_query is the
+// drivers' first CUDA call, so a machine without a GPU or driver gets one clear line here instead of
+// a failure deep inside a trainer. Built into build/common/libcommon.a.
+#include <stdio.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "device.h"
+
+// CUDA encodes versions as 1000 * major + 10 * minor: 13000 -> "13.0".
+static void version_string(int version, char *out, size_t len) {
+    snprintf(out, len, "%d.%d", version / 1000, (version % 1000) / 10);
+}
+
+int device_query(DeviceInfo *out) {
+    memset(out, 0, sizeof(*out));
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count == 0) {
+        fprintf(stderr, "error: no CUDA device found (%s); train on the CPU with --reference\n",
+                status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports 0 devices");
+        return -1;
+    }
+    struct cudaDeviceProp prop;
+    status = cudaGetDeviceProperties(&prop, 0);
+    if (status != cudaSuccess) {
+        fprintf(stderr, "error: no CUDA device found (%s); train on the CPU with --reference\n", cudaGetErrorString(status));
+        return -1;
+    }
+    snprintf(out->name, sizeof(out->name), "%.*s", (int)sizeof(out->name) - 1, prop.name);
+    snprintf(out->cc, sizeof(out->cc), "%d.%d", prop.major, prop.minor);
+
+    int runtime = 0, driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) version_string(runtime, out->cuda, sizeof(out->cuda));
+    if (cudaDriverGetVersion(&driver) == cudaSuccess) version_string(driver, out->driver, sizeof(out->driver));
+    return 0;
+}
+
+void host_describe(DeviceInfo *out) {
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *value = strchr(line, ':');
+        if (!value) continue;
+        value += strspn(value + 1, " \t") + 1;
+        size_t len = strcspn(value, "\r\n");
+        if (len > 0) snprintf(out->name, sizeof(out->name), "%.*s", (int)len, value);
+        break;
+    }
+    fclose(f);
+}

@@ -1,0 +1,342 @@
+// common/mnist_main.c: the main of build/NN/mnist, shared by every stage.
+//
+// Compiled once per stage with -DSTAGE_NAME='"03"' and linked with that stage's mnist.cu, so every
+// stage takes the same flags and prints the same report:
+//
+//     make data && make CUDA_ARCH=90 build/02/mnist
+//     build/02/mnist --hidden 1024,1024 --epochs 3 --csv results.csv
+//     build/02/mnist --reference --hidden 0 --epochs 1     (the CPU reference; no GPU needed)
+//
+// It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from
+// --seed (common/data.c), runs --warmup untimed 1-epoch trainings and --repeat timed ones of the
+// stage's train_mnist (or the CPU reference), stops with exit 5 when a loss is NaN/Inf, and reports
+// medians of the timed runs (stdout, --csv, --curve).
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "data.h"
+#include "device.h"
+#include "exit_codes.h"
+#include "idx.h"
+#include "reference.h"
+#include "report.h"
+#include "trainer.h"
+
+#ifndef STAGE_NAME
+#error "compile with -DSTAGE_NAME='\"02\"' (the Makefile does)"
+#endif
+
+static void *alloc_or_die(size_t count, size_t size, const char *what) {
+    void *p = malloc(count * size);
+    if (!p) {
+        fprintf(stderr, "error: out of host memory for %s (%zu bytes); try fewer --epochs or a smaller --hidden\n",
+                what, count * size);
+        exit(EXIT_DATA);
+    }
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// --export: the same initial parameters, batch order and settings for the PyTorch baseline in bench/
+
+// A JSON string literal of text (quotes, backslashes and control characters escaped).
+static void json_string(const char *text, char *out, size_t len) {
+    size_t used = 0;
+    out[used++] = '"';
+    for (const unsigned char *c = (const unsigned char *)text; *c && used + 8 < len; c++) {
+        if (*c == '"' || *c == '\\') {
+            out[used++] = '\\';
+            out[used++] = (char)*c;
+        } else if (*c < 0x20) {
+            used += (size_t)snprintf(out + used, len - used, "\\u%04x", *c);
+        } else {
+            out[used++] = (char)*c;
+        }
+    }
+    out[used++] = '"';
+    out[used] = '\0';
+}
+
+static int export_mnist(const char *dir, const MnistConfig *cfg, const MnistData *data, const char *hidden,
+                        uint64_t seed, const char *data_dir, int quiet) {
+    char err[512], tag[64], init_name[128], order_name[128], json_name[128], sizes[128], data_dir_json[2048];
+    char json[4096];
+    snprintf(tag, sizeof(tag), "%s", hidden);
+    for (char *c = tag; *c; c++)
+        if (*c == ',') *c = '-';
+    unsigned long long s = (unsigned long long)seed;
+    snprintf(init_name, sizeof(init_name), "mnist-h%s-s%llu.init.f32", tag, s);
+    snprintf(order_name, sizeof(order_name), "mnist-s%llu-e%d-b%d.order.i32", s, cfg->epochs, cfg->batch);
+    snprintf(json_name, sizeof(json_name), "mnist-h%s.json", tag);
+
+    size_t used = 0;
+    for (int l = 0; l <= cfg->n_layers; l++)
+        used += (size_t)snprintf(sizes + used, sizeof(sizes) - used, "%s%d", l ? "," : "", cfg->sizes[l]);
+    json_string(data_dir, data_dir_json, sizeof(data_dir_json));
+    int len = snprintf(json, sizeof(json),
+                       "{\"trainer\":\"mnist\",\"sizes\":[%s],\"hidden\":\"%s\",\"batch\":%d,\"epochs\":%d,\"lr\":%.9g,"
+                       "\"seed\":%llu,\"n_train\":%d,\"n_test\":%d,\"data_dir\":%s,\"init\":\"%s\",\"order\":\"%s\"}\n",
+                       sizes, hidden, cfg->batch, cfg->epochs, cfg->lr, s, data->n_train, data->n_test, data_dir_json,
+                       init_name, order_name);
+
+    // raw float32 / int32 in host byte order: little-endian on every machine CUDA runs on
+    size_t init_bytes = sizeof(float) * (size_t)mnist_param_count(cfg);
+    size_t order_bytes = sizeof(int32_t) * (size_t)cfg->epochs * (size_t)data->n_train;
+    if (report_write_file(dir, init_name, data->init_params, init_bytes, err, sizeof(err)) != 0 ||
+        report_write_file(dir, order_name, data->batch_order, order_bytes, err, sizeof(err)) != 0 ||
+        report_write_file(dir, json_name, json, (size_t)len, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --export: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (!quiet) printf("exported %s/%s (with %s, %s)\n", dir, json_name, init_name, order_name);
+    return EXIT_OK;
+}
+
+// ----------------------------------------------------------------------------
+// one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
+
+typedef struct {
+    float *params, *step_loss, *test_loss, *test_acc;
+    double *epoch_ms;
+} Outputs;
+
+static void train_once(const MnistConfig *cfg, const MnistData *data, int reference, const Outputs *o,
+                       MnistResult *out) {
+    int64_t n_params = mnist_param_count(cfg);
+    int64_t n_steps = (int64_t)cfg->epochs * mnist_steps_per_epoch(cfg, data->n_train);
+    for (int64_t i = 0; i < n_params; i++) o->params[i] = NAN;
+    for (int64_t i = 0; i < n_steps; i++) o->step_loss[i] = NAN;
+    for (int e = 0; e < cfg->epochs; e++) o->test_loss[e] = o->test_acc[e] = NAN;
+    for (int e = 0; e < cfg->epochs; e++) o->epoch_ms[e] = NAN;
+    memset(out, 0, sizeof(*out));
+    out->params = o->params;
+    out->step_loss = o->step_loss;
+    out->test_loss = o->test_loss;
+    out->test_acc = o->test_acc;
+    out->timing.epoch_ms = o->epoch_ms;
+    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = NAN;
+
+    if (reference) {
+        reference_train_mnist(cfg, data, out, -1);
+    } else if (train_mnist(cfg, data, out) != 0) {
+        fprintf(stderr, "error: stage %s train_mnist failed\n", STAGE_NAME);
+        exit(EXIT_CUDA);
+    }
+}
+
+// The epoch (1-based) in which a loss, an accuracy or a parameter first went NaN/Inf, or -1 when none did.
+static int first_bad_epoch(const MnistConfig *cfg, int steps, const MnistResult *out, const char **what) {
+    for (int e = 0; e < cfg->epochs; e++) {
+        for (int s = 0; s < steps; s++) {
+            float loss = out->step_loss[(int64_t)e * steps + s];
+            if (!isfinite(loss)) {
+                *what = isnan(loss) ? "NaN" : "Inf";
+                return e + 1;
+            }
+        }
+        if (!isfinite(out->test_loss[e]) || !isfinite(out->test_acc[e])) {
+            *what = isnan(out->test_loss[e]) || isnan(out->test_acc[e]) ? "NaN" : "Inf";
+            return e + 1;
+        }
+    }
+    int64_t n_params = mnist_param_count(cfg);
+    for (int64_t i = 0; i < n_params; i++) {
+        if (!isfinite(out->params[i])) {
+            *what = isnan(out->params[i]) ? "NaN" : "Inf";
+            return cfg->epochs;
+        }
+    }
+    return -1;
+}
+
+static double mean_step_loss(const float *step_loss, int epoch, int steps) {
+    double sum = 0.0;
+    for (int s = 0; s < steps; s++) sum += step_loss[(int64_t)epoch * steps + s];
+    return sum / steps;
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    char err[1024];
+    Options opt;
+    int parsed = parse_args(argc, argv, TRAINER_MNIST, &opt, err, sizeof(err));
+    if (parsed == 1) return EXIT_OK;
+    if (parsed != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+
+    // the CPU reference has one version: the stage's default, in fp32 inputs (computed in double)
+    const char *const default_only[] = {MNIST_VARIANTS[0], NULL};
+    const char *const fp32_only[] = {PRECISION_NAMES[PRECISION_FP32], NULL};
+    const char *context = opt.reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " mnist";
+    int variant = args_pick("--variant", opt.variant, opt.reference ? default_only : MNIST_VARIANTS, context, err,
+                            sizeof(err));
+    if (variant < 0 || args_pick("--precision", opt.precision, opt.reference ? fp32_only : MNIST_PRECISIONS, context,
+                                 err, sizeof(err)) < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+    Precision precision = PRECISION_FP32;
+    for (int p = 0; p < PRECISION_COUNT; p++)
+        if (strcmp(PRECISION_NAMES[p], opt.precision) == 0) precision = (Precision)p;
+
+    MnistSet set;
+    if (mnist_load(opt.data_dir, &set, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_DATA;
+    }
+    if (opt.batch > set.n_train) {
+        fprintf(stderr, "error: --batch %d is larger than the %d training images in %s (valid: 1 .. %d)\n", opt.batch,
+                set.n_train, opt.data_dir, set.n_train);
+        mnist_free(&set);
+        return EXIT_USAGE;
+    }
+
+    // the batch order holds epochs x n_train indices; int32 step and row counts must not overflow
+    if ((int64_t)opt.epochs * set.n_train > INT32_MAX) {
+        fprintf(stderr, "error: --epochs %d is too many for %d training images (valid: 1 .. %d)\n", opt.epochs,
+                set.n_train, (int)(INT32_MAX / set.n_train));
+        mnist_free(&set);
+        return EXIT_USAGE;
+    }
+
+    MnistConfig cfg = {.n_layers = opt.n_hidden + 1, .batch = opt.batch, .epochs = opt.epochs, .lr = opt.lr,
+                       .precision = precision, .breakdown = opt.breakdown, .variant = variant};
+    char hidden[64] = "0";
+    cfg.sizes[0] = MNIST_PIXELS;
+    for (int l = 0, used = 0; l < opt.n_hidden; l++) {
+        cfg.sizes[l + 1] = opt.hidden[l];
+        used += snprintf(hidden + used, sizeof(hidden) - (size_t)used, "%s%d", l ? "," : "", opt.hidden[l]);
+    }
+    cfg.sizes[cfg.n_layers] = MNIST_CLASSES;
+
+    int64_t n_params = mnist_param_count(&cfg);
+    int steps = mnist_steps_per_epoch(&cfg, set.n_train);
+    float *init_params = alloc_or_die((size_t)n_params, sizeof(float), "the initial parameters");
+    int32_t *batch_order = alloc_or_die((size_t)cfg.epochs * (size_t)set.n_train, sizeof(int32_t), "the batch order");
+    mnist_init_params(&cfg, opt.seed, init_params);
+    mnist_batch_order(set.n_train, cfg.epochs, opt.seed, batch_order);
+    MnistData data = {.train_images = set.train_images, .train_labels = set.train_labels, .n_train = set.n_train,
+                      .test_images = set.test_images, .test_labels = set.test_labels, .n_test = set.n_test,
+                      .batch_order = batch_order, .init_params = init_params};
+
+    if (opt.export_dir) {
+        int status = export_mnist(opt.export_dir, &cfg, &data, hidden, opt.seed, opt.data_dir, opt.quiet);
+        free(batch_order);
+        free(init_params);
+        mnist_free(&set);
+        return status;
+    }
+
+    DeviceInfo device;
+    if (opt.reference) {
+        host_describe(&device);
+    } else if (device_query(&device) != 0) {
+        free(batch_order);
+        free(init_params);
+        mnist_free(&set);
+        return EXIT_CUDA;
+    }
+
+    // ------------------------------------------------------------------------
+    // warm-up (GPU only: handles, module loading, clocks), then the timed runs
+
+    Outputs o = {
+        .params = alloc_or_die((size_t)n_params, sizeof(float), "the trained parameters"),
+        .step_loss = alloc_or_die((size_t)cfg.epochs * (size_t)steps, sizeof(float), "the step losses"),
+        .test_loss = alloc_or_die((size_t)cfg.epochs, sizeof(float), "the test losses"),
+        .test_acc = alloc_or_die((size_t)cfg.epochs, sizeof(float), "the test accuracies"),
+        .epoch_ms = alloc_or_die((size_t)cfg.epochs, sizeof(double), "epoch times"),
+    };
+    double *runs_ms = alloc_or_die((size_t)opt.repeat * 4, sizeof(double), "run times");
+    double *e2e_ms = runs_ms, *loop_ms = runs_ms + opt.repeat, *h2d_ms = runs_ms + 2 * opt.repeat,
+           *per_epoch_ms = runs_ms + 3 * opt.repeat;
+    MnistResult out;
+
+    MnistConfig warmup_cfg = cfg;
+    warmup_cfg.epochs = 1;
+    for (int i = 0; !opt.reference && i < opt.warmup; i++) train_once(&warmup_cfg, &data, 0, &o, &out);
+    for (int r = 0; r < opt.repeat; r++) {
+        train_once(&cfg, &data, opt.reference, &o, &out);
+        e2e_ms[r] = out.timing.e2e_ms;
+        loop_ms[r] = out.timing.loop_ms;
+        h2d_ms[r] = out.timing.h2d_ms;
+        per_epoch_ms[r] = median(o.epoch_ms, cfg.epochs);
+    }
+
+    // ------------------------------------------------------------------------
+    // report: progress from the last run's arrays (the trainer never syncs to print), then the row
+
+    if (!opt.quiet)
+        for (int e = 0; e < cfg.epochs; e++)
+            printf("epoch %d  train_loss %.6f  test_loss %.6f  test_acc %.2f%%\n", e + 1,
+                   mean_step_loss(o.step_loss, e, steps), o.test_loss[e], 100.0 * o.test_acc[e]);
+
+    const char *bad = NULL;
+    int bad_epoch = first_bad_epoch(&cfg, steps, &out, &bad);
+    if (bad_epoch >= 0) {
+        fprintf(stderr, "error: loss became %s at epoch %d (try a smaller --lr)\n", bad, bad_epoch);
+        return EXIT_DIVERGED;
+    }
+
+    if (!opt.quiet && out.timing.setup_ms > 0)
+        printf("setup (untimed: handles, graph instantiation): %.3f ms\n", out.timing.setup_ms);
+    if (opt.breakdown) report_print_breakdown(out.timing.phase_ms, stdout);
+
+    ResultRow row;
+    result_row_init(&row);
+    snprintf(row.stage, sizeof(row.stage), "%s", opt.reference ? "cpu-reference" : STAGE_NAME);
+    snprintf(row.trainer, sizeof(row.trainer), "mnist");
+    snprintf(row.variant, sizeof(row.variant), "%s", opt.reference ? "" : MNIST_VARIANTS[variant]);
+    snprintf(row.precision, sizeof(row.precision), "%s", opt.reference ? "fp64" : PRECISION_NAMES[precision]);
+    snprintf(row.hidden, sizeof(row.hidden), "%s", hidden);
+    row.batch = cfg.batch;
+    row.epochs = cfg.epochs;
+    row.lr = cfg.lr;
+    snprintf(row.device, sizeof(row.device), "%s", device.name);
+    snprintf(row.cc, sizeof(row.cc), "%s", device.cc);
+    snprintf(row.cuda, sizeof(row.cuda), "%s", device.cuda);
+    snprintf(row.driver, sizeof(row.driver), "%s", device.driver);
+    row.e2e_ms = median(e2e_ms, opt.repeat);
+    row.loop_ms = median(loop_ms, opt.repeat);
+    row.h2d_ms = median(h2d_ms, opt.repeat);
+    row.ms_per_epoch = median(per_epoch_ms, opt.repeat);
+    row.train_loss = mean_step_loss(o.step_loss, cfg.epochs - 1, steps);
+    row.test_loss = o.test_loss[cfg.epochs - 1];
+    row.test_acc = o.test_acc[cfg.epochs - 1];
+    report_print(&row, stdout);
+
+    int status = EXIT_OK;
+    if (opt.csv_path && report_append_csv(&row, opt.csv_path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --csv: %s\n", err);
+        status = EXIT_USAGE;
+    }
+    // step losses by global step (0-based: before that step's update), test figures by epochs done
+    if (opt.curve_path && status == EXIT_OK &&
+        (report_append_curve(opt.curve_path, &row, "step_loss", o.step_loss, NULL, 0, cfg.epochs * steps, err,
+                             sizeof(err)) != 0 ||
+         report_append_curve(opt.curve_path, &row, "test_loss", o.test_loss, NULL, 1, cfg.epochs, err,
+                             sizeof(err)) != 0 ||
+         report_append_curve(opt.curve_path, &row, "test_acc", o.test_acc, NULL, 1, cfg.epochs, err,
+                             sizeof(err)) != 0)) {
+        fprintf(stderr, "error: --curve: %s\n", err);
+        status = EXIT_USAGE;
+    }
+
+    free(runs_ms);
+    free(o.epoch_ms);
+    free(o.test_acc);
+    free(o.test_loss);
+    free(o.step_loss);
+    free(o.params);
+    free(batch_order);
+    free(init_params);
+    mnist_free(&set);
+    return status;
+}

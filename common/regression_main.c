@@ -1,0 +1,249 @@
+// common/regression_main.c: the main of build/NN/regression, shared by every stage.
+//
+// Compiled once per stage with -DSTAGE_NAME='"03"' and linked with that stage's regression.cu, so every
+// stage takes the same flags and prints the same report:
+//
+//     make CUDA_ARCH=90 build/02/regression
+//     build/02/regression --epochs 50 --csv results.csv
+//     build/02/regression --reference          (the CPU reference; no GPU needed)
+//
+// It generates the points (common/data.c), runs --warmup untimed 1-epoch trainings and --repeat
+// timed ones of the stage's train_regression (or the CPU reference), stops with exit 5 when a loss
+// is NaN/Inf, and reports medians of the timed runs (stdout, --csv, --curve).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "data.h"
+#include "device.h"
+#include "exit_codes.h"
+#include "reference.h"
+#include "report.h"
+#include "trainer.h"
+
+#ifndef STAGE_NAME
+#error "compile with -DSTAGE_NAME='\"02\"' (the Makefile does)"
+#endif
+
+#define LOG_EVERY 10
+
+static void *alloc_or_die(size_t count, size_t size, const char *what) {
+    void *p = malloc(count * size);
+    if (!p) {
+        fprintf(stderr, "error: out of host memory for %s (%zu bytes)\n", what, count * size);
+        exit(EXIT_DATA);
+    }
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// --export: the same points and settings for the PyTorch baseline in bench/
+
+static int export_regression(const char *dir, const RegressionConfig *cfg, const RegressionSet *set,
+                             const RegressionData *data, uint64_t seed, int quiet) {
+    char err[512], x_name[64], y_name[64], json_name[64], json[1024];
+    long long points = (long long)set->n;
+    snprintf(x_name, sizeof(x_name), "regression-%lld.x.f32", points);
+    snprintf(y_name, sizeof(y_name), "regression-%lld.y.f32", points);
+    snprintf(json_name, sizeof(json_name), "regression-%lld.json", points);
+    int len = snprintf(json, sizeof(json),
+                       "{\"trainer\":\"regression\",\"points\":%lld,\"n_train\":%lld,\"epochs\":%d,\"lr\":%.9g,"
+                       "\"log_every\":%d,\"w_init\":%.9g,\"b_init\":%.9g,\"seed\":%llu,\"x\":\"%s\",\"y\":\"%s\"}\n",
+                       points, (long long)set->n_train, cfg->epochs, cfg->lr, cfg->log_every, data->w_init,
+                       data->b_init, (unsigned long long)seed, x_name, y_name);
+    // raw float32 in host byte order: little-endian on every machine CUDA runs on
+    size_t bytes = sizeof(float) * (size_t)set->n;
+    if (report_write_file(dir, x_name, set->x, bytes, err, sizeof(err)) != 0 ||
+        report_write_file(dir, y_name, set->y, bytes, err, sizeof(err)) != 0 ||
+        report_write_file(dir, json_name, json, (size_t)len, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --export: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (!quiet) printf("exported %s/%s (with %s, %s)\n", dir, json_name, x_name, y_name);
+    return EXIT_OK;
+}
+
+// ----------------------------------------------------------------------------
+// one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
+
+static void train_once(const RegressionConfig *cfg, const RegressionData *data, int reference, float *train_loss,
+                       float *test_loss, double *epoch_ms, RegressionResult *out) {
+    int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
+    for (int i = 0; i < n_logged; i++) train_loss[i] = test_loss[i] = NAN;
+    for (int e = 0; e < cfg->epochs; e++) epoch_ms[e] = NAN;
+    memset(out, 0, sizeof(*out));
+    out->w = out->b = out->final_test_loss = NAN;
+    out->train_loss = train_loss;
+    out->test_loss = test_loss;
+    out->timing.epoch_ms = epoch_ms;
+    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = NAN;
+
+    if (reference) {
+        reference_train_regression(cfg, data, out);
+    } else if (train_regression(cfg, data, out) != 0) {
+        fprintf(stderr, "error: stage %s train_regression failed\n", STAGE_NAME);
+        exit(EXIT_CUDA);
+    }
+}
+
+// The number of epochs done when a loss first went NaN/Inf, or -1 when none did. Logged losses are
+// taken at the start of their epoch; the final test loss and w, b after the last one.
+static int first_bad_epoch(const RegressionConfig *cfg, const RegressionResult *out, const char **what) {
+    for (int e = 0, i = 0; e < cfg->epochs; e++) {
+        if (!regression_epoch_logged(e, cfg->epochs, cfg->log_every)) continue;
+        if (!isfinite(out->train_loss[i]) || !isfinite(out->test_loss[i])) {
+            *what = isnan(out->train_loss[i]) || isnan(out->test_loss[i]) ? "NaN" : "Inf";
+            return e;
+        }
+        i++;
+    }
+    if (!isfinite(out->final_test_loss) || !isfinite(out->w) || !isfinite(out->b)) {
+        *what = isnan(out->final_test_loss) || isnan(out->w) || isnan(out->b) ? "NaN" : "Inf";
+        return cfg->epochs;
+    }
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    char err[1024];
+    Options opt;
+    int parsed = parse_args(argc, argv, TRAINER_REGRESSION, &opt, err, sizeof(err));
+    if (parsed == 1) return EXIT_OK;
+    if (parsed != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+
+    // the CPU reference has one version: the stage's default
+    const char *const default_only[] = {REGRESSION_VARIANTS[0], NULL};
+    int variant = args_pick("--variant", opt.variant, opt.reference ? default_only : REGRESSION_VARIANTS,
+                            opt.reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " regression", err,
+                            sizeof(err));
+    if (variant < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+
+    RegressionSet set;
+    if (regression_generate(opt.points, opt.seed, &set, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_DATA;
+    }
+    RegressionData data = regression_data_view(&set);
+    RegressionConfig cfg = {
+        .epochs = opt.epochs, .lr = opt.lr, .log_every = LOG_EVERY, .breakdown = opt.breakdown, .variant = variant};
+
+    if (opt.export_dir) {
+        int status = export_regression(opt.export_dir, &cfg, &set, &data, opt.seed, opt.quiet);
+        regression_free(&set);
+        return status;
+    }
+
+    DeviceInfo device;
+    if (opt.reference) {
+        host_describe(&device);
+    } else if (device_query(&device) != 0) {
+        regression_free(&set);
+        return EXIT_CUDA;
+    }
+
+    // ------------------------------------------------------------------------
+    // warm-up (GPU only: handles, module loading, clocks), then the timed runs
+
+    int n_logged = regression_logged_count(cfg.epochs, cfg.log_every);
+    float *train_loss = alloc_or_die((size_t)n_logged, sizeof(float), "the loss curve");
+    float *test_loss = alloc_or_die((size_t)n_logged, sizeof(float), "the loss curve");
+    double *epoch_ms = alloc_or_die((size_t)cfg.epochs, sizeof(double), "epoch times");
+    double *runs_ms = alloc_or_die((size_t)opt.repeat * 4, sizeof(double), "run times");
+    double *e2e_ms = runs_ms, *loop_ms = runs_ms + opt.repeat, *h2d_ms = runs_ms + 2 * opt.repeat,
+           *per_epoch_ms = runs_ms + 3 * opt.repeat;
+    RegressionResult out;
+
+    RegressionConfig warmup_cfg = cfg;
+    warmup_cfg.epochs = 1;
+    for (int i = 0; !opt.reference && i < opt.warmup; i++)
+        train_once(&warmup_cfg, &data, 0, train_loss, test_loss, epoch_ms, &out);
+    for (int r = 0; r < opt.repeat; r++) {
+        train_once(&cfg, &data, opt.reference, train_loss, test_loss, epoch_ms, &out);
+        e2e_ms[r] = out.timing.e2e_ms;
+        loop_ms[r] = out.timing.loop_ms;
+        h2d_ms[r] = out.timing.h2d_ms;
+        per_epoch_ms[r] = median(epoch_ms, cfg.epochs);
+    }
+
+    // ------------------------------------------------------------------------
+    // report: progress from the last run's arrays (the trainer never syncs to print), then the row
+
+    int *logged_epoch = alloc_or_die((size_t)n_logged, sizeof(int), "the loss curve");
+    for (int e = 0, i = 0; e < cfg.epochs; e++)
+        if (regression_epoch_logged(e, cfg.epochs, cfg.log_every)) logged_epoch[i++] = e;
+    if (!opt.quiet)
+        for (int i = 0; i < n_logged; i++)
+            printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], train_loss[i], test_loss[i]);
+
+    const char *bad = NULL;
+    int bad_epoch = first_bad_epoch(&cfg, &out, &bad);
+    if (bad_epoch >= 0) {
+        fprintf(stderr, "error: loss became %s at epoch %d (try a smaller --lr)\n", bad, bad_epoch);
+        return EXIT_DIVERGED;
+    }
+
+    if (!opt.quiet && out.timing.setup_ms > 0)
+        printf("setup (untimed: handles, graph instantiation): %.3f ms\n", out.timing.setup_ms);
+    if (opt.breakdown) report_print_breakdown(out.timing.phase_ms, stdout);
+
+    ResultRow row;
+    result_row_init(&row);
+    snprintf(row.stage, sizeof(row.stage), "%s", opt.reference ? "cpu-reference" : STAGE_NAME);
+    snprintf(row.trainer, sizeof(row.trainer), "regression");
+    snprintf(row.variant, sizeof(row.variant), "%s", opt.reference ? "" : REGRESSION_VARIANTS[variant]);
+    snprintf(row.precision, sizeof(row.precision), "%s", opt.reference ? "fp64" : "fp32");
+    row.points = set.n;
+    row.epochs = cfg.epochs;
+    row.lr = cfg.lr;
+    snprintf(row.device, sizeof(row.device), "%s", device.name);
+    snprintf(row.cc, sizeof(row.cc), "%s", device.cc);
+    snprintf(row.cuda, sizeof(row.cuda), "%s", device.cuda);
+    snprintf(row.driver, sizeof(row.driver), "%s", device.driver);
+    row.e2e_ms = median(e2e_ms, opt.repeat);
+    row.loop_ms = median(loop_ms, opt.repeat);
+    row.h2d_ms = median(h2d_ms, opt.repeat);
+    row.ms_per_epoch = median(per_epoch_ms, opt.repeat);
+    row.train_loss = train_loss[n_logged - 1];
+    row.test_loss = out.final_test_loss;
+    row.w = out.w;
+    row.b = out.b;
+    report_print(&row, stdout);
+
+    int status = EXIT_OK;
+    if (opt.csv_path && report_append_csv(&row, opt.csv_path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --csv: %s\n", err);
+        status = EXIT_USAGE;
+    }
+    // the test-loss series ends with the loss of the trained parameters, after the last epoch
+    if (opt.curve_path && status == EXIT_OK) {
+        float final_test_loss = out.final_test_loss;
+        int final_epoch = cfg.epochs;
+        if (report_append_curve(opt.curve_path, &row, "train_loss", train_loss, logged_epoch, 0, n_logged, err,
+                                sizeof(err)) != 0 ||
+            report_append_curve(opt.curve_path, &row, "test_loss", test_loss, logged_epoch, 0, n_logged, err,
+                                sizeof(err)) != 0 ||
+            report_append_curve(opt.curve_path, &row, "test_loss", &final_test_loss, &final_epoch, 0, 1, err,
+                                sizeof(err)) != 0) {
+            fprintf(stderr, "error: --curve: %s\n", err);
+            status = EXIT_USAGE;
+        }
+    }
+
+    free(logged_epoch);
+    free(runs_ms);
+    free(epoch_ms);
+    free(test_loss);
+    free(train_loss);
+    regression_free(&set);
+    return status;
+}

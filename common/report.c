@@ -1,0 +1,246 @@
+// common/report.c: result rows for humans (stdout) and for tools (CSV), plus the drivers' other
+// outputs: --curve rows, the --breakdown table and the --export files (see report.h).
+//
+// The CSV is the only source of every table and plot in this repository, so it is written with
+// enough digits to be re-read exactly and quoted wherever a field holds a comma ("1024,1024").
+// Built into build/common/libcommon.a; tested by tests/test_report.c.
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "report.h"
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...) {
+    if (!err || err_len == 0) return;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err, err_len, fmt, args);
+    va_end(args);
+}
+
+// ----------------------------------------------------------------------------
+// the row
+
+void result_row_init(ResultRow *row) {
+    memset(row, 0, sizeof(*row));
+    row->points = -1;
+    row->batch = -1;
+    row->epochs = -1;
+    row->lr = NAN;
+    row->e2e_ms = row->loop_ms = row->ms_per_epoch = row->h2d_ms = NAN;
+    row->train_loss = row->test_loss = row->test_acc = row->w = row->b = NAN;
+#ifdef GIT_COMMIT
+    snprintf(row->commit, sizeof(row->commit), "%s", GIT_COMMIT);
+#else
+    snprintf(row->commit, sizeof(row->commit), "unknown");
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// the human line
+
+// Milliseconds to read at a glance: 4 significant digits, no exponent for long runs.
+static const char *fmt_ms(double ms, char *buf, size_t len) {
+    snprintf(buf, len, ms >= 1000.0 ? "%.0f" : "%.4g", ms);
+    return buf;
+}
+
+void report_print(const ResultRow *row, FILE *out) {
+    char a[32], b[32], c[32], d[32];
+    fprintf(out, "stage %s %s (", row->stage, row->trainer);
+    if (row->variant[0]) fprintf(out, "%s, ", row->variant);
+    if (row->points >= 0) fprintf(out, "%lld points, ", (long long)row->points);
+    if (row->hidden[0]) fprintf(out, "hidden %s, ", row->hidden);
+    if (row->batch >= 0) fprintf(out, "batch %d, ", row->batch);
+    fprintf(out, "%d epoch%s, lr %g", row->epochs, row->epochs == 1 ? "" : "s", row->lr);
+    if (row->precision[0]) fprintf(out, ", %s", row->precision);
+    fprintf(out, ") on %s:", row->device[0] ? row->device : "unknown device");
+    fprintf(out, " e2e %s ms, loop %s ms, %s ms/epoch, h2d %s ms", fmt_ms(row->e2e_ms, a, sizeof(a)),
+            fmt_ms(row->loop_ms, b, sizeof(b)), fmt_ms(row->ms_per_epoch, c, sizeof(c)),
+            fmt_ms(row->h2d_ms, d, sizeof(d)));
+    fprintf(out, " | train_loss %.6g test_loss %.6g", row->train_loss, row->test_loss);
+    if (!isnan(row->test_acc)) fprintf(out, " test_acc %.2f%%", 100.0 * row->test_acc);
+    if (!isnan(row->w) || !isnan(row->b)) fprintf(out, " | w %.6g b %.6g", row->w, row->b);
+    fprintf(out, "\n");
+}
+
+// ----------------------------------------------------------------------------
+// CSV
+
+// Opens path for appending; writes header first when the file is new or empty.
+static FILE *open_csv(const char *path, const char *header, char *err, size_t err_len) {
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        set_err(err, err_len, "cannot open %s for appending: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0) fprintf(f, "%s\n", header);
+    return f;
+}
+
+static int close_csv(FILE *f, const char *path, char *err, size_t err_len) {
+    int failed = ferror(f);
+    if (fclose(f) != 0) failed = 1;
+    if (failed) set_err(err, err_len, "cannot write %s: %s", path, strerror(errno));
+    return failed ? -1 : 0;
+}
+
+// A text field, quoted (with quotes doubled) only when it holds a comma, quote or line break.
+static void csv_text(FILE *f, const char *text, int last) {
+    if (strpbrk(text, ",\"\r\n")) {
+        fputc('"', f);
+        for (const char *c = text; *c; c++) {
+            if (*c == '"') fputc('"', f);
+            fputc(*c, f);
+        }
+        fputc('"', f);
+    } else {
+        fputs(text, f);
+    }
+    fputc(last ? '\n' : ',', f);
+}
+
+static void csv_int(FILE *f, int64_t value) {
+    if (value >= 0) fprintf(f, "%lld", (long long)value);
+    fputc(',', f);
+}
+
+static void csv_real(FILE *f, const char *format, double value) {
+    if (!isnan(value)) fprintf(f, format, value);
+    fputc(',', f);
+}
+
+int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
+    FILE *f = open_csv(path, REPORT_CSV_HEADER, err, err_len);
+    if (!f) return -1;
+    csv_text(f, row->stage, 0);
+    csv_text(f, row->trainer, 0);
+    csv_text(f, row->variant, 0);
+    csv_int(f, row->points);
+    csv_text(f, row->hidden, 0);
+    csv_int(f, row->batch);
+    csv_int(f, row->epochs);
+    csv_real(f, "%.7g", row->lr);  // a float flag: 7 digits give back what was typed (0.01, not 0.00999999978)
+    csv_text(f, row->precision, 0);
+    csv_text(f, row->device, 0);
+    csv_text(f, row->cc, 0);
+    csv_text(f, row->cuda, 0);
+    csv_text(f, row->driver, 0);
+    csv_real(f, "%.6g", row->e2e_ms);
+    csv_real(f, "%.6g", row->loop_ms);
+    csv_real(f, "%.6g", row->ms_per_epoch);
+    csv_real(f, "%.6g", row->h2d_ms);
+    csv_real(f, "%.9g", row->train_loss);
+    csv_real(f, "%.9g", row->test_loss);
+    csv_real(f, "%.9g", row->test_acc);
+    csv_real(f, "%.9g", row->w);
+    csv_real(f, "%.9g", row->b);
+    csv_text(f, row->commit, 1);
+    return close_csv(f, path, err, err_len);
+}
+
+int report_append_curve(const char *path, const ResultRow *row, const char *series, const float *values,
+                        const int *index, int first_index, int count, char *err, size_t err_len) {
+    FILE *f = open_csv(path, REPORT_CURVE_HEADER, err, err_len);
+    if (!f) return -1;
+    for (int i = 0; i < count; i++) {
+        csv_text(f, row->stage, 0);
+        csv_text(f, row->trainer, 0);
+        csv_text(f, row->variant, 0);
+        csv_text(f, row->hidden, 0);
+        csv_text(f, series, 0);
+        fprintf(f, "%d,%.9g\n", index ? index[i] : first_index + i, values[i]);
+    }
+    return close_csv(f, path, err, err_len);
+}
+
+// ----------------------------------------------------------------------------
+// statistics
+
+// Ascending, NaN last, so that a failed run cannot become the median by accident.
+static int compare_doubles(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    if (isnan(a) || isnan(b)) return isnan(a) - isnan(b);
+    return (a > b) - (a < b);
+}
+
+double median(const double *values, int n) {
+    if (n <= 0) return NAN;
+    double *sorted = malloc(sizeof(double) * (size_t)n);
+    if (!sorted) return NAN;
+    memcpy(sorted, values, sizeof(double) * (size_t)n);
+    qsort(sorted, (size_t)n, sizeof(double), compare_doubles);
+    double mid = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    free(sorted);
+    return mid;
+}
+
+// ----------------------------------------------------------------------------
+// --breakdown
+
+void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out) {
+    double total = 0.0;
+    for (int p = 0; p < PHASE_COUNT; p++) total += phase_ms[p];
+    fprintf(out, "breakdown (last run; timing each phase adds a synchronization after it, so e2e and loop grow):\n");
+    if (!(total > 0.0)) {
+        fprintf(out, "  no phase times recorded by this trainer\n");
+        return;
+    }
+    fprintf(out, "  %-10s %12s %7s\n", "phase", "ms", "share");
+    for (int p = 0; p < PHASE_COUNT; p++)
+        fprintf(out, "  %-10s %12.3f %6.1f%%\n", PHASE_NAMES[p], phase_ms[p], 100.0 * phase_ms[p] / total);
+    fprintf(out, "  %-10s %12.3f %6.1f%%\n", "sum", total, 100.0);
+}
+
+// ----------------------------------------------------------------------------
+// --export
+
+// mkdir -p: every prefix of dir that ends before a '/' and dir itself.
+static int make_dirs(const char *dir, char *err, size_t err_len) {
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
+        set_err(err, err_len, "export directory name too long: %.64s...", dir);
+        return -1;
+    }
+    for (char *c = path + 1;; c++) {
+        if (*c != '/' && *c != '\0') continue;
+        char saved = *c;
+        *c = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            set_err(err, err_len, "cannot create directory %s: %s", path, strerror(errno));
+            return -1;
+        }
+        *c = saved;
+        if (saved == '\0') break;
+    }
+    struct stat info;
+    if (stat(path, &info) != 0 || !S_ISDIR(info.st_mode)) {
+        set_err(err, err_len, "%s is not a directory", dir);
+        return -1;
+    }
+    return 0;
+}
+
+int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len) {
+    if (make_dirs(dir, err, err_len) != 0) return -1;
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path)) {
+        set_err(err, err_len, "export path too long: %.64s...", dir);
+        return -1;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        set_err(err, err_len, "cannot create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int failed = fwrite(data, 1, bytes, f) != bytes;
+    if (fclose(f) != 0) failed = 1;
+    if (failed) {
+        set_err(err, err_len, "cannot write %zu bytes to %s: %s", bytes, path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}

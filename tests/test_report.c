@@ -1,0 +1,241 @@
+// tests/test_report.c: Criterion suite "report": result rows (common/report.c) as the CSV readers in
+// bench/ and common/compare.awk need them: the exact header once, 23 columns, quoting, empty fields,
+// and the median the drivers report.
+//
+//     make test          (part of build/tests/test_cpu), or alone:
+//     gcc -std=c11 -D_POSIX_C_SOURCE=200809L -Icommon -I/usr/local/cuda/include tests/test_report.c
+//         common/report.c common/timing.c -L/usr/local/cuda/lib64 -lcudart -lcriterion -lm -o /tmp/treport && /tmp/treport
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "report.h"
+
+#define COLUMNS 23
+
+static char dir[64];
+static char csv_path[128];
+static char err[512];
+
+static void make_dir(void) {
+    snprintf(dir, sizeof(dir), "/tmp/test_report_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(csv_path, sizeof(csv_path), "%s/rows.csv", dir);
+}
+
+static void remove_dir(void) {
+    const char *names[] = {"rows.csv", "curve.csv", "a/b/blob.bin"};
+    char path[256];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        remove(path);
+    }
+    snprintf(path, sizeof(path), "%s/a/b", dir);
+    rmdir(path);
+    snprintf(path, sizeof(path), "%s/a", dir);
+    rmdir(path);
+    rmdir(dir);
+}
+
+TestSuite(report, .init = make_dir, .fini = remove_dir);
+
+// The file's lines (at most 8), each without its newline.
+static int read_lines(const char *path, char lines[8][1024]) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "cannot read %s", path);
+    int n = 0;
+    while (n < 8 && fgets(lines[n], 1024, f)) {
+        lines[n][strcspn(lines[n], "\n")] = '\0';
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+// Splits one CSV line (quoted fields with doubled quotes) into fields; returns their count.
+static int split_csv(const char *line, char fields[32][256]) {
+    int n = 0, len = 0, quoted = 0;
+    for (const char *c = line;; c++) {
+        if (quoted && *c == '"' && c[1] == '"') {
+            fields[n][len++] = '"';
+            c++;
+        } else if (*c == '"') {
+            quoted = !quoted;
+        } else if ((*c == ',' && !quoted) || *c == '\0') {
+            fields[n][len] = '\0';
+            n++;
+            len = 0;
+            if (*c == '\0' || n == 32) return n;
+        } else {
+            fields[n][len++] = *c;
+        }
+    }
+}
+
+static ResultRow mnist_row(void) {
+    ResultRow row;
+    result_row_init(&row);
+    snprintf(row.stage, sizeof(row.stage), "03");
+    snprintf(row.trainer, sizeof(row.trainer), "mnist");
+    snprintf(row.variant, sizeof(row.variant), "fused");
+    snprintf(row.hidden, sizeof(row.hidden), "1024,1024");
+    snprintf(row.precision, sizeof(row.precision), "fp32");
+    snprintf(row.device, sizeof(row.device), "NVIDIA H100 80GB HBM3");
+    row.batch = 128;
+    row.epochs = 10;
+    row.lr = 0.1;
+    row.e2e_ms = 1234.5678;
+    row.train_loss = 0.123456789;
+    row.test_acc = 0.9812;
+    return row;
+}
+
+// ----------------------------------------------------------------------------
+// the row
+
+Test(report, init_leaves_every_column_empty) {
+    ResultRow row;
+    memset(&row, 0x7f, sizeof(row));
+    result_row_init(&row);
+    cr_assert(isnan(row.lr) && isnan(row.e2e_ms) && isnan(row.loop_ms) && isnan(row.ms_per_epoch) && isnan(row.h2d_ms));
+    cr_assert(isnan(row.train_loss) && isnan(row.test_loss) && isnan(row.test_acc) && isnan(row.w) && isnan(row.b));
+    cr_assert_eq(row.points, -1);
+    cr_assert_eq(row.batch, -1);
+    cr_assert_eq(row.epochs, -1);
+    cr_assert_str_empty(row.stage);
+    cr_assert_str_empty(row.hidden);
+    cr_assert_str_empty(row.device);
+    cr_assert_str_not_empty(row.commit);
+}
+
+// ----------------------------------------------------------------------------
+// CSV
+
+Test(report, header_exactly_once) {
+    ResultRow row = mnist_row();
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    char lines[8][1024];
+    cr_assert_eq(read_lines(csv_path, lines), 3);
+    cr_assert_str_eq(lines[0], REPORT_CSV_HEADER);
+    cr_assert_str_eq(lines[1], lines[2]);
+    cr_assert_neq(strcmp(lines[1], REPORT_CSV_HEADER), 0);
+}
+
+Test(report, header_written_into_an_empty_file) {
+    fclose(fopen(csv_path, "w"));
+    ResultRow row = mnist_row();
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    char lines[8][1024];
+    cr_assert_eq(read_lines(csv_path, lines), 2);
+    cr_assert_str_eq(lines[0], REPORT_CSV_HEADER);
+}
+
+Test(report, columns_quoting_and_empty_fields) {
+    ResultRow row = mnist_row();
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    char lines[8][1024], header[32][256], fields[32][256];
+    read_lines(csv_path, lines);
+    cr_assert_eq(split_csv(lines[0], header), COLUMNS);
+    cr_assert_eq(split_csv(lines[1], fields), COLUMNS, "row: %s", lines[1]);
+    cr_assert_not_null(strstr(lines[1], ",\"1024,1024\","), "hidden not quoted: %s", lines[1]);
+
+    // by column name, so that a reordered header cannot hide a shifted value
+    const char *want[][2] = {
+        {"stage", "03"},     {"trainer", "mnist"}, {"variant", "fused"},  {"points", ""},
+        {"hidden", "1024,1024"}, {"batch", "128"}, {"epochs", "10"},      {"lr", "0.1"},
+        {"precision", "fp32"}, {"cc", ""},         {"e2e_ms", "1234.57"}, {"loop_ms", ""},
+        {"train_loss", "0.123456789"}, {"test_loss", ""}, {"test_acc", "0.9812"}, {"w", ""}, {"b", ""},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        int column = -1;
+        for (int c = 0; c < COLUMNS; c++)
+            if (strcmp(header[c], want[i][0]) == 0) column = c;
+        cr_assert_geq(column, 0, "no column %s", want[i][0]);
+        cr_assert_str_eq(fields[column], want[i][1], "column %s: '%s', want '%s'", want[i][0], fields[column],
+                         want[i][1]);
+    }
+    cr_assert_str_not_empty(fields[COLUMNS - 1], "commit column empty");
+}
+
+Test(report, quotes_inside_a_field_are_doubled) {
+    ResultRow row = mnist_row();
+    snprintf(row.device, sizeof(row.device), "GPU \"x\", rev 2");
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    char lines[8][1024], fields[32][256];
+    read_lines(csv_path, lines);
+    cr_assert_not_null(strstr(lines[1], "\"GPU \"\"x\"\", rev 2\""), "%s", lines[1]);
+    cr_assert_eq(split_csv(lines[1], fields), COLUMNS);
+    cr_assert_str_eq(fields[9], "GPU \"x\", rev 2");
+}
+
+Test(report, unwritable_path_is_an_error) {
+    ResultRow row = mnist_row();
+    cr_assert_eq(report_append_csv(&row, "/nonexistent/dir/rows.csv", err, sizeof(err)), -1);
+    cr_assert_not_null(strstr(err, "/nonexistent/dir/rows.csv"), "%s", err);
+}
+
+Test(report, curve_rows) {
+    char path[160];
+    snprintf(path, sizeof(path), "%s/curve.csv", dir);
+    ResultRow row = mnist_row();
+    const float values[] = {2.5f, 1.25f};
+    const int epochs[] = {0, 10};
+    cr_assert_eq(report_append_curve(path, &row, "test_loss", values, NULL, 1, 2, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(report_append_curve(path, &row, "train_loss", values, epochs, 0, 2, err, sizeof(err)), 0, "%s", err);
+    char lines[8][1024];
+    cr_assert_eq(read_lines(path, lines), 5);
+    cr_assert_str_eq(lines[0], REPORT_CURVE_HEADER);
+    cr_assert_str_eq(lines[1], "03,mnist,fused,\"1024,1024\",test_loss,1,2.5");
+    cr_assert_str_eq(lines[2], "03,mnist,fused,\"1024,1024\",test_loss,2,1.25");
+    cr_assert_str_eq(lines[4], "03,mnist,fused,\"1024,1024\",train_loss,10,1.25");
+}
+
+Test(report, write_file_creates_directories) {
+    char sub[160], path[200];
+    snprintf(sub, sizeof(sub), "%s/a/b", dir);
+    const unsigned char bytes[] = {1, 2, 3, 0, 5};
+    cr_assert_eq(report_write_file(sub, "blob.bin", bytes, sizeof(bytes), err, sizeof(err)), 0, "%s", err);
+    snprintf(path, sizeof(path), "%s/blob.bin", sub);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    unsigned char back[16];
+    cr_assert_eq(fread(back, 1, sizeof(back), f), sizeof(bytes));
+    fclose(f);
+    cr_assert_eq(memcmp(back, bytes, sizeof(bytes)), 0);
+}
+
+// ----------------------------------------------------------------------------
+// the human line
+
+Test(report, print_mnist_line) {
+    ResultRow row = mnist_row();
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    report_print(&row, f);
+    fclose(f);
+    cr_assert_not_null(strstr(text, "stage 03 mnist"), "%s", text);
+    cr_assert_not_null(strstr(text, "NVIDIA H100 80GB HBM3"), "%s", text);
+    cr_assert_not_null(strstr(text, "test_acc 98.12%"), "%s", text);
+    cr_assert_null(strstr(text, " w "), "%s", text);
+    cr_assert_eq(strchr(text, '\n'), text + len - 1, "not one line: %s", text);
+    free(text);
+}
+
+// ----------------------------------------------------------------------------
+// median
+
+Test(report, median_odd_even_one_zero) {
+    const double odd[] = {3.0, 1.0, 2.0};
+    const double even[] = {4.0, 1.0, 3.0, 2.0};
+    const double one[] = {7.5};
+    cr_assert_float_eq(median(odd, 3), 2.0, 0.0);
+    cr_assert_float_eq(median(even, 4), 2.5, 0.0);
+    cr_assert_float_eq(median(one, 1), 7.5, 0.0);
+    cr_assert(isnan(median(one, 0)));
+    cr_assert_float_eq(odd[0], 3.0, 0.0, "median sorted its input");
+}
