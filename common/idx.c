@@ -152,7 +152,7 @@ static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *er
         int more = gzread(f->file, &extra, 1);
         if (more < 0) idx_read_error(f, err, err_len);
         if (more > 0) {
-            set_err(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file)",
+            set_err(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
                     f->path, len, what);
         }
         if (more != 0) got = -1;

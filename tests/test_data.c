@@ -269,6 +269,27 @@ Test(data, init_params_deterministic) {
     for (int i = 0; i < 7850; i++) cr_assert(fabsf(params[i]) <= 1.0f / 28.0f, "param %d = %g", i, params[i]);
 }
 
+Test(data, init_params_follow_documented_recipe) {
+    // one stream through all layers in packing order: value = k (2 u - 1), k = 1 / sqrt(fan_in)
+    MnistConfig cfg = mlp_config(32);
+    size_t count = (size_t)mnist_param_count(&cfg);
+    float *params = malloc(count * sizeof(float));
+    cr_assert_not_null(params);
+    mnist_init_params(&cfg, 3, params);
+    Rng rng;
+    rng_seed(&rng, 3);
+    size_t i = 0;
+    for (int l = 0; l < cfg.n_layers; l++) {
+        double k = 1.0 / sqrt((double)cfg.sizes[l]);
+        for (; i < (size_t)mnist_weight_offset(&cfg, l + 1); i++) {
+            float expected = (float)(k * (2.0 * rng_uniform(&rng) - 1.0));
+            cr_assert_eq(params[i], expected, "param %zu = %.9g, recipe gives %.9g", i, params[i], expected);
+        }
+    }
+    cr_assert_eq(i, count);
+    free(params);
+}
+
 // ----------------------------------------------------------------------------
 // batch order
 
