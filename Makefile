@@ -28,7 +28,8 @@ CRITERION_FLAGS := -I$(CRITERION_PREFIX)/include
 CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-linux-gnu -lcriterion
 
 BUILD := build
-STAGE_DIRS := $(sort $(wildcard 0[2-7]-*))
+# A trainer stage exists once its folder holds both trainer files.
+STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-7]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-7]-*/mnist.cu))))
 STAGES := $(foreach d,$(STAGE_DIRS),$(firstword $(subst -, ,$(d))))
 ALL_STAGES := 01 $(STAGES)
 
@@ -140,20 +141,16 @@ $(BUILD)/tests/%.o: tests/%.c $(wildcard common/*.h tests/*.h tests/gpu/*.h) | $
 $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)) $(COMMON_LIB)
 	$(NVCC) $^ -o $@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
 
-include 01-vector-add/vector_add.mk
+-include 01-vector-add/vector_add.mk
 
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
 
 GPU_TEST_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/test_gpu)
 
-test: $(BUILD)/tests/test_cpu $(GPU_TEST_BINS) $(BUILD)/01/test_vector_add
+test: $(BUILD)/tests/test_cpu $(GPU_TEST_BINS) $(BUILD)/01/test_vector_add $(STAGE_BINS)
 	@$(if $(DETECTED_ARCH),$(MAKE) --no-print-directory data,true)
-	@status=0; \
-	echo "== CPU suites"; $(BUILD)/tests/test_cpu || status=1; \
-	for t in $(BUILD)/01/test_vector_add $(GPU_TEST_BINS); do \
-	    echo "== GPU suite $$t"; $$t || status=1; done; \
-	exit $$status
+	@bash tests/run_all.sh $(BUILD) "$(STAGES)"
 
 # ----------------------------------------------------------------------------
 # data

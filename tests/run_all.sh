@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tests/run_all.sh BUILD "STAGES": every suite `make test` runs, and one closing tally line.
+# CPU suites always run; GPU suites run everywhere and report their tests skipped without a GPU.
+set -u
+build=$1 stages=$2
+passed=0 failed=0 skipped=0 status=0
+log=$(mktemp)
+
+# tally_criterion: add a Criterion binary's "Synthesis" counts and its skip line to the tally
+tally_criterion() {
+    local synthesis skips
+    synthesis=$(grep -a "Synthesis:" "$log" | tail -n1)
+    passed=$((passed + $(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<<"$synthesis")))
+    failed=$((failed + $(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$synthesis")))
+    failed=$((failed + $(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$synthesis")))
+    skips=$(grep -aoE "[0-9]+ (of [0-9]+ )?tests SKIPPED" "$log" | tail -n1 | cut -d' ' -f1)
+    skipped=$((skipped + ${skips:-0}))
+}
+
+run() {  # run NAME COMMAND...: show the output, remember a failure
+    echo "== $1"; shift
+    "$@" 2>&1 | tee "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+}
+
+run "CPU suites (common/)" "$build/tests/test_cpu"
+tally_criterion
+
+last_stage=${stages##* }
+run "command-line contract (stage $last_stage)" bash tests/cli_smoke.sh "$build/$last_stage"
+line=$(grep -a "^cli:" "$log" | tail -n1)
+passed=$((passed + $(sed -n 's/cli: \([0-9]*\) passed.*/\1/p' <<<"$line")))
+failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
+skipped=$((skipped + $(sed -n 's/.* \([0-9]*\) skipped.*/\1/p' <<<"$line")))
+
+if command -v python3 >/dev/null; then
+    run "bench table generator (Python, stdlib only)" python3 -m unittest discover -s bench -p 'test_*.py'
+    ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\}.*/\1/p' "$log" | tail -n1)
+    if grep -q "^OK" "$log"; then passed=$((passed + ${ran:-0})); else failed=$((failed + 1)); fi
+else
+    echo "== bench table generator: SKIPPED (no python3)"; skipped=$((skipped + 1))
+fi
+
+for suite in "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done); do
+    run "GPU suite $suite" "$suite"
+    tally_criterion
+done
+
+rm -f "$log"
+[ "$failed" -eq 0 ] || status=1
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+exit $status
