@@ -61,6 +61,13 @@ ifneq ($(filter-out $(VERBS),$(wordlist 3,99,$(MAKECMDGOALS)))$(word 4,$(MAKECMD
 $(error unknown verb '$(wordlist 3,99,$(MAKECMDGOALS))'; valid verbs: $(VERBS))
 endif
 
+# Without a GPU, say so in one line instead of letting each program fail in turn.
+ifneq ($(filter run compare profile,$(VERB)),)
+ifeq ($(DETECTED_ARCH)$(findstring --reference,$(ARGS)),)
+$(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU; ARGS=--reference trains on the CPU)
+endif
+endif
+
 .PHONY: stage $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
 stage:
 	@$(MAKE) --no-print-directory stage-$(VERB) NN=$(NN)
@@ -183,7 +190,7 @@ stage-compare:
 	@awk -F, -f common/compare.awk $(BUILD)/compare/$(NN).csv
 
 stage-diff:
-	@if [ -z "$(PREV)" ]; then echo "stage $(NN) is the first stage: nothing to diff against" >&2; exit 2; fi
+	@if [ -z "$(PREV)" ]; then echo "stage $(NN) is where the trainers start: nothing to diff against (read $(call stage_dir,$(NN))/README.md)"; exit 0; fi
 	@for f in regression.cu mnist.cu; do \
 	    diff -u --label $(call stage_dir,$(PREV))/$$f --label $(call stage_dir,$(NN))/$$f \
 	        $(call stage_dir,$(PREV))/$$f $(call stage_dir,$(NN))/$$f; done; true
