@@ -190,10 +190,11 @@ stage-compare:
 	@awk -F, -f common/compare.awk $(BUILD)/compare/$(NN).csv
 
 stage-diff:
-	@if [ -z "$(PREV)" ]; then echo "stage $(NN) is where the trainers start: nothing to diff against (read $(call stage_dir,$(NN))/README.md)"; exit 0; fi
-	@for f in regression.cu mnist.cu; do \
+	@if [ -z "$(PREV)" ]; then \
+	    echo "stage $(NN) is where the trainers start: nothing to diff against (read $(call stage_dir,$(NN))/README.md)"; \
+	else for f in regression.cu mnist.cu; do \
 	    diff -u --label $(call stage_dir,$(PREV))/$$f --label $(call stage_dir,$(NN))/$$f \
-	        $(call stage_dir,$(PREV))/$$f $(call stage_dir,$(NN))/$$f; done; true
+	        $(call stage_dir,$(PREV))/$$f $(call stage_dir,$(NN))/$$f; done; fi; true
 
 stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
 	@$(if $(filter 01,$(NN)),,$(if $(DETECTED_ARCH),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true))
