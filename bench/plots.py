@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""bench/plots.py: the PNG figures of results/, drawn only from the CSV files next to them.
+
+For every result file results/<slug>.csv (with <slug>-curves.csv and <slug>-breakdown.csv when they
+exist) it writes:
+
+  <slug>-ladder-regression.png  e2e and loop time per stage (log scale), PyTorch modes as lines
+  <slug>-ladder-mnist.png       the same, one panel per canonical --hidden
+  <slug>-size-sweep.png         regression: ms/epoch and GB/s against the number of points (log-log)
+  <slug>-width-sweep.png        MNIST, 2 hidden layers of width W: ms/epoch and GFLOP/s against W
+  <slug>-loss-curves.png        last stage vs PyTorch eager vs the CPU reference, overlaid
+  <slug>-breakdown.png          where each stage's time goes (--breakdown runs), per phase
+
+A figure without rows behind it is not drawn, and an old PNG of that name is removed, so no figure
+outlives its data. The selection functions need only the standard library (bench/test_bench.py tests
+them); drawing needs matplotlib.
+
+  python3 bench/plots.py [--results DIR] [--out DIR]
+"""
+
+import argparse
+import os
+import sys
+
+import results_csv as rc
+
+# ----------------------------------------------------------------------------
+# selecting what to draw (standard library only)
+
+
+def series_label(row):
+    """'02', '07 · bf16', 'PyTorch eager', 'CPU reference': one bar or line of a figure."""
+    if row["stage"] == rc.PYTORCH:
+        return f"PyTorch {row['variant']}"
+    if row["stage"] == rc.REFERENCE:
+        return "CPU reference"
+    precision = row["precision"] or "fp32"
+    return row["stage"] if precision == "fp32" else f"{row['stage']} · {precision}"
+
+
+def ladder_data(rows, config):
+    """(bars, lines) for one configuration: bars = (label, e2e, loop) of the CPU reference and the
+    stages, lines = (label, e2e) of the PyTorch modes; only runs of the configuration's epochs."""
+    bars, lines = [], []
+    for e in rc.select_entries(rows, config):
+        if not e.comparable or e.e2e is None:
+            continue
+        if e.kind == "pytorch":
+            lines.append((series_label(e.row), e.e2e))
+        else:
+            bars.append((series_label(e.row), e.e2e, e.loop))
+    return bars, lines
+
+
+def _sweep(rows, keep, x_of):
+    """{label: [(x, ms/epoch, throughput)]} sorted by x, newest row per (label, x); series of one
+    point are dropped (a sweep needs two)."""
+    newest = {}
+    for row in rows:
+        if not keep(row):
+            continue
+        x, ms = x_of(row), rc.number(row, "ms_per_epoch")
+        if x is None or ms is None:
+            continue
+        newest[(series_label(row), x)] = (x, ms, rc.throughput(row)[0])
+    series = {}
+    for (label, _), point in newest.items():
+        series.setdefault(label, []).append(point)
+    return {label: sorted(points) for label, points in sorted(series.items()) if len(points) >= 2}
+
+
+def size_sweep_data(rows):
+    """Regression runs of the canonical epochs at any number of points."""
+    return _sweep(rows,
+                  lambda r: r["trainer"] == "regression" and rc.integer(r, "epochs") == rc.REGRESSION_EPOCHS,
+                  lambda r: rc.integer(r, "points"))
+
+
+def square_width(hidden):
+    """'512,512' -> 512; None unless two equal hidden layers."""
+    parts = hidden.split(",")
+    return int(parts[0]) if len(parts) == 2 and parts[0] == parts[1] and parts[0].isdigit() else None
+
+
+def width_sweep_data(rows):
+    """MNIST runs with two hidden layers of equal width, batch 128, any epochs (ms/epoch compares)."""
+    return _sweep(rows,
+                  lambda r: r["trainer"] == "mnist" and rc.integer(r, "batch") == rc.MNIST_BATCH,
+                  lambda r: square_width(r["hidden"]))
+
+
+def curve_panels(curve_rows):
+    """[(title, series name, {label: [(index, value)]})]: regression train loss by epoch, then MNIST
+    step loss by step for each --hidden; in each, the highest stage, PyTorch (eager, else another fp32
+    mode) and the CPU reference, whichever have a curve."""
+    curves = rc.last_blocks(curve_rows)
+    panels = []
+    wanted = [("regression", "", "train_loss", "regression: train MSE by epoch")]
+    for hidden in sorted({k[3] for k in curves if k[1] == "mnist"}, key=lambda h: rc.mnist_params(h)):
+        wanted.append(("mnist", hidden, "step_loss", f"MNIST --hidden {hidden}: step loss"))
+    for trainer, hidden, series, title in wanted:
+        found = {k: v for k, v in curves.items() if k[1] == trainer and k[3] == hidden and k[4] == series}
+        stages = sorted(k for k in found if k[0] not in (rc.PYTORCH, rc.REFERENCE))
+        chosen = {}
+        if stages:
+            chosen[f"stage {stages[-1][0]}"] = found[stages[-1]]
+        # PyTorch: eager, or the first fp32 mode that wrote a curve when eager did not.
+        for mode in [m for m in rc.PYTORCH_MODES if m != "bf16-autocast"]:
+            key = next((k for k in found if k[0] == rc.PYTORCH and k[2] == mode), None)
+            if key:
+                chosen[f"PyTorch {mode}"] = found[key]
+                break
+        reference = next((k for k in found if k[0] == rc.REFERENCE), None)
+        if reference:
+            chosen["CPU reference"] = found[reference]
+        if chosen:
+            panels.append((title, series, chosen))
+    return panels
+
+
+def breakdown_data(rows):
+    """{(trainer, hidden): {stage: {phase: ms}}}, the newest run of each stage (a run writes each
+    phase once, so a phase seen again starts a newer run)."""
+    runs = {}
+    for row in rows:
+        ms = rc.number(row, "ms")
+        if ms is None:
+            continue
+        key = (row["trainer"], row["hidden"])
+        phases = runs.setdefault(key, {}).setdefault(row["stage"], {})
+        if row["phase"] in phases:
+            phases.clear()
+        phases[row["phase"]] = ms
+
+    def regression_first(key):
+        return key[0] != "regression", rc.mnist_params(key[1]) if key[1] else 0
+
+    return {k: dict(sorted(runs[k].items())) for k in sorted(runs, key=regression_first)}
+
+
+# ----------------------------------------------------------------------------
+# drawing (matplotlib)
+
+FIGURES = ("ladder-regression", "ladder-mnist", "size-sweep", "width-sweep", "loss-curves", "breakdown")
+
+
+# One color per stage, PyTorch mode and the reference, the same in every figure.
+COLORS = {
+    "CPU reference": "#999999", "02": "#1f77b4", "03": "#ff7f0e", "04": "#2ca02c", "05": "#d62728",
+    "06": "#9467bd", "07": "#8c564b", "PyTorch eager": "#e377c2", "PyTorch compile-default": "#7f7f7f",
+    "PyTorch compile-max-autotune": "#bcbd22", "PyTorch cuda-graph": "#17becf", "PyTorch bf16-autocast": "#393b79",
+    "PyTorch cpu": "#000000",
+}
+SMOOTH_STEPS = 50  # MNIST step losses are drawn as the mean of this many steps
+
+
+def color_for(label):
+    base = label.split(" · ")[0]
+    return COLORS.get(base[len("stage "):] if base.startswith("stage ") else base, "#333333")
+
+
+def line_style(label):
+    """PyTorch dashed, a stage at another precision dotted, the rest solid."""
+    return "--" if label.startswith("PyTorch") else ":" if " · " in label else "-"
+
+
+def moving_mean(values, window):
+    sums, out = [0.0], []
+    for v in values:
+        sums.append(sums[-1] + v)
+    for i in range(len(values)):
+        lo = max(0, i + 1 - window)
+        out.append((sums[i + 1] - sums[lo]) / (i + 1 - lo))
+    return out
+
+
+def panel_grid(plt, count, width, height):
+    """A figure of count panels, at most two per row; returns (figure, [axes])."""
+    cols = min(2, count)
+    rows = (count + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat[:count]
+
+
+def save(fig, title, path, bottom=0.0):
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.savefig(path, dpi=120)
+
+
+def draw_ladder(plt, panels, title, path):
+    """panels: [(subtitle, bars, lines)]."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
+    for ax, (subtitle, bars, lines) in zip(axes[0], panels):
+        x = range(len(bars))
+        ax.bar([i - 0.2 for i in x], [b[1] for b in bars], 0.4, label="e2e", color="#4c72b0")
+        ax.bar([i + 0.2 for i in x], [b[2] or 0 for b in bars], 0.4, label="loop", color="#a1c4e8")
+        for i, bar in enumerate(bars):
+            ax.annotate(rc.three_digits(bar[1]), (i - 0.2, bar[1]), ha="center", va="bottom", fontsize=7)
+        for label, e2e in lines:
+            ax.axhline(e2e, linestyle="--", linewidth=1.2, color=color_for(label), label=f"{label} (e2e)")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([b[0] for b in bars], rotation=30, ha="right")
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (log scale)")
+        ax.set_title(subtitle, fontsize=10)
+        ax.legend(fontsize=7)
+        ax.grid(axis="y", which="both", alpha=0.3)
+    save(fig, title, path)
+    plt.close(fig)
+
+
+def draw_sweep(plt, series, xlabel, unit, title, path, log2_x=False):
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    for label, points in series.items():
+        style = dict(linestyle=line_style(label), marker="o", label=label, color=color_for(label))
+        left.plot([p[0] for p in points], [p[1] for p in points], **style)
+        rates = [(p[0], p[2]) for p in points if p[2] is not None]
+        right.plot([r[0] for r in rates], [r[1] for r in rates], **style)
+    for ax, ylabel in ((left, "ms per epoch"), (right, unit)):
+        ax.set_xscale("log", base=2 if log2_x else 10)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(which="both", alpha=0.3)
+    left.legend(fontsize=7)
+    save(fig, title, path)
+    plt.close(fig)
+
+
+def draw_curves(plt, panels, title, path):
+    fig, axes = panel_grid(plt, len(panels), 6.5, 4.2)
+    # Drawn widest first, so that lines lying on top of each other all stay visible.
+    def style(label):
+        if label == "CPU reference":
+            return dict(linewidth=4.0, alpha=0.5)
+        return dict(linewidth=2.0, linestyle="--") if label.startswith("PyTorch") else dict(linewidth=1.0)
+
+    for ax, (subtitle, series, chosen) in zip(axes, panels):
+        for label in sorted(chosen, key=lambda lab: -style(lab)["linewidth"]):
+            xs = [p[0] for p in chosen[label]]
+            ys = [p[1] for p in chosen[label]]
+            if series == "step_loss":
+                ys = moving_mean(ys, SMOOTH_STEPS)
+            ax.plot(xs, ys, label=label, color=color_for(label), **style(label))
+        ax.set_yscale("log")
+        ax.set_xlabel("epoch" if series == "train_loss" else f"step (mean of the last {SMOOTH_STEPS} steps)")
+        ax.set_ylabel("loss (log scale)")
+        ax.set_title(subtitle, fontsize=10)
+        ax.legend(fontsize=7)
+        ax.grid(which="both", alpha=0.3)
+    save(fig, title, path)
+    plt.close(fig)
+
+
+def draw_breakdown(plt, data, title, path):
+    fig, axes = plt.subplots(1, len(data), figsize=(6.5 * len(data), 1.4 + 0.5 * max(map(len, data.values()))),
+                             squeeze=False)
+    colors = dict(zip(rc.PHASES, plt.get_cmap("Set2").colors))
+    handles = {}
+    for ax, ((trainer, hidden), stages) in zip(axes[0], data.items()):
+        names = list(stages)
+        for y, stage in enumerate(names):
+            phases = stages[stage]
+            total = sum(phases.values())
+            left = 0.0
+            for phase in [p for p in rc.PHASES if p in phases] + [p for p in phases if p not in rc.PHASES]:
+                share = 100 * phases[phase] / total if total > 0 else 0
+                handles[phase] = ax.barh(y, share, 0.6, left=left, color=colors.get(phase, "#999999"))
+                left += share
+            ax.annotate(f"{rc.three_digits(total)} ms", (101, y), va="center", fontsize=8)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 118)
+        ax.set_xlabel("% of the phases' sum (timing each phase synchronizes after it)")
+        ax.set_title(trainer if trainer == "regression" else f"{trainer} --hidden {hidden}", fontsize=10)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8)
+    save(fig, title, path, bottom=0.08)
+    plt.close(fig)
+
+
+def plot_file(plt, csv_path, out_dir):
+    """Every figure of one results file; returns the paths written."""
+    stem = os.path.splitext(os.path.basename(csv_path))[0]
+    base = os.path.dirname(csv_path)
+    rows = rc.read_csv(csv_path, rc.RESULT_COLUMNS)
+    source = f"{rc.device_of(rows)} · {os.path.basename(csv_path)}"
+    curves_path = os.path.join(base, f"{stem}-curves.csv")
+    breakdown_path = os.path.join(base, f"{stem}-breakdown.csv")
+    curve_rows = rc.read_csv(curves_path, rc.CURVE_COLUMNS) if os.path.exists(curves_path) else []
+    breakdown_rows = rc.read_csv(breakdown_path, rc.BREAKDOWN_COLUMNS) if os.path.exists(breakdown_path) else []
+
+    def ladder_panels(trainer):
+        panels = []
+        for config in rc.canonical_configs():
+            if config.trainer == trainer:
+                bars, lines = ladder_data(rows, config)
+                if bars or lines:
+                    subtitle = "regression 5M points" if trainer == "regression" else f"--hidden {config.hidden}"
+                    panels.append((f"{subtitle}, {config.epochs} epochs", bars, lines))
+        return panels
+
+    figures = {
+        "ladder-regression": (ladder_panels("regression"), lambda p, out: draw_ladder(
+            plt, p, f"Regression stage ladder — {source}", out)),
+        "ladder-mnist": (ladder_panels("mnist"), lambda p, out: draw_ladder(
+            plt, p, f"MNIST stage ladder — {source}", out)),
+        "size-sweep": (size_sweep_data(rows), lambda s, out: draw_sweep(
+            plt, s, "points", "GB/s (minimum traffic)", f"Regression size sweep, "
+            f"{rc.REGRESSION_EPOCHS} epochs — {source}", out)),
+        "width-sweep": (width_sweep_data(rows), lambda s, out: draw_sweep(
+            plt, s, "hidden width W (784-W-W-10)", "GFLOP/s", f"MNIST width sweep — {source}", out,
+            log2_x=True)),
+        "loss-curves": (curve_panels(curve_rows), lambda p, out: draw_curves(
+            plt, p, f"Loss curves, same data, init and batch order — {source}", out)),
+        "breakdown": (breakdown_data(breakdown_rows), lambda d, out: draw_breakdown(
+            plt, d, f"Per-phase breakdown — {source}", out)),
+    }
+    written = []
+    for name in FIGURES:
+        data, draw = figures[name]
+        out = os.path.join(out_dir, f"{stem}-{name}.png")
+        if data:
+            draw(data, out)
+            written.append(out)
+        elif os.path.exists(out):
+            os.remove(out)
+            print(f"plots: no rows for {name}: removed the old {out}")
+        else:
+            print(f"plots: no rows for {name} in {csv_path}: not drawn")
+    return written
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Draw the PNG figures of results/ from its CSV files.")
+    parser.add_argument("--results", default="results", help="folder of result CSV files (default: results)")
+    parser.add_argument("--out", help="folder for the PNG files (default: the results folder)")
+    args = parser.parse_args(argv)
+
+    # Imported here: the selection functions above must work without matplotlib.
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = args.out or args.results
+    os.makedirs(out_dir, exist_ok=True)
+    try:
+        files = rc.result_files(args.results)
+        if not files:
+            print(f"plots: no result files in {args.results}: nothing to draw")
+        for path in files:
+            for written in plot_file(plt, path, out_dir):
+                print(f"plots: wrote {written}")
+    except (OSError, rc.SchemaError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

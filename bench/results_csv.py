@@ -1,0 +1,304 @@
+"""bench/results_csv.py: the CSV files of results/ and the rules for choosing rows from them.
+
+Standard library only: the table generator, the plots' data selection and the tests use this module
+on machines without PyTorch or a GPU.
+
+Three kinds of file live in results/, per GPU (<slug> = the GPU's name, lower case, dashes):
+  <slug>.csv            result rows, one per run: RESULT_COLUMNS, the schema of common/report.h
+  <slug>-curves.csv     loss curves in long format: CURVE_COLUMNS
+  <slug>-breakdown.csv  per-phase times of --breakdown runs: BREAKDOWN_COLUMNS
+"""
+
+import csv
+import math
+import os
+import re
+
+# common/report.h REPORT_CSV_HEADER; bench/test_bench.py checks that the two stay equal.
+RESULT_COLUMNS = (
+    "stage", "trainer", "variant", "points", "hidden", "batch", "epochs", "lr", "precision",
+    "device", "cc", "cuda", "driver", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
+    "train_loss", "test_loss", "test_acc", "w", "b", "commit",
+)
+CURVE_COLUMNS = ("stage", "trainer", "variant", "hidden", "series", "index", "value")
+BREAKDOWN_COLUMNS = ("stage", "trainer", "hidden", "epochs", "phase", "ms", "pct")
+
+# The canonical configurations of DESIGN.md: the ladder tables show exactly these.
+REGRESSION_POINTS = 5_000_000
+REGRESSION_EPOCHS = 200
+MNIST_HIDDEN = ("0", "128", "1024,1024")
+MNIST_EPOCHS = 10
+MNIST_BATCH = 128
+MNIST_TRAIN = 60_000  # images in the MNIST (and Fashion-MNIST) training set
+MNIST_PIXELS = 784
+MNIST_CLASSES = 10
+
+# PyTorch baselines (stage "pytorch"), in the order the tables list them.
+PYTORCH_MODES = ("eager", "compile-default", "compile-max-autotune", "cuda-graph", "bf16-autocast", "cpu")
+
+# PHASE_NAMES of common/timing.c: the phases of a --breakdown run, in order.
+PHASES = ("h2d", "forward", "loss", "backward", "update", "eval", "d2h")
+
+REFERENCE = "cpu-reference"
+PYTORCH = "pytorch"
+
+
+class SchemaError(Exception):
+    """A CSV file whose header is not the one this module expects."""
+
+
+def gpu_slug(name):
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3': the file-name stem of a GPU's results."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug or "unknown-gpu"
+
+
+def read_header(path):
+    with open(path, newline="") as f:
+        return tuple(next(csv.reader(f), ()))
+
+
+def read_csv(path, columns):
+    """Every row of path as a dict of strings; SchemaError unless the header equals columns."""
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = tuple(next(reader, ()))
+        if header != tuple(columns):
+            raise SchemaError(f"{path}: header {','.join(header)!r} is not {','.join(columns)!r}")
+        rows = []
+        for line, values in enumerate(reader, start=2):
+            if not values:
+                continue
+            if len(values) != len(columns):
+                raise SchemaError(f"{path}:{line}: {len(values)} fields, expected {len(columns)}")
+            rows.append(dict(zip(columns, values)))
+    return rows
+
+
+def append_csv(path, columns, rows):
+    """Appends rows (dicts; missing keys and None are empty fields), writing the header first when
+    the file is new or empty, as common/report.c does."""
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    if not new and read_header(path) != tuple(columns):
+        raise SchemaError(f"{path}: exists with another header; move it aside")
+    with open(path, "a", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        if new:
+            writer.writerow(columns)
+        for row in rows:
+            writer.writerow(["" if row.get(c) is None else row[c] for c in columns])
+
+
+def result_files(results_dir):
+    """The result-row files of results_dir (sorted), told apart from curves and breakdowns by header."""
+    if not os.path.isdir(results_dir):
+        return []
+    paths = []
+    for name in sorted(os.listdir(results_dir)):
+        path = os.path.join(results_dir, name)
+        if name.endswith(".csv") and os.path.isfile(path) and read_header(path) == RESULT_COLUMNS:
+            paths.append(path)
+    return paths
+
+
+def number(row, column):
+    """A numeric field as a float, or None when it is empty or not a finite number."""
+    text = row.get(column, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def three_digits(value):
+    """Three significant digits, thousands separated: 12,345 / 900 / 80.0 / 4.50 / 0.400."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
+
+
+def integer(row, column):
+    value = number(row, column)
+    return None if value is None else int(value)
+
+
+# ----------------------------------------------------------------------------
+# model sizes and throughput
+
+def mnist_sizes(hidden):
+    """'1024,1024' -> [784, 1024, 1024, 10]; '0' -> [784, 10]."""
+    layers = [int(h) for h in hidden.split(",") if h.strip() and int(h) > 0]
+    return [MNIST_PIXELS] + layers + [MNIST_CLASSES]
+
+
+def mnist_params(hidden):
+    sizes = mnist_sizes(hidden)
+    return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+
+
+def regression_train_points(points):
+    return points * 4 // 5  # the first 80% train (common/data.h)
+
+
+def throughput(row):
+    """(value, unit) of a row's achieved rate over its loop time, or (None, unit).
+
+    regression: GB/s of the minimum traffic, x and y (4 B each) read once per epoch:
+                epochs * n_train * 8 B / loop time.
+    MNIST:      GFLOP/s of the training GEMMs, 6 * parameters per sample (forward 2, backward 4):
+                6 * params * samples per epoch * epochs / loop time, samples per epoch =
+                (60,000 // batch) * batch.
+    """
+    epochs, loop_ms = integer(row, "epochs"), number(row, "loop_ms")
+    if row["trainer"] == "regression":
+        points = integer(row, "points")
+        if None in (epochs, loop_ms, points) or loop_ms <= 0:
+            return None, "GB/s"
+        return epochs * regression_train_points(points) * 8 / (loop_ms * 1e-3) / 1e9, "GB/s"
+    batch = integer(row, "batch")
+    if None in (epochs, loop_ms, batch) or loop_ms <= 0 or batch <= 0:
+        return None, "GFLOP/s"
+    samples = MNIST_TRAIN // batch * batch
+    return 6 * mnist_params(row["hidden"]) * samples * epochs / (loop_ms * 1e-3) / 1e9, "GFLOP/s"
+
+
+# ----------------------------------------------------------------------------
+# choosing rows: one per "entry" (a stage at a precision, the reference, a PyTorch mode)
+
+class Config:
+    """One canonical configuration: the rows of one ladder table."""
+
+    def __init__(self, trainer, hidden=None):
+        self.trainer = trainer
+        self.hidden = hidden
+        self.epochs = REGRESSION_EPOCHS if trainer == "regression" else MNIST_EPOCHS
+
+    def matches(self, row):
+        """Same problem, whatever the number of epochs (entries prefer the canonical epochs)."""
+        if row["trainer"] != self.trainer:
+            return False
+        if self.trainer == "regression":
+            return integer(row, "points") == REGRESSION_POINTS
+        return row["hidden"] == self.hidden and integer(row, "batch") == MNIST_BATCH
+
+    def title(self):
+        if self.trainer == "regression":
+            return (f"Regression: {REGRESSION_POINTS:,} points ({regression_train_points(REGRESSION_POINTS):,} "
+                    f"train), full-batch gradient descent, {self.epochs} epochs")
+        sizes = "-".join(str(s) for s in mnist_sizes(self.hidden))
+        return (f"MNIST, --hidden {self.hidden}: MLP {sizes} ({mnist_params(self.hidden):,} parameters), "
+                f"batch {MNIST_BATCH}, {self.epochs} epochs")
+
+
+def canonical_configs():
+    return [Config("regression")] + [Config("mnist", h) for h in MNIST_HIDDEN]
+
+
+class Entry:
+    """One line of a table: which run it is (kind, stage, precision or PyTorch mode) and its row."""
+
+    def __init__(self, row, canonical_epochs):
+        self.row = row
+        self.stage = row["stage"]
+        if self.stage == PYTORCH:
+            self.kind = "pytorch"
+        elif self.stage == REFERENCE:
+            self.kind = "reference"
+        else:
+            self.kind = "stage"
+        self.precision = row["precision"] or "fp32"
+        self.epochs = integer(row, "epochs")
+        self.comparable = self.epochs == canonical_epochs  # ran the configuration's epochs
+        self.e2e = number(row, "e2e_ms")
+        self.loop = number(row, "loop_ms")
+        self.ms_per_epoch = number(row, "ms_per_epoch")
+
+    @property
+    def is_ladder_stage(self):
+        """An fp32 GPU stage: a rung of the ladder."""
+        return self.kind == "stage" and self.precision == "fp32"
+
+    def label(self, stage_names=None):
+        if self.kind == "pytorch":
+            text = f"PyTorch {self.row['variant']}"
+        elif self.kind == "reference":
+            text = "CPU reference"
+        else:
+            text = (stage_names or {}).get(self.stage, self.stage)
+            if self.precision != "fp32":
+                text += f" · {self.precision}"
+        if not self.comparable and self.epochs is not None:
+            text += f" ({self.epochs} epoch{'s' if self.epochs != 1 else ''})"
+        return text
+
+
+def _identity(row):
+    """Rows with the same identity are repeats of one entry; the newest one is used."""
+    if row["stage"] == PYTORCH:
+        return (PYTORCH, row["variant"])
+    if row["stage"] == REFERENCE:
+        return (REFERENCE,)
+    return ("stage", row["stage"], row["precision"] or "fp32")
+
+
+def _order(entry):
+    if entry.kind == "reference":
+        return (0,)
+    if entry.kind == "stage":
+        return (1, entry.precision != "fp32", entry.precision, entry.stage)
+    variant = entry.row["variant"]
+    rank = PYTORCH_MODES.index(variant) if variant in PYTORCH_MODES else len(PYTORCH_MODES)
+    return (2, rank, variant)
+
+
+def select_entries(rows, config):
+    """The entries of config's table, ordered: CPU reference, fp32 stages, other precisions, PyTorch.
+
+    For each entry the newest (last) row wins, and a row that ran the configuration's epochs wins
+    over any that did not (e.g. a 1-epoch CPU reference, or a shorter sweep run of the same model).
+    """
+    chosen = {}
+    for row in rows:
+        if not config.matches(row):
+            continue
+        entry = Entry(row, config.epochs)
+        key = _identity(row)
+        if entry.comparable or key not in chosen or not chosen[key].comparable:
+            chosen[key] = entry
+    return sorted(chosen.values(), key=_order)
+
+
+def ratio(numerator, denominator):
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def device_of(rows):
+    """The GPU of a results file: the device of its first GPU row (CPU rows name the CPU)."""
+    for row in rows:
+        if row["stage"] != REFERENCE and row["variant"] != "cpu" and row["device"]:
+            return row["device"]
+    return rows[0]["device"] if rows else "unknown device"
+
+
+def last_blocks(curve_rows):
+    """Loss curves keyed (stage, trainer, variant, hidden, series) -> [(index, value)], keeping for each
+    key only its last run: a run appends its points in increasing index order, so an index that does
+    not increase starts a new run."""
+    curves = {}
+    for row in curve_rows:
+        key = (row["stage"], row["trainer"], row["variant"], row["hidden"], row["series"])
+        try:
+            point = (int(row["index"]), float(row["value"]))
+        except ValueError:
+            continue
+        points = curves.get(key)
+        if points is None or point[0] <= points[-1][0]:
+            curves[key] = [point]
+        else:
+            points.append(point)
+    return curves

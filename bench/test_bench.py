@@ -1,0 +1,313 @@
+"""bench/test_bench.py: the CSV schema, the table generator and the plots' data selection, on the CPU.
+
+Standard library only. The fixture bench/fixtures/fixture-gpu.csv holds made-up rows of a made-up
+device, FIXTURE-GPU, with round numbers so that every expected figure can be checked by hand.
+
+  python3 -m unittest discover -s bench -p 'test_*.py'
+"""
+
+import contextlib
+import io
+import os
+import re
+import shutil
+import tempfile
+import unittest
+
+import make_tables
+import plots
+import results_csv as rc
+import run_bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FIXTURES = os.path.join(HERE, "fixtures")
+FIXTURE_CSV = os.path.join(FIXTURES, "fixture-gpu.csv")
+
+
+def c_string_macro(path, name):
+    """The value of '#define NAME "..." "..."' (adjacent literals, backslash continuations) in a C file."""
+    with open(path) as f:
+        text = f.read()
+    match = re.search(r"#define\s+%s\b((?:[^\n]*\\\n)*[^\n]*)" % name, text)
+    if not match:
+        raise AssertionError(f"{name} not found in {path}")
+    return "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', match.group(1)))
+
+
+def fixture_rows():
+    return rc.read_csv(FIXTURE_CSV, rc.RESULT_COLUMNS)
+
+
+def table_lines(rows, config):
+    """{label: cells} of a ladder table."""
+    return {cells[0]: cells for cells in make_tables.ladder_lines(rc.select_entries(rows, config))}
+
+
+class SchemaTest(unittest.TestCase):
+    def test_result_columns_are_report_h_header(self):
+        header = c_string_macro(os.path.join(ROOT, "common", "report.h"), "REPORT_CSV_HEADER")
+        self.assertEqual(",".join(rc.RESULT_COLUMNS), header)
+
+    def test_curve_columns_are_report_h_curve_header(self):
+        header = c_string_macro(os.path.join(ROOT, "common", "report.h"), "REPORT_CURVE_HEADER")
+        self.assertEqual(",".join(rc.CURVE_COLUMNS), header)
+
+    def test_phases_are_timing_c_phase_names(self):
+        with open(os.path.join(ROOT, "common", "timing.c")) as f:
+            match = re.search(r"PHASE_NAMES\[PHASE_COUNT\]\s*=\s*\{([^}]*)\}", f.read())
+        self.assertEqual(tuple(re.findall(r'"(\w+)"', match.group(1))), rc.PHASES)
+
+    def test_fixture_follows_the_schema(self):
+        self.assertEqual(rc.read_header(FIXTURE_CSV), rc.RESULT_COLUMNS)
+        rows = fixture_rows()
+        self.assertEqual(rc.device_of(rows), "FIXTURE-GPU")
+        self.assertEqual(rc.result_files(FIXTURES), [FIXTURE_CSV])  # curves and breakdown told apart
+
+    def test_quoted_hidden_is_one_field(self):
+        wide = [r for r in fixture_rows() if r["hidden"] == "1024,1024"]
+        self.assertTrue(wide)
+        self.assertTrue(all(r["batch"] == "128" and r["commit"] == "fix0001" for r in wide))
+        self.assertEqual(rc.mnist_sizes("1024,1024"), [784, 1024, 1024, 10])
+        self.assertEqual(rc.mnist_params("1024,1024"), 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10)
+        self.assertEqual(rc.mnist_sizes("0"), [784, 10])
+
+    def test_append_writes_the_header_once_and_quotes(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "out.csv")
+            row = {"stage": "pytorch", "trainer": "mnist", "hidden": "64,64", "e2e_ms": "1.5"}
+            rc.append_csv(path, rc.RESULT_COLUMNS, [row])
+            rc.append_csv(path, rc.RESULT_COLUMNS, [row])
+            with open(path) as f:
+                lines = f.read().splitlines()
+            self.assertEqual(lines[0], ",".join(rc.RESULT_COLUMNS))
+            self.assertEqual(len(lines), 3)
+            self.assertIn('"64,64"', lines[1])
+            self.assertEqual(rc.read_csv(path, rc.RESULT_COLUMNS)[1]["hidden"], "64,64")
+            with self.assertRaises(rc.SchemaError):
+                rc.append_csv(path, rc.CURVE_COLUMNS, [{}])
+
+    def test_a_changed_header_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "old.csv")
+            with open(path, "w") as f:
+                f.write("stage,trainer,e2e_ms\n02,regression,1\n")
+            with self.assertRaises(rc.SchemaError):
+                rc.read_csv(path, rc.RESULT_COLUMNS)
+            self.assertEqual(rc.result_files(tmp), [])
+
+
+class LadderTest(unittest.TestCase):
+    def setUp(self):
+        self.rows = fixture_rows()
+
+    def test_regression_speedups(self):
+        lines = table_lines(self.rows, rc.Config("regression"))
+        # label, e2e, loop, ms/epoch, GB/s, step, cumulative, ÷ best
+        self.assertEqual(lines["02"][1:8], ["1,000", "900", "4.50", "7.11", "—", "1.00×", ""])
+        self.assertEqual(lines["03"][5:7], ["2.00×", "2.00×"])
+        self.assertEqual(lines["05"][5:7], ["5.00× (vs 03)", "10.00×"])  # stage 04 missing
+        self.assertEqual(lines["CPU reference"][5:7], ["", "0.05×"])
+        self.assertEqual(lines["PyTorch eager"][5:8], ["", "2.50×", "4.00×"])
+        self.assertEqual(lines["PyTorch cuda-graph"][7], "1.50×")
+
+    def test_newest_row_wins(self):
+        lines = table_lines(self.rows, rc.Config("regression"))
+        self.assertEqual(lines["02"][1], "1,000")  # the older 02 row says 2,000
+        newer = dict(self.rows[0], e2e_ms="250", commit="new0001")
+        lines = table_lines(self.rows + [newer], rc.Config("regression"))
+        self.assertEqual(lines["02"][1], "250")
+        self.assertEqual(lines["03"][5], "0.50×")
+
+    def test_row_order(self):
+        labels = [e.label() for e in rc.select_entries(self.rows, rc.Config("mnist", "1024,1024"))]
+        self.assertEqual(labels, ["02", "03", "05", "05 · bf16", "PyTorch eager", "PyTorch bf16-autocast",
+                                  "PyTorch cpu (1 epoch)"])
+
+    def test_other_epochs_are_shown_not_compared(self):
+        lines = table_lines(self.rows, rc.Config("mnist", "1024,1024"))
+        self.assertEqual(lines["05"][1], "1,000")  # the canonical run, not the newer 2-epoch sweep run
+        self.assertEqual(lines["PyTorch cpu (1 epoch)"][5:8], ["", "", ""])
+        reference = table_lines(self.rows, rc.Config("mnist", "0"))["CPU reference (1 epoch)"]
+        self.assertEqual(reference[6], "")
+
+    def test_bf16_compares_with_the_bf16_stage(self):
+        lines = table_lines(self.rows, rc.Config("mnist", "1024,1024"))
+        self.assertEqual(lines["05 · bf16"][5:7], ["", "20.00×"])
+        self.assertEqual(lines["PyTorch bf16-autocast"][7], "2.00×")  # 1000 / 500, not 1000 / 1000
+        self.assertEqual(lines["PyTorch eager"][7], "2.00×")  # 2000 / 1000
+
+    def test_throughput(self):
+        regression = next(r for r in self.rows if r["stage"] == "03" and r["trainer"] == "regression")
+        self.assertAlmostEqual(rc.throughput(regression)[0], 200 * 4_000_000 * 8 / 0.4 / 1e9)
+        wide = next(r for r in self.rows if r["stage"] == "02" and r["hidden"] == "1024,1024")
+        value, unit = rc.throughput(wide)
+        self.assertEqual(unit, "GFLOP/s")
+        self.assertAlmostEqual(value, 6 * 1_863_690 * 59_904 * 10 / 9.8 / 1e9)
+
+    def test_missing_configuration_and_no_results(self):
+        text = make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "FIXTURE-GPU", "x.csv")
+        self.assertIn("no rows in `x.csv` yet", text)
+        self.assertEqual(make_tables.ladder_block([], "mnist"), make_tables.NO_RESULTS)
+
+    def test_block_names_source_and_device(self):
+        block = make_tables.ladder_block([("results/fixture-gpu.csv", self.rows)], "regression")
+        self.assertIn("FIXTURE-GPU · `results/fixture-gpu.csv` · commit fix0001", block)
+        self.assertIn("GB/s: the minimum traffic", block)
+        self.assertNotIn("MNIST", block)
+
+
+class StageTableTest(unittest.TestCase):
+    def setUp(self):
+        self.rows = fixture_rows()
+
+    def test_against_the_previous_stage_present(self):
+        lines, shown = make_tables.stage_lines(self.rows, "05")
+        regression = [cells for cells in lines if cells[0] == "regression 5M"]
+        self.assertEqual([cells[1] for cells in regression], ["03", "05"])
+        self.assertEqual(regression[1][6:8], ["5.00×", "5.00×"])
+        self.assertNotIn("old0001", {r["commit"] for r in shown})
+
+    def test_stage_02_against_the_reference(self):
+        lines, _ = make_tables.stage_lines(self.rows, "02")
+        mnist0 = [cells for cells in lines if cells[0] == "MNIST --hidden 0"]
+        self.assertEqual(mnist0[0][1], "CPU reference (1 epoch)")
+        self.assertEqual(mnist0[1][6:8], ["—", "42.86×"])  # e2e: other epochs; ms/epoch 3000 / 70
+        missing = [cells for cells in lines if cells[0] == "MNIST --hidden 128"]
+        self.assertEqual(missing, [["MNIST --hidden 128", "02", "no result yet", "", "", "", "", ""]])
+
+
+class VectorAddTableTest(unittest.TestCase):
+    def test_versions_at_the_newest_size(self):
+        lines, shown = make_tables.vector_add_lines(fixture_rows())
+        self.assertEqual([cells[0] for cells in lines], ["cpu", "thread-per-element", "float4"])
+        self.assertEqual({r["commit"] for r in shown}, {"fix0001"})  # the n = 1000 run is older
+        # version, with transfers ms, GB/s, speedup, kernel only ms, GB/s, speedup
+        self.assertEqual(lines[1], ["thread-per-element", "100", "8.05", "0.80×", "0.400", "2,013", "200.00×"])
+        self.assertEqual(lines[0][3], "")
+
+    def test_block(self):
+        block = make_tables.vector_add_block([("results/fixture-gpu.csv", fixture_rows())])
+        self.assertIn("n = 67,108,864 floats", block)
+        self.assertIn("3 × 4 B × n", block)
+
+
+class MarkerTest(unittest.TestCase):
+    def test_replace_only_between_markers_and_idempotently(self):
+        text = "intro\n<!-- x begin -->\nold\n<!-- x end -->\noutro\n"
+        once = make_tables.replace_between(text, "x", "new table")
+        self.assertEqual(once, "intro\n<!-- x begin -->\nnew table\n<!-- x end -->\noutro\n")
+        self.assertEqual(make_tables.replace_between(once, "x", "new table"), once)
+
+    def test_absent_or_broken_markers(self):
+        self.assertIsNone(make_tables.replace_between("no markers\n", "x", "table"))
+        for broken in ("<!-- x begin -->\n", "<!-- x end -->\n", "<!-- x end -->\n<!-- x begin -->\n"):
+            with self.assertRaises(make_tables.MarkerError):
+                make_tables.replace_between(broken, "x", "table")
+
+    @staticmethod
+    def run_main(*args):
+        """make_tables.main(args), its messages swallowed."""
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return make_tables.main(list(args))
+
+    def test_main_on_a_repository(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "results"))
+            shutil.copy(FIXTURE_CSV, os.path.join(root, "results"))
+            readme = ("# title\n\nprose\n<!-- ladder:regression begin -->\nstale\n<!-- ladder:regression end -->\n"
+                      "middle\n<!-- ladder:mnist begin -->\n<!-- ladder:mnist end -->\nend\n")
+            files = {"README.md": readme, "05-streams/README.md": "# 05\n<!-- results:stage05 begin -->\n"
+                     "<!-- results:stage05 end -->\n", "03-fused-kernels/README.md": "# 03, no markers\n"}
+            for name, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+                with open(os.path.join(root, name), "w") as f:
+                    f.write(text)
+            untouched = os.path.join(root, "03-fused-kernels", "README.md")
+            before = os.stat(untouched).st_mtime_ns
+
+            self.assertEqual(self.run_main("--root", root), 0)
+            with open(os.path.join(root, "README.md")) as f:
+                first = f.read()
+            self.assertTrue(first.startswith("# title\n\nprose\n<!-- ladder:regression begin -->\n**Regression"))
+            self.assertIn("<!-- ladder:regression end -->\nmiddle\n<!-- ladder:mnist begin -->\n**MNIST", first)
+            self.assertTrue(first.endswith("<!-- ladder:mnist end -->\nend\n"))
+            self.assertNotIn("stale", first)
+            self.assertIn("`results/fixture-gpu.csv`", first)
+            with open(os.path.join(root, "05-streams", "README.md")) as f:
+                self.assertIn("| regression 5M | 05 streams |", f.read())
+            self.assertEqual(os.stat(untouched).st_mtime_ns, before)
+
+            self.assertEqual(self.run_main("--root", root, "--check"), 0)
+            self.assertEqual(self.run_main("--root", root), 0)
+            with open(os.path.join(root, "README.md")) as f:
+                self.assertEqual(f.read(), first)
+            with open(os.path.join(root, "README.md"), "w") as f:
+                f.write(first.replace("10.00×", "11.00×"))
+            self.assertEqual(self.run_main("--root", root, "--check"), 1)
+
+
+class PlotDataTest(unittest.TestCase):
+    def setUp(self):
+        self.rows = fixture_rows()
+
+    def test_size_sweep(self):
+        series = plots.size_sweep_data(self.rows)
+        self.assertEqual(sorted(series), ["02", "05"])  # one-point series are dropped
+        self.assertEqual([p[:2] for p in series["05"]], [(50_000, 0.02), (5_000_000, 0.4)])
+
+    def test_width_sweep(self):
+        series = plots.width_sweep_data(self.rows)
+        self.assertEqual(sorted(series), ["05", "PyTorch eager"])
+        self.assertEqual([p[:2] for p in series["PyTorch eager"]], [(128, 40.0), (1024, 190.0)])
+        self.assertIsNone(plots.square_width("1024,512"))
+
+    def test_ladder_bars_and_lines(self):
+        bars, lines = plots.ladder_data(self.rows, rc.Config("mnist", "1024,1024"))
+        self.assertEqual([b[0] for b in bars], ["02", "03", "05", "05 · bf16"])
+        self.assertEqual(lines, [("PyTorch eager", 2000.0), ("PyTorch bf16-autocast", 1000.0)])
+
+    def test_loss_curves_keep_the_last_run(self):
+        curve_rows = rc.read_csv(os.path.join(FIXTURES, "fixture-gpu-curves.csv"), rc.CURVE_COLUMNS)
+        panels = plots.curve_panels(curve_rows)
+        self.assertEqual([p[0] for p in panels], ["regression: train MSE by epoch", "MNIST --hidden 0: step loss"])
+        regression = panels[0][2]
+        self.assertEqual(sorted(regression), ["CPU reference", "PyTorch eager", "stage 05"])
+        self.assertEqual(regression["stage 05"], [(0, 1.4), (10, 0.4), (199, 0.01)])
+
+    def test_breakdown_keeps_the_last_run(self):
+        rows = rc.read_csv(os.path.join(FIXTURES, "fixture-gpu-breakdown.csv"), rc.BREAKDOWN_COLUMNS)
+        data = plots.breakdown_data(rows)
+        self.assertEqual(list(data), [("regression", ""), ("mnist", "128")])
+        self.assertEqual(data[("regression", "")]["02"], {"h2d": 25.0, "forward": 500.0, "update": 480.0})
+
+
+class RunBenchTest(unittest.TestCase):
+    def test_parse_breakdown(self):
+        text = ("breakdown (last run; timing each phase adds a synchronization after it, so e2e and loop grow):\n"
+                "  phase                ms   share\n"
+                "  h2d              12.500    2.5%\n"
+                "  forward         250.000   50.0%\n"
+                "  backward  237.5 ms 47.5%\n"
+                "  sum             500.000  100.0%\n")
+        self.assertEqual(run_bench.parse_breakdown(text),
+                         [("h2d", 12.5, 2.5), ("forward", 250.0, 50.0), ("backward", 237.5, 47.5)])
+
+    def test_predicted_sweep_time(self):
+        # 0.5 s of overhead at the smallest size; 2.5 s at 5M points, so 2 s of work: 20 s at 50M.
+        self.assertAlmostEqual(run_bench.predict_seconds(0.5, 5_000_000, 2.5, 50_000_000), 20.5)
+        self.assertAlmostEqual(run_bench.predict_seconds(0.5, 5_000, 0.4, 50_000), 0.5)
+
+    def test_gpu_slug(self):
+        self.assertEqual(rc.gpu_slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3")
+        self.assertEqual(rc.gpu_slug("FIXTURE-GPU"), "fixture-gpu")
+
+    def test_plans_name_only_known_modes(self):
+        for plan in run_bench.PLANS.values():
+            for modes in (plan.size_modes, plan.regression_modes, plan.mnist_modes, plan.width_modes):
+                self.assertTrue(set(modes) <= set(rc.PYTORCH_MODES) - {"cpu"})
+            self.assertNotIn("bf16-autocast", plan.regression_modes)
+
+
+if __name__ == "__main__":
+    unittest.main()

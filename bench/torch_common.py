@@ -1,0 +1,351 @@
+"""bench/torch_common.py: what the two PyTorch baselines share.
+
+The modes, the command line, the device description, the clocks (CUDA events on the GPU, the host
+clock on the CPU), warm-up and repeats, the parameter update, and the rows they append: result rows
+in the schema of common/report.h and loss curves in long format (bench/results_csv.py).
+
+Timing follows DESIGN.md, "Timing": e2e runs from the training data in host memory (plain CPU
+tensors, as the C drivers use plain malloc memory) to the trained parameters back in host memory;
+loop is the training loop with the data already on the device; both come from CUDA events recorded
+on the stream the work runs on, after an untimed warm-up (compilation and graph capture happen there
+and are reported on stdout, not in the row).
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+import results_csv
+
+MODES = ("eager", "compile-default", "compile-max-autotune", "cuda-graph", "bf16-autocast", "cpu")
+EXIT_USAGE, EXIT_DATA, EXIT_CUDA = 2, 3, 4  # common/exit_codes.h
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fail(message, code):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def parse_args(trainer, modes):
+    parser = argparse.ArgumentParser(
+        description=f"PyTorch baseline of the {trainer} trainer, fed the bytes that "
+                    f"build/NN/{trainer} --export DIR writes.")
+    parser.add_argument("--export-json", required=True, metavar="PATH",
+                        help=f"the JSON file written by build/NN/{trainer} --export DIR")
+    parser.add_argument("--mode", default="eager",
+                        help=f"one of {', '.join(modes)}; a comma-separated list; or all (default: eager)")
+    parser.add_argument("--csv", metavar="FILE", help="append one result row per mode (common/report.h schema)")
+    parser.add_argument("--curve", metavar="FILE", help="append the loss curves of each mode (long format)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="timed runs per mode; the row gives their medians (default: 1)")
+    parser.add_argument("--epochs", type=int, metavar="N",
+                        help="train N epochs instead of the export's (MNIST: at most the export's)")
+    args = parser.parse_args()
+    if args.mode == "all":
+        args.modes = list(modes)
+    else:
+        args.modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+        unknown = [m for m in args.modes if m not in modes]
+        if unknown or not args.modes:
+            parser.error(f"--mode {args.mode}: valid modes are {', '.join(modes)}, a comma-separated list, or all")
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: must be at least 1")
+    if args.epochs is not None and args.epochs < 1:
+        parser.error(f"--epochs {args.epochs}: must be at least 1")
+    if any(m != "cpu" for m in args.modes) and not torch.cuda.is_available():
+        fail("no CUDA device visible to PyTorch; --mode cpu runs on the CPU", EXIT_CUDA)
+    return args
+
+
+def load_export(path, trainer):
+    """The export JSON, with its file names resolved next to it."""
+    try:
+        with open(path) as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as err:
+        fail(f"cannot read {path}: {err}; write it with build/NN/{trainer} --export DIR", EXIT_DATA)
+    if spec.get("trainer") != trainer:
+        fail(f"{path} describes trainer {spec.get('trainer')!r}, not {trainer!r}", EXIT_DATA)
+    spec["dir"] = os.path.dirname(os.path.abspath(path))
+    return spec
+
+
+def read_array(spec, key, dtype, count):
+    """The raw little-endian array of spec[key] (a file next to the JSON), checked to hold count values."""
+    path = os.path.join(spec["dir"], spec[key])
+    try:
+        array = np.fromfile(path, dtype=dtype)
+    except OSError as err:
+        fail(f"cannot read {path}: {err}; export again with --export", EXIT_DATA)
+    if array.size != count:
+        fail(f"{path} holds {array.size} values, expected {count}: export again with --export", EXIT_DATA)
+    return torch.from_numpy(array)
+
+
+# ----------------------------------------------------------------------------
+# devices and rows
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU"
+
+
+def describe_device(mode):
+    """device, cc, cuda, driver columns: the GPU's, or the CPU's name for --mode cpu."""
+    if mode == "cpu":
+        return {"device": cpu_name(), "cc": "", "cuda": "", "driver": ""}
+    major, minor = torch.cuda.get_device_capability()
+    # The driver's CUDA version ("13.0"), as cudaDriverGetVersion gives it to the C drivers.
+    get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
+    version = get_driver() if get_driver else 0
+    return {"device": torch.cuda.get_device_name(), "cc": f"{major}.{minor}", "cuda": torch.version.cuda or "",
+            "driver": f"{version // 1000}.{version % 1000 // 10}" if version else ""}
+
+
+def git_commit():
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and commit else "unknown"
+
+
+def fmt(value, spec):
+    return "" if value is None else format(value, spec)
+
+
+def write_rows(args, row, curves):
+    """Appends the result row (a dict of RESULT_COLUMNS) and the curve rows, where asked for."""
+    if args.csv:
+        results_csv.append_csv(args.csv, results_csv.RESULT_COLUMNS, [row])
+    if args.curve and curves:
+        results_csv.append_csv(args.curve, results_csv.CURVE_COLUMNS, curves)
+
+
+# ----------------------------------------------------------------------------
+# modes
+
+def compiled(mode, fn):
+    """fn as the mode runs it. dynamic=False: every shape (train batch, test set) gets its own
+    specialized graph, as the C trainers have fixed sizes."""
+    if mode == "compile-default":
+        return torch.compile(fn, dynamic=False)
+    if mode == "compile-max-autotune":
+        return torch.compile(fn, mode="max-autotune", dynamic=False)
+    return fn
+
+
+def keep_addresses(mode, tensors):
+    """compile-max-autotune replays CUDA graphs (CUDA Graph Trees), which copy every input whose
+    address may change into a buffer of their own: marking the data set and the parameters static
+    avoids copying the whole data set on every call."""
+    if mode == "compile-max-autotune":
+        for t in tensors:
+            torch._dynamo.mark_static_address(t)
+
+
+def precision_of(mode):
+    return "bf16" if mode == "bf16-autocast" else "fp32"
+
+
+def autocast(mode):
+    """bf16-autocast: matrix products in bf16 with fp32 parameters, against our --precision bf16."""
+    if mode == "bf16-autocast":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def sgd_update(params, lr):
+    """p -= lr * grad for every parameter: what torch.optim.SGD(params, lr) does (no momentum, no
+    weight decay) with its default multi-tensor implementation, written out so that it can be
+    captured in a CUDA graph on every PyTorch version."""
+    torch._foreach_add_(params, [p.grad for p in params], alpha=-lr)
+
+
+def capture(step, params, warmup_steps=3):
+    """Records step() (forward, backward and update of one training step) into a CUDA graph, the
+    whole-network capture of PyTorch's CUDA-graph documentation: a few eager steps on a side stream
+    first (cuBLAS and autograd set themselves up there, outside the capture), gradients set to None
+    so that the captured backward allocates them in the graph's memory pool, then the capture on the
+    same stream. Returns (graph, what step() returned during the capture: the graph's output buffers).
+    The warm-up steps change the parameters: upload them again before training."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup_steps):
+            for p in params:
+                p.grad = None
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for p in params:
+        p.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        output = step()
+    return graph, output
+
+
+def mark_step(mode):
+    """compile-max-autotune: tell CUDA Graph Trees that a new iteration begins, so that the outputs of
+    the last one (already copied out) may be overwritten."""
+    if mode == "compile-max-autotune":
+        torch.compiler.cudagraph_mark_step_begin()
+
+
+def reset_compiler(mode):
+    """Drop compiled code between modes, so that no mode reuses another's compilation."""
+    if mode.startswith("compile-"):
+        torch._dynamo.reset()
+
+
+# ----------------------------------------------------------------------------
+# clocks
+
+class CudaClock:
+    """CUDA events on the current stream: e2e start, loop start, the end of each epoch, e2e stop."""
+
+    def __init__(self, epochs):
+        self.start_event, self.loop_event, self.stop_event = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        self.epoch_events = [torch.cuda.Event(enable_timing=True) for _ in range(epochs)]
+
+    def start(self):
+        self.start_event.record()
+
+    def loop_start(self):
+        self.loop_event.record()
+
+    def epoch_end(self, epoch):
+        self.epoch_events[epoch].record()
+
+    def stop(self):
+        self.stop_event.record()
+
+    def result(self):
+        """(e2e, loop, h2d, [per-epoch]) in ms, as common/timing.c computes them."""
+        self.stop_event.synchronize()
+        marks = [self.loop_event] + self.epoch_events
+        epochs = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+        return (self.start_event.elapsed_time(self.stop_event), self.loop_event.elapsed_time(self.epoch_events[-1]),
+                self.start_event.elapsed_time(self.loop_event), epochs)
+
+
+class HostClock:
+    """The host clock, for --mode cpu: nothing is uploaded, so e2e is the loop (h2d empty)."""
+
+    def __init__(self, epochs):
+        self.marks = [None] * (epochs + 3)
+
+    def start(self):
+        self.marks[0] = time.perf_counter()
+
+    def loop_start(self):
+        self.marks[1] = time.perf_counter()
+
+    def epoch_end(self, epoch):
+        self.marks[2 + epoch] = time.perf_counter()
+
+    def stop(self):
+        self.marks[-1] = time.perf_counter()
+
+    def result(self):
+        ms = [1e3 * t for t in self.marks]
+        epochs = [b - a for a, b in zip(ms[1:-1], ms[2:-1])]
+        return ms[-1] - ms[0], ms[-2] - ms[1], None, epochs
+
+
+# ----------------------------------------------------------------------------
+# one mode of one trainer
+
+class Baseline:
+    """A trainer in one mode. Subclasses provide:
+      upload()       host data and initial parameters -> the device buffers (resets the training)
+      train(n, clk)  n epochs, calling clk.epoch_end(e) after each when clk is not None
+      download()     trained parameters -> host memory
+      capture()      cuda-graph only: record the training step into self.graph
+    """
+
+    warmup_epochs = 1
+
+    def __init__(self, mode, epochs):
+        self.mode = mode
+        self.epochs = epochs
+        self.device = torch.device("cpu" if mode == "cpu" else "cuda")
+
+    def synchronize(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def warm_up(self):
+        """Untimed: compiles (compile modes), captures (cuda-graph) and runs warmup_epochs epochs, so
+        that the timed runs see neither compilation nor the first-use costs of CUDA libraries. The CPU
+        mode has none, like the CPU reference."""
+        if self.mode == "cpu":
+            return
+        self.upload()
+        if self.mode == "cuda-graph":
+            self.capture()
+            self.upload()  # capturing ran a few steps: start from the initial parameters again
+        self.train(min(self.warmup_epochs, self.epochs), None)
+        self.synchronize()
+
+    def timed_run(self):
+        clock = HostClock(self.epochs) if self.mode == "cpu" else CudaClock(self.epochs)
+        clock.start()
+        self.upload()
+        clock.loop_start()
+        self.train(self.epochs, clock)
+        self.download()
+        clock.stop()
+        return clock.result()
+
+
+def measure(baseline, repeat):
+    """Warm-up, then repeat timed runs: median e2e, loop and h2d, and the median of the runs' median
+    epoch, in ms (None where it does not apply)."""
+    t0 = time.perf_counter()
+    baseline.warm_up()
+    what = {"compile-default": " (compilation)", "compile-max-autotune": " (compilation and autotuning)",
+            "cuda-graph": " (capture)", "cpu": " (none)"}.get(baseline.mode, "")
+    print(f"  {baseline.mode}: warm-up{what} {time.perf_counter() - t0:.1f} s, not timed", flush=True)
+    runs = [baseline.timed_run() for _ in range(repeat)]
+    h2d = [r[2] for r in runs if r[2] is not None]
+    return {
+        "e2e_ms": statistics.median(r[0] for r in runs),
+        "loop_ms": statistics.median(r[1] for r in runs),
+        "h2d_ms": statistics.median(h2d) if h2d else None,
+        "ms_per_epoch": statistics.median(statistics.median(r[3]) for r in runs),
+    }
+
+
+def result_row(trainer, mode, timing, **columns):
+    """A result row of stage pytorch; columns holds the trainer's own fields (already formatted)."""
+    row = {"stage": results_csv.PYTORCH, "trainer": trainer, "variant": mode, "precision": precision_of(mode),
+           "commit": git_commit(), **describe_device(mode)}
+    for key in ("e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms"):
+        row[key] = fmt(timing[key], ".4f")
+    row.update(columns)
+    return row
+
+
+def print_row(row):
+    fields = ("variant", "points", "hidden", "epochs", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
+              "train_loss", "test_loss", "test_acc", "w", "b")
+    print("pytorch " + row["trainer"] + "  " + "  ".join(f"{k} {row[k]}" for k in fields if row.get(k)), flush=True)
