@@ -182,7 +182,7 @@ endif
 stage-compare:
 	@if [ -z "$(PREV)" ] || [ "$(NN)" = "01" ] || [ "$(PREV)" = "01" ]; then \
 	    echo "error: stage $(NN) has no previous trainer stage to compare with (compare works for stages 3..7)" >&2; exit 2; fi
-	@$(MAKE) --no-print-directory $(BUILD)/$(PREV)/regression $(BUILD)/$(PREV)/mnist $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
+	@$(MAKE) --no-print-directory -s $(BUILD)/$(PREV)/regression $(BUILD)/$(PREV)/mnist $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv
 	@set -e; for t in $(TRAINER); do for s in $(PREV) $(NN); do \
