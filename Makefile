@@ -52,7 +52,7 @@ ifeq ($(firstword $(MAKECMDGOALS)),stage)
 STAGE_WORD := $(word 2,$(MAKECMDGOALS))
 VERB := $(or $(word 3,$(MAKECMDGOALS)),run)
 NN := $(if $(filter 1 2 3 4 5 6 7,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
-VERBS := run compare diff test profile
+VERBS := run compare diff test profile sanitize try exercise prompt
 
 ifeq ($(filter $(NN),$(ALL_STAGES)),)
 $(error unknown stage '$(STAGE_WORD)'; valid stages: $(ALL_STAGES:0%=%) (e.g. make stage 2 run))
@@ -149,6 +149,9 @@ $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)
 	$(NVCC) $^ -o $@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
 
 -include 01-vector-add/vector_add.mk
+# Checked exercises and candidate kernels (make stage N try|exercise|prompt), and the robustness tools
+# (make sanitize, make fuzz, make test SANITIZE=1): each set of rules lives in its own file.
+-include common/exercises.mk common/robustness.mk
 
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
