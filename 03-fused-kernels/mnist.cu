@@ -12,6 +12,7 @@ Build and run from the repository root (make data fetches MNIST once):
     make stage 3 diff                              (what this stage changed, against stage 02)
     make stage 3 test                              (agreement with common/reference.c)
 */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,8 @@ const char *const MNIST_VARIANTS[] = {"fused", NULL};
 const char *const MNIST_PRECISIONS[] = {"fp32", NULL};
 
 #define BLOCK_SIZE 256
+#define WARP_SIZE 32
+#define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
 #define TILE_X 32  // 2-D launches: 32 threads along a row of the output (coalesced), 8 rows per block
 #define TILE_Y 8
 
@@ -49,8 +52,33 @@ __global__ void matmul_forward_kernel(float *out, const float *in, const float *
 }
 
 // ----------------------------------------------------------------------------
-// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one thread per row.
+// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one warp per row.
 // Every row is shifted by its largest logit before exp, so exp never overflows.
+//
+// A row is 10 logits. One thread per row would walk its row three times in series, and a batch of 128
+// rows would be 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of
+// the row's warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each,
+// and a batch of 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared
+// memory: one atomic per block, not per row.
+
+// The sum over the warp's 32 lanes, in every lane. Each step adds the value of the lane `offset` away
+// (xor: a butterfly), so every lane ends with the same total.
+__device__ __forceinline__ float warp_sum(float value) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// The largest value over the warp and the lowest index that holds it, in every lane.
+__device__ __forceinline__ void warp_argmax(float *value, int *index) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        float other = __shfl_xor_sync(0xffffffff, *value, offset);
+        int other_index = __shfl_xor_sync(0xffffffff, *index, offset);
+        if (other > *value || (other == *value && other_index < *index)) {
+            *value = other;
+            *index = other_index;
+        }
+    }
+}
 
 // for each row i, with p = softmax(logits[i]):
 //     loss_sum += log(sum_j exp(logits[i][j])) - logits[i][label[i]]
@@ -58,30 +86,55 @@ __global__ void matmul_forward_kernel(float *out, const float *in, const float *
 //     dlogits[i][j] = (p[j] - (j == label[i])) / rows                                       (if dlogits)
 // Training asks for dlogits, evaluation for the count. The probabilities never go to memory (each exp is
 // recomputed for dlogits instead): stage 02 wrote them out and read them back, and three kernels read the
-// logits.
+// logits. Launch BLOCK_SIZE threads a block, one warp per row.
 __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, int *correct, const float *logits,
                                              const uint8_t *labels, int rows, int classes) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows) return;
-    const float *row = logits + (size_t)i * classes;
-    int label = labels[i];
-    int argmax = 0;
-    for (int j = 1; j < classes; j++) {
-        if (row[j] > row[argmax]) argmax = j;
-    }
-    float max = row[argmax];
-    float sum = 0.0f;
-    for (int j = 0; j < classes; j++) sum += expf(row[j] - max);
-    // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
-    atomicAdd(loss_sum, logf(sum) - (row[label] - max));
-    if (correct && argmax == label) atomicAdd(correct, 1);
-    if (dlogits) {
-        float *dlogits_row = dlogits + (size_t)i * classes;
-        for (int j = 0; j < classes; j++) {
-            float onehot = j == label ? 1.0f : 0.0f;
-            dlogits_row[j] = (expf(row[j] - max) / sum - onehot) / (float)rows;
+    __shared__ float block_loss[WARPS_PER_BLOCK];  // [w]: the loss of warp w's row (0 past the last row)
+    __shared__ int block_hits[WARPS_PER_BLOCK];    // [w]: 1 if warp w's row was predicted right
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int i = blockIdx.x * WARPS_PER_BLOCK + warp;
+    float loss = 0.0f;
+    int hit = 0;
+    if (i < rows) {  // the same for the whole warp, so every shuffle sees all 32 lanes
+        const float *row = logits + (size_t)i * classes;
+        int label = labels[i];
+        float max = -INFINITY;
+        int argmax = classes;  // a lane with no logit loses every comparison
+        for (int j = lane; j < classes; j += WARP_SIZE) {
+            if (row[j] > max) {
+                max = row[j];
+                argmax = j;
+            }
+        }
+        warp_argmax(&max, &argmax);
+        float sum = 0.0f;
+        for (int j = lane; j < classes; j += WARP_SIZE) sum += expf(row[j] - max);
+        sum = warp_sum(sum);
+        // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+        loss = logf(sum) - (row[label] - max);
+        hit = argmax == label;
+        if (dlogits) {
+            float *dlogits_row = dlogits + (size_t)i * classes;
+            for (int j = lane; j < classes; j += WARP_SIZE) {
+                float onehot = j == label ? 1.0f : 0.0f;
+                dlogits_row[j] = (expf(row[j] - max) / sum - onehot) / (float)rows;
+            }
         }
     }
+    if (lane == 0) {
+        block_loss[warp] = loss;
+        block_hits[warp] = hit;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    float block_sum = 0.0f;
+    int block_correct = 0;
+    for (int w = 0; w < WARPS_PER_BLOCK; w++) {
+        block_sum += block_loss[w];
+        block_correct += block_hits[w];
+    }
+    atomicAdd(loss_sum, block_sum);
+    if (correct) atomicAdd(correct, block_correct);
 }
 
 // ----------------------------------------------------------------------------
@@ -104,14 +157,23 @@ __global__ void matmul_backward_weight_sgd_kernel(float *weight, const float *in
 }
 
 // for j < dim: bias[j] -= lr * sum_i dout[i][j]
-// One thread per bias sums its whole column, so it holds the complete gradient and can apply it: with
-// stage 02's atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed
-// buffer and a second kernel).
+// The thread that completes a column's sum holds the whole gradient and can apply it: with stage 02's
+// atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed buffer and a
+// second kernel). A block of 32 x 8 threads owns 32 columns: thread (x, y) sums rows y, y + 8, ... of
+// column x (a warp reads 32 neighbouring floats of a row), and thread (x, 0) adds the 8 partial sums
+// from shared memory in a fixed order, so every run sums alike. (One thread per column would add a batch
+// of 128 rows in series, all in one block.)
 __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float lr, int rows, int dim) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= dim) return;
+    __shared__ float partial[WARPS_PER_BLOCK][WARP_SIZE];  // [y][x]: thread (x, y)'s share of its column
+    int j = blockIdx.x * WARP_SIZE + threadIdx.x;
     float sum = 0.0f;
-    for (int i = 0; i < rows; i++) sum += dout[(size_t)i * dim + j];
+    if (j < dim) {
+        for (int i = threadIdx.y; i < rows; i += WARPS_PER_BLOCK) sum += dout[(size_t)i * dim + j];
+    }
+    partial[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= dim) return;
+    for (int y = 1; y < WARPS_PER_BLOCK; y++) sum += partial[y][threadIdx.x];
     bias[j] -= lr * sum;
 }
 
@@ -135,6 +197,9 @@ __global__ void matmul_backward_input_kernel(float *din, const float *dout, cons
 // launchers
 
 static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
+
+// bias_backward_sgd_kernel: a block of WARP_SIZE x WARPS_PER_BLOCK threads per WARP_SIZE columns
+static unsigned int column_blocks(int dim) { return (unsigned int)((dim + WARP_SIZE - 1) / WARP_SIZE); }
 
 static dim3 grid_2d(int rows, int cols) { return dim3((cols + TILE_X - 1) / TILE_X, (rows + TILE_Y - 1) / TILE_Y); }
 
@@ -170,8 +235,8 @@ static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const
         matmul_backward_weight_sgd_kernel<<<grid_2d(in_dim, out_dim), block>>>(weight, act[l], dact[l + 1], cfg->lr,
                                                                                rows, in_dim, out_dim);
         launchCheck();
-        bias_backward_sgd_kernel<<<blocks_for(out_dim), BLOCK_SIZE>>>(params + mnist_bias_offset(cfg, l), dact[l + 1],
-                                                                      cfg->lr, rows, out_dim);
+        bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK)>>>(
+            params + mnist_bias_offset(cfg, l), dact[l + 1], cfg->lr, rows, out_dim);
         launchCheck();
     }
 }
@@ -267,8 +332,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
 
             train_clock_phase_begin(&clock, stream);
             cudaCheck(cudaMemset(d_loss_sum, 0, sizeof(float)));
-            softmax_cross_entropy_kernel<<<blocks_for(batch), BLOCK_SIZE>>>(d_dact[n_layers], d_loss_sum, NULL,
-                                                                            d_act[n_layers], d_labels, batch, classes);
+            softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE>>>(
+                d_dact[n_layers], d_loss_sum, NULL, d_act[n_layers], d_labels, batch, classes);
             launchCheck();
             train_clock_phase_end(&clock, PHASE_LOSS, stream);
 
@@ -291,9 +356,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         mlp_forward(cfg, d_params, d_test_act, n_test);
         cudaCheck(cudaMemset(d_test_loss_sum, 0, sizeof(float)));
         cudaCheck(cudaMemset(d_test_correct, 0, sizeof(int)));
-        softmax_cross_entropy_kernel<<<blocks_for(n_test), BLOCK_SIZE>>>(NULL, d_test_loss_sum, d_test_correct,
-                                                                         d_test_act[n_layers], d_test_labels, n_test,
-                                                                         classes);
+        softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE>>>(
+            NULL, d_test_loss_sum, d_test_correct, d_test_act[n_layers], d_test_labels, n_test, classes);
         launchCheck();
         float test_loss_sum = 0.0f;
         int test_correct = 0;

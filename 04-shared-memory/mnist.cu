@@ -1,12 +1,13 @@
 /*
 Stage 04, MNIST: stage 03's fused trainer with its three GEMMs (forward, input gradient, weight gradient)
-tiled through shared memory. A block of 16 x 16 threads computes one square tile of the output; it walks
-the shared dimension K in slices, copies each slice of both operands into shared memory once with
-coalesced loads, and every thread then reads its operands from there and accumulates a small square of
-outputs in registers. Each value loaded from global memory is reused by a whole row or column of the tile
-instead of by one thread. The fused epilogues of stage 03 (bias + ReLU, ReLU mask, SGD update) are kept,
-applied to the registers before the tile is stored. Three tile shapes are offered as variants
-(tile16 = default, tile32, tile64: --variant NAME); everything outside the GEMMs is stage 03's.
+tiled through shared memory. A block of threads computes one square tile of the output; it walks the
+shared dimension K in slices, copies each slice of both operands into shared memory once with coalesced
+loads (issued one slice ahead, so they travel while the current slice is computed), and every thread then
+reads its operands from there and accumulates a small square of outputs in registers. Each value loaded
+from global memory is reused by a whole row or column of the tile instead of by one thread. The fused
+epilogues of stage 03 (bias + ReLU, ReLU mask, SGD update) are kept, applied to the registers before the
+tile is stored. Four tile shapes are offered as variants (tile16-2x2 = default, tile16, tile32, tile64:
+--variant NAME); everything outside the GEMMs is stage 03's.
 
 Build and run from the repository root (make data fetches MNIST once):
     make stage 4 run TRAINER=mnist                 (or: make build/04/mnist && build/04/mnist --hidden 128)
@@ -14,6 +15,7 @@ Build and run from the repository root (make data fetches MNIST once):
     make stage 4 diff                              (what this stage changed, against stage 03)
     make stage 4 test                              (agreement with common/reference.c, every variant)
 */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,118 +27,145 @@ Build and run from the repository root (make data fetches MNIST once):
 #include "timing.h"
 #include "trainer.h"
 
-const char *const MNIST_VARIANTS[] = {"tile16", "tile32", "tile64", NULL};  // order of GEMM_VARIANTS below
+const char *const MNIST_VARIANTS[] = {"tile16-2x2", "tile16", "tile32", "tile64", NULL};  // order of GEMM_VARIANTS
 const char *const MNIST_PRECISIONS[] = {"fp32", NULL};
 
 #define BLOCK_SIZE 256
-#define GEMM_THREADS_X 16  // every tiled GEMM runs 16 x 16 threads
-#define GEMM_THREADS 256
-#define MICRO_MAX 4  // the largest per-thread square of outputs (tile64)
-#define TILE_K 32     // the slice of the shared dimension K staged in shared memory per step
+#define WARP_SIZE 32
+#define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
+#define GEMM_THREADS 256     // the most threads a tiled GEMM block runs (16 x 16)
+#define MICRO_MAX 4          // the largest per-thread square of outputs (tile64)
+#define TILE_K 32            // the slice of the shared dimension K staged in shared memory per step
+#define SLICE_LOADS_MAX 8    // the most floats of one operand's slice a thread copies (tile * TILE_K / threads)
 
 // ----------------------------------------------------------------------------
 // tiled GEMM: C (M, N) = A (M, K) @ B (K, N), either operand possibly stored transposed
 //
-// A block of 16 x 16 threads owns one tile x tile square of C, tile = 16 * micro. It walks K in slices
+// A block of t x t threads owns one tile x tile square of C, tile = t * micro. It walks K in slices
 // of TILE_K: each step copies A's (tile, TILE_K) slice and B's (TILE_K, tile) slice into shared memory,
 // every element loaded once by one thread with neighbouring threads on neighbouring addresses; then each
 // thread accumulates its micro x micro outputs from shared memory. Per slice a block loads
-// 2 * tile * TILE_K floats and does tile * tile * TILE_K FMAs: each loaded float feeds tile FMAs
-// (16, 32 or 64: the variants tile16, tile32, tile64), where the naive kernel loaded two floats for
-// every FMA. Larger tiles reuse more but make fewer blocks: a (128, 128) output is 64 tiles of 16 but
-// only 4 of 64, on a GPU with 132 SMs.
+// 2 * tile * TILE_K floats and does tile * tile * TILE_K FMAs: each loaded float feeds tile FMAs, where
+// the naive kernel loaded two floats for every FMA. Larger tiles reuse more but make fewer blocks: a
+// (128, 128) output is 64 tiles of 16 but only 4 of 64, on a GPU with 132 SMs.
 //
-// Thread (tx, ty) owns the outputs at rows ty + 16 r and columns tx + 16 c (r, c < micro): strided, not
-// a contiguous square, so that for every (r, c) the 16 threads of a half-warp store 16 neighbouring
-// floats (one coalesced store) and read 16 neighbouring floats of B's slice.
+// Shared memory has its own limit: per k a thread reads micro floats of A and micro of B to do micro^2
+// FMAs, 2 shared loads per FMA at micro 1, 1 at 2 x 2, 1/2 at 4 x 4, and an SM serves one warp-wide
+// shared load per cycle against four warp-wide FMAs. The variants (t, micro): tile16-2x2 (8, 2),
+// tile16 (16, 1), tile32 (16, 2), tile64 (16, 4). tile16-2x2 keeps tile16's many blocks with half its
+// shared loads per FMA, on a quarter of the threads.
+//
+// Thread (tx, ty) owns the outputs at rows ty + t r and columns tx + t c (r, c < micro): strided, not a
+// contiguous square, so that for every (r, c) the t threads of a row of the block store t neighbouring
+// floats (one coalesced store) and read t neighbouring floats of B's slice.
+//
+// Prefetch: the loads of the next slice are issued into registers before the FMAs of the current one
+// and stored into shared memory after them, so the round trip to L2 (hundreds of cycles) runs during
+// the FMAs instead of before them. The first-layer forward at batch 128 walks K = 784 in 25 slices one
+// after another, on one block per SM: without it, every slice waited for its loads with nothing to do.
 //
 // Each slice is stored in shared memory in the layout it has in global memory, so the copy is a plain
 // coalesced row-by-row copy. The reads then go down a column of the slice when that operand is stored
-// transposed (B^T, as W in din = dout @ W^T): the 16 threads of a half-warp read 16 floats one row,
+// transposed (B^T, as W in din = dout @ W^T): the t threads of a row of the block read t floats one row,
 // TILE_K = 32 floats, apart. Shared memory has 32 banks of 4 bytes, float i in bank i % 32, and a bank
-// serves one address per cycle: all 16 reads fall into the same bank, a 16-way conflict. One float of
-// padding per row (rows of 33 floats) puts them in 16 different banks. The A slice (M, K) has the same
-// problem, milder: a warp's two rows of threads read two rows 32 floats apart, a 2-way conflict without
-// the padding. Every slice is padded the same way; where reads run along rows it costs nothing.
+// serves one address per cycle: all t reads fall into the same bank, a t-way conflict. One float of
+// padding per row (rows of 33 floats) puts them in t different banks. The A slice (M, K) has the same
+// problem, milder: a warp's 32 / t rows of threads read rows 32 floats apart, a 2-way (t = 16) or 4-way
+// (t = 8) conflict without the padding. Every slice is padded the same way; where reads run along rows it
+// costs nothing.
 
 // The row and the column of C that a thread's output (r, c) lands on.
-__device__ __forceinline__ int tile_row(int r, int micro) {
-    return blockIdx.y * GEMM_THREADS_X * micro + threadIdx.y + GEMM_THREADS_X * r;
+__device__ __forceinline__ int tile_row(int r, int t, int micro) {
+    return blockIdx.y * t * micro + threadIdx.y + t * r;
 }
-__device__ __forceinline__ int tile_col(int c, int micro) {
-    return blockIdx.x * GEMM_THREADS_X * micro + threadIdx.x + GEMM_THREADS_X * c;
+__device__ __forceinline__ int tile_col(int c, int t, int micro) {
+    return blockIdx.x * t * micro + threadIdx.x + t * c;
 }
 
 // Shared memory a block needs for one slice of each operand, padded as above.
-static size_t gemm_smem_bytes(int micro) {
-    return 2 * (size_t)(GEMM_THREADS_X * micro + 1) * (TILE_K + 1) * sizeof(float);
+static size_t gemm_smem_bytes(int tile) { return 2 * (size_t)(tile + 1) * (TILE_K + 1) * sizeof(float); }
+
+// Both operands as X (outer, K), outer being M for A and N for B, stored row-major as (outer_dim, k_dim)
+// or, if k_major, as (k_dim, outer_dim) (A^T for a_trans, B for not b_trans). A slice keeps the stored
+// layout: (tile, TILE_K), or (TILE_K, tile) if k_major, rows padded to one float more than they hold.
+
+// X(outer, k) in a slice
+__device__ __forceinline__ float slice_at(const float *slice, int outer, int k, int k_major, int tile) {
+    return k_major ? slice[k * (tile + 1) + outer] : slice[outer * (TILE_K + 1) + k];
+}
+
+// A thread's share of the slice of X at outer indices outer0.. and K indices k0..: the elements tid,
+// tid + t * t, ... of the slice counted row by row (neighbouring threads, neighbouring addresses), into
+// registers, zeros outside X (so partial tiles and a partial last slice add nothing).
+__device__ __forceinline__ void fetch_slice(float regs[SLICE_LOADS_MAX], const float *x, int outer_dim, int k_dim,
+                                            int outer0, int k0, int k_major, int t, int micro) {
+    int tile = t * micro, cols = k_major ? tile : TILE_K, tid = threadIdx.y * t + threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < tile * TILE_K / (t * t); e++) {
+        int idx = tid + e * t * t, r = idx / cols, c = idx % cols;
+        int outer = outer0 + (k_major ? c : r), k = k0 + (k_major ? r : c);
+        size_t at = k_major ? (size_t)k * outer_dim + outer : (size_t)outer * k_dim + k;
+        regs[e] = outer < outer_dim && k < k_dim ? x[at] : 0.0f;
+    }
+}
+
+// ... and the same elements from the registers into the slice in shared memory
+__device__ __forceinline__ void store_slice(float *slice, const float regs[SLICE_LOADS_MAX], int k_major, int t,
+                                            int micro) {
+    int tile = t * micro, cols = k_major ? tile : TILE_K, tid = threadIdx.y * t + threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < tile * TILE_K / (t * t); e++) {
+        int idx = tid + e * t * t;
+        slice[idx / cols * (cols + 1) + idx % cols] = regs[e];
+    }
 }
 
 // acc[r][c] = sum_k A(tile_row(r), k) * B(k, tile_col(c)) for r, c < micro (0 outside C).
 // a_trans: A is stored (K, M) row-major, else (M, K); b_trans: B is stored (N, K), else (K, N).
-// micro, a_trans and b_trans are literal constants at every call: the function is inlined into each
+// t, micro, a_trans and b_trans are literal constants at every call: the function is inlined into each
 // small __global__ kernel below, which so gets its own fully unrolled copy with acc in registers (C has
 // no templates; this is how the tile shape stays a compile-time constant).
 __device__ __forceinline__ void gemm_tile(float acc[MICRO_MAX][MICRO_MAX], const float *a, const float *b, int m_dim,
-                                          int n_dim, int k_dim, int a_trans, int b_trans, int micro) {
+                                          int n_dim, int k_dim, int a_trans, int b_trans, int t, int micro) {
     extern __shared__ float smem[];
-    int tile = GEMM_THREADS_X * micro;
+    int tile = t * micro;
     float *a_slice = smem;                               // A(m, k) at [m][k] (tile, TILE_K + 1), or at
                                                          // [k][m] (TILE_K, tile + 1) if a_trans
     float *b_slice = smem + (tile + 1) * (TILE_K + 1);  // B(k, n) at [k][n] (TILE_K, tile + 1), or at
                                                          // [n][k] (tile, TILE_K + 1) if b_trans
-    int tid = threadIdx.y * GEMM_THREADS_X + threadIdx.x;
     int row0 = blockIdx.y * tile, col0 = blockIdx.x * tile;
+    float a_next[SLICE_LOADS_MAX], b_next[SLICE_LOADS_MAX];  // this thread's share of the next slices
 #pragma unroll
     for (int r = 0; r < micro; r++) {
 #pragma unroll
         for (int c = 0; c < micro; c++) acc[r][c] = 0.0f;
     }
 
+    fetch_slice(a_next, a, m_dim, k_dim, row0, 0, a_trans, t, micro);
+    fetch_slice(b_next, b, n_dim, k_dim, col0, 0, !b_trans, t, micro);
     for (int k0 = 0; k0 < k_dim; k0 += TILE_K) {
-        // copy the slices, zeros outside A and B (so partial tiles and a partial last slice add nothing)
-        for (int idx = tid; idx < tile * TILE_K; idx += GEMM_THREADS) {
-            if (a_trans) {
-                int k = idx / tile, m = idx % tile;
-                int gk = k0 + k, gm = row0 + m;
-                a_slice[k * (tile + 1) + m] = gk < k_dim && gm < m_dim ? a[(size_t)gk * m_dim + gm] : 0.0f;
-            } else {
-                int m = idx / TILE_K, k = idx % TILE_K;
-                int gm = row0 + m, gk = k0 + k;
-                a_slice[m * (TILE_K + 1) + k] = gm < m_dim && gk < k_dim ? a[(size_t)gm * k_dim + gk] : 0.0f;
-            }
-            if (b_trans) {
-                int n = idx / TILE_K, k = idx % TILE_K;
-                int gn = col0 + n, gk = k0 + k;
-                b_slice[n * (TILE_K + 1) + k] = gn < n_dim && gk < k_dim ? b[(size_t)gn * k_dim + gk] : 0.0f;
-            } else {
-                int k = idx / tile, n = idx % tile;
-                int gk = k0 + k, gn = col0 + n;
-                b_slice[k * (tile + 1) + n] = gk < k_dim && gn < n_dim ? b[(size_t)gk * n_dim + gn] : 0.0f;
-            }
-        }
+        store_slice(a_slice, a_next, a_trans, t, micro);
+        store_slice(b_slice, b_next, !b_trans, t, micro);
         __syncthreads();  // the slices are complete
 
+        if (k0 + TILE_K < k_dim) {  // the next slices' loads: in flight during the FMAs below
+            fetch_slice(a_next, a, m_dim, k_dim, row0, k0 + TILE_K, a_trans, t, micro);
+            fetch_slice(b_next, b, n_dim, k_dim, col0, k0 + TILE_K, !b_trans, t, micro);
+        }
 #pragma unroll
         for (int k = 0; k < TILE_K; k++) {
             float a_frag[MICRO_MAX], b_frag[MICRO_MAX];
 #pragma unroll
-            for (int r = 0; r < micro; r++) {
-                int m = threadIdx.y + GEMM_THREADS_X * r;
-                a_frag[r] = a_trans ? a_slice[k * (tile + 1) + m] : a_slice[m * (TILE_K + 1) + k];
-            }
+            for (int r = 0; r < micro; r++) a_frag[r] = slice_at(a_slice, threadIdx.y + t * r, k, a_trans, tile);
 #pragma unroll
-            for (int c = 0; c < micro; c++) {
-                int n = threadIdx.x + GEMM_THREADS_X * c;
-                b_frag[c] = b_trans ? b_slice[n * (TILE_K + 1) + k] : b_slice[k * (tile + 1) + n];
-            }
+            for (int c = 0; c < micro; c++) b_frag[c] = slice_at(b_slice, threadIdx.x + t * c, k, !b_trans, tile);
 #pragma unroll
             for (int r = 0; r < micro; r++) {
 #pragma unroll
                 for (int c = 0; c < micro; c++) acc[r][c] += a_frag[r] * b_frag[c];
             }
         }
-        __syncthreads();  // everyone is done with the slices before the next copy overwrites them
+        __syncthreads();  // everyone is done with the slices before the next store overwrites them
     }
 }
 
@@ -146,14 +175,14 @@ __device__ __forceinline__ void gemm_tile(float acc[MICRO_MAX][MICRO_MAX], const
 
 // for i < rows, j < out_dim: out[i][j] = sum_k in[i][k] * weight[k][j] + bias[j], then max(., 0) if relu
 __device__ __forceinline__ void matmul_forward(float *out, const float *in, const float *weight, const float *bias,
-                                               int rows, int in_dim, int out_dim, int relu, int micro) {
+                                               int rows, int in_dim, int out_dim, int relu, int t, int micro) {
     float acc[MICRO_MAX][MICRO_MAX];
-    gemm_tile(acc, in, weight, rows, out_dim, in_dim, 0, 0, micro);
+    gemm_tile(acc, in, weight, rows, out_dim, in_dim, 0, 0, t, micro);
 #pragma unroll
     for (int r = 0; r < micro; r++) {
 #pragma unroll
         for (int c = 0; c < micro; c++) {
-            int i = tile_row(r, micro), j = tile_col(c, micro);
+            int i = tile_row(r, t, micro), j = tile_col(c, t, micro);
             if (i >= rows || j >= out_dim) continue;
             float value = acc[r][c] + bias[j];
             out[(size_t)i * out_dim + j] = relu ? fmaxf(value, 0.0f) : value;
@@ -161,26 +190,56 @@ __device__ __forceinline__ void matmul_forward(float *out, const float *in, cons
     }
 }
 
-// One kernel per tile shape: the variants of this stage (tile = 16 micro).
+// One kernel per tile shape: the variants of this stage (t x t threads, tile = t micro).
+__global__ void __launch_bounds__(GEMM_THREADS)
+    matmul_forward_tile16_2x2_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
+                                     int in_dim, int out_dim, int relu) {
+    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 8, 2);
+}
 __global__ void __launch_bounds__(GEMM_THREADS)
     matmul_forward_tile16_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
                                  int in_dim, int out_dim, int relu) {
-    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 1);
+    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 16, 1);
 }
 __global__ void __launch_bounds__(GEMM_THREADS)
     matmul_forward_tile32_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
                                  int in_dim, int out_dim, int relu) {
-    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 2);
+    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 16, 2);
 }
 __global__ void __launch_bounds__(GEMM_THREADS)
     matmul_forward_tile64_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
                                  int in_dim, int out_dim, int relu) {
-    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 4);
+    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 16, 4);
 }
 
 // ----------------------------------------------------------------------------
-// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one thread per row.
+// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one warp per row.
 // Every row is shifted by its largest logit before exp, so exp never overflows.
+//
+// A row is 10 logits. One thread per row would walk its row three times in series, and a batch of 128
+// rows would be 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of
+// the row's warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each,
+// and a batch of 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared
+// memory: one atomic per block, not per row.
+
+// The sum over the warp's 32 lanes, in every lane. Each step adds the value of the lane `offset` away
+// (xor: a butterfly), so every lane ends with the same total.
+__device__ __forceinline__ float warp_sum(float value) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// The largest value over the warp and the lowest index that holds it, in every lane.
+__device__ __forceinline__ void warp_argmax(float *value, int *index) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        float other = __shfl_xor_sync(0xffffffff, *value, offset);
+        int other_index = __shfl_xor_sync(0xffffffff, *index, offset);
+        if (other > *value || (other == *value && other_index < *index)) {
+            *value = other;
+            *index = other_index;
+        }
+    }
+}
 
 // for each row i, with p = softmax(logits[i]):
 //     loss_sum += log(sum_j exp(logits[i][j])) - logits[i][label[i]]
@@ -188,30 +247,55 @@ __global__ void __launch_bounds__(GEMM_THREADS)
 //     dlogits[i][j] = (p[j] - (j == label[i])) / rows                                       (if dlogits)
 // Training asks for dlogits, evaluation for the count. The probabilities never go to memory (each exp is
 // recomputed for dlogits instead): stage 02 wrote them out and read them back, and three kernels read the
-// logits.
+// logits. Launch BLOCK_SIZE threads a block, one warp per row.
 __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, int *correct, const float *logits,
                                              const uint8_t *labels, int rows, int classes) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows) return;
-    const float *row = logits + (size_t)i * classes;
-    int label = labels[i];
-    int argmax = 0;
-    for (int j = 1; j < classes; j++) {
-        if (row[j] > row[argmax]) argmax = j;
-    }
-    float max = row[argmax];
-    float sum = 0.0f;
-    for (int j = 0; j < classes; j++) sum += expf(row[j] - max);
-    // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
-    atomicAdd(loss_sum, logf(sum) - (row[label] - max));
-    if (correct && argmax == label) atomicAdd(correct, 1);
-    if (dlogits) {
-        float *dlogits_row = dlogits + (size_t)i * classes;
-        for (int j = 0; j < classes; j++) {
-            float onehot = j == label ? 1.0f : 0.0f;
-            dlogits_row[j] = (expf(row[j] - max) / sum - onehot) / (float)rows;
+    __shared__ float block_loss[WARPS_PER_BLOCK];  // [w]: the loss of warp w's row (0 past the last row)
+    __shared__ int block_hits[WARPS_PER_BLOCK];    // [w]: 1 if warp w's row was predicted right
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int i = blockIdx.x * WARPS_PER_BLOCK + warp;
+    float loss = 0.0f;
+    int hit = 0;
+    if (i < rows) {  // the same for the whole warp, so every shuffle sees all 32 lanes
+        const float *row = logits + (size_t)i * classes;
+        int label = labels[i];
+        float max = -INFINITY;
+        int argmax = classes;  // a lane with no logit loses every comparison
+        for (int j = lane; j < classes; j += WARP_SIZE) {
+            if (row[j] > max) {
+                max = row[j];
+                argmax = j;
+            }
+        }
+        warp_argmax(&max, &argmax);
+        float sum = 0.0f;
+        for (int j = lane; j < classes; j += WARP_SIZE) sum += expf(row[j] - max);
+        sum = warp_sum(sum);
+        // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+        loss = logf(sum) - (row[label] - max);
+        hit = argmax == label;
+        if (dlogits) {
+            float *dlogits_row = dlogits + (size_t)i * classes;
+            for (int j = lane; j < classes; j += WARP_SIZE) {
+                float onehot = j == label ? 1.0f : 0.0f;
+                dlogits_row[j] = (expf(row[j] - max) / sum - onehot) / (float)rows;
+            }
         }
     }
+    if (lane == 0) {
+        block_loss[warp] = loss;
+        block_hits[warp] = hit;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    float block_sum = 0.0f;
+    int block_correct = 0;
+    for (int w = 0; w < WARPS_PER_BLOCK; w++) {
+        block_sum += block_loss[w];
+        block_correct += block_hits[w];
+    }
+    atomicAdd(loss_sum, block_sum);
+    if (correct) atomicAdd(correct, block_correct);
 }
 
 // ----------------------------------------------------------------------------
@@ -224,14 +308,14 @@ __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, in
 // and no thread reads a weight. Across kernels, the launcher orders it after the one kernel that needs
 // this layer's pre-update W (the din GEMM).
 __device__ __forceinline__ void matmul_backward_weight_sgd(float *weight, const float *in, const float *dout, float lr,
-                                                           int rows, int in_dim, int out_dim, int micro) {
+                                                           int rows, int in_dim, int out_dim, int t, int micro) {
     float acc[MICRO_MAX][MICRO_MAX];
-    gemm_tile(acc, in, dout, in_dim, out_dim, rows, 1, 0, micro);
+    gemm_tile(acc, in, dout, in_dim, out_dim, rows, 1, 0, t, micro);
 #pragma unroll
     for (int r = 0; r < micro; r++) {
 #pragma unroll
         for (int c = 0; c < micro; c++) {
-            int k = tile_row(r, micro), j = tile_col(c, micro);
+            int k = tile_row(r, t, micro), j = tile_col(c, t, micro);
             if (k >= in_dim || j >= out_dim) continue;
             weight[(size_t)k * out_dim + j] -= lr * acc[r][c];
         }
@@ -239,30 +323,44 @@ __device__ __forceinline__ void matmul_backward_weight_sgd(float *weight, const 
 }
 
 __global__ void __launch_bounds__(GEMM_THREADS)
+    matmul_backward_weight_sgd_tile16_2x2_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
+                                                 int in_dim, int out_dim) {
+    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 8, 2);
+}
+__global__ void __launch_bounds__(GEMM_THREADS)
     matmul_backward_weight_sgd_tile16_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
                                              int in_dim, int out_dim) {
-    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 1);
+    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 16, 1);
 }
 __global__ void __launch_bounds__(GEMM_THREADS)
     matmul_backward_weight_sgd_tile32_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
                                              int in_dim, int out_dim) {
-    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 2);
+    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 16, 2);
 }
 __global__ void __launch_bounds__(GEMM_THREADS)
     matmul_backward_weight_sgd_tile64_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
                                              int in_dim, int out_dim) {
-    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 4);
+    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 16, 4);
 }
 
 // for j < dim: bias[j] -= lr * sum_i dout[i][j]
-// One thread per bias sums its whole column, so it holds the complete gradient and can apply it: with
-// stage 02's atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed
-// buffer and a second kernel).
+// The thread that completes a column's sum holds the whole gradient and can apply it: with stage 02's
+// atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed buffer and a
+// second kernel). A block of 32 x 8 threads owns 32 columns: thread (x, y) sums rows y, y + 8, ... of
+// column x (a warp reads 32 neighbouring floats of a row), and thread (x, 0) adds the 8 partial sums
+// from shared memory in a fixed order, so every run sums alike. (One thread per column would add a batch
+// of 128 rows in series, all in one block.)
 __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float lr, int rows, int dim) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= dim) return;
+    __shared__ float partial[WARPS_PER_BLOCK][WARP_SIZE];  // [y][x]: thread (x, y)'s share of its column
+    int j = blockIdx.x * WARP_SIZE + threadIdx.x;
     float sum = 0.0f;
-    for (int i = 0; i < rows; i++) sum += dout[(size_t)i * dim + j];
+    if (j < dim) {
+        for (int i = threadIdx.y; i < rows; i += WARPS_PER_BLOCK) sum += dout[(size_t)i * dim + j];
+    }
+    partial[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= dim) return;
+    for (int y = 1; y < WARPS_PER_BLOCK; y++) sum += partial[y][threadIdx.x];
     bias[j] -= lr * sum;
 }
 
@@ -270,14 +368,15 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 // din = (dout @ W^T) * (act > 0) (B = W read transposed: the padded slice of the notes above)
 // (act is the layer's input, a ReLU output: positive exactly where its pre-activation was)
 __device__ __forceinline__ void matmul_backward_input(float *din, const float *dout, const float *weight,
-                                                      const float *act, int rows, int in_dim, int out_dim, int micro) {
+                                                      const float *act, int rows, int in_dim, int out_dim, int t,
+                                                      int micro) {
     float acc[MICRO_MAX][MICRO_MAX];
-    gemm_tile(acc, dout, weight, rows, in_dim, out_dim, 0, 1, micro);
+    gemm_tile(acc, dout, weight, rows, in_dim, out_dim, 0, 1, t, micro);
 #pragma unroll
     for (int r = 0; r < micro; r++) {
 #pragma unroll
         for (int c = 0; c < micro; c++) {
-            int i = tile_row(r, micro), k = tile_col(c, micro);
+            int i = tile_row(r, t, micro), k = tile_col(c, t, micro);
             if (i >= rows || k >= in_dim) continue;
             size_t idx = (size_t)i * in_dim + k;
             din[idx] = act[idx] > 0.0f ? acc[r][c] : 0.0f;
@@ -286,19 +385,24 @@ __device__ __forceinline__ void matmul_backward_input(float *din, const float *d
 }
 
 __global__ void __launch_bounds__(GEMM_THREADS)
+    matmul_backward_input_tile16_2x2_kernel(float *din, const float *dout, const float *weight, const float *act,
+                                            int rows, int in_dim, int out_dim) {
+    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 8, 2);
+}
+__global__ void __launch_bounds__(GEMM_THREADS)
     matmul_backward_input_tile16_kernel(float *din, const float *dout, const float *weight, const float *act, int rows,
                                         int in_dim, int out_dim) {
-    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 1);
+    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 16, 1);
 }
 __global__ void __launch_bounds__(GEMM_THREADS)
     matmul_backward_input_tile32_kernel(float *din, const float *dout, const float *weight, const float *act, int rows,
                                         int in_dim, int out_dim) {
-    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 2);
+    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 16, 2);
 }
 __global__ void __launch_bounds__(GEMM_THREADS)
     matmul_backward_input_tile64_kernel(float *din, const float *dout, const float *weight, const float *act, int rows,
                                         int in_dim, int out_dim) {
-    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 4);
+    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 16, 4);
 }
 
 // ----------------------------------------------------------------------------
@@ -306,31 +410,39 @@ __global__ void __launch_bounds__(GEMM_THREADS)
 
 static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
 
+// bias_backward_sgd_kernel: a block of WARP_SIZE x WARPS_PER_BLOCK threads per WARP_SIZE columns
+static unsigned int column_blocks(int dim) { return (unsigned int)((dim + WARP_SIZE - 1) / WARP_SIZE); }
+
 // One tile shape: its three GEMM kernels (in MNIST_VARIANTS order, so cfg->variant indexes the table)
 typedef struct {
-    int micro;  // a block computes a (16 micro) x (16 micro) tile of C
+    int t, micro;  // a block of t x t threads computes a (t micro) x (t micro) tile of C
     void (*forward)(float *, const float *, const float *, const float *, int, int, int, int);
     void (*backward_input)(float *, const float *, const float *, const float *, int, int, int);
     void (*backward_weight_sgd)(float *, const float *, const float *, float, int, int, int);
 } GemmVariant;
 
 static const GemmVariant GEMM_VARIANTS[] = {
-    {1, matmul_forward_tile16_kernel, matmul_backward_input_tile16_kernel, matmul_backward_weight_sgd_tile16_kernel},
-    {2, matmul_forward_tile32_kernel, matmul_backward_input_tile32_kernel, matmul_backward_weight_sgd_tile32_kernel},
-    {4, matmul_forward_tile64_kernel, matmul_backward_input_tile64_kernel, matmul_backward_weight_sgd_tile64_kernel},
+    {8, 2, matmul_forward_tile16_2x2_kernel, matmul_backward_input_tile16_2x2_kernel,
+     matmul_backward_weight_sgd_tile16_2x2_kernel},
+    {16, 1, matmul_forward_tile16_kernel, matmul_backward_input_tile16_kernel,
+     matmul_backward_weight_sgd_tile16_kernel},
+    {16, 2, matmul_forward_tile32_kernel, matmul_backward_input_tile32_kernel,
+     matmul_backward_weight_sgd_tile32_kernel},
+    {16, 4, matmul_forward_tile64_kernel, matmul_backward_input_tile64_kernel,
+     matmul_backward_weight_sgd_tile64_kernel},
 };
 
 // one block per tile of the (rows, cols) output
 static dim3 grid_tiles(const GemmVariant *gemm, int rows, int cols) {
-    int tile = GEMM_THREADS_X * gemm->micro;
+    int tile = gemm->t * gemm->micro;
     return dim3((cols + tile - 1) / tile, (rows + tile - 1) / tile);
 }
 
 // act[l]: (rows, sizes[l]); act[0] is the input, act[n_layers] receives the logits
 static void mlp_forward(const MnistConfig *cfg, const float *params, float *const *act, int rows) {
     const GemmVariant *gemm = &GEMM_VARIANTS[cfg->variant];
-    dim3 block(GEMM_THREADS_X, GEMM_THREADS_X);
-    size_t smem = gemm_smem_bytes(gemm->micro);
+    dim3 block(gemm->t, gemm->t);
+    size_t smem = gemm_smem_bytes(gemm->t * gemm->micro);
     for (int l = 0; l < cfg->n_layers; l++) {
         int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1];
         const float *weight = params + mnist_weight_offset(cfg, l);
@@ -349,8 +461,8 @@ static void mlp_forward(const MnistConfig *cfg, const float *params, float *cons
 // order, so this launch order is the whole guarantee.
 static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const *act, float *const *dact, int rows) {
     const GemmVariant *gemm = &GEMM_VARIANTS[cfg->variant];
-    dim3 block(GEMM_THREADS_X, GEMM_THREADS_X);
-    size_t smem = gemm_smem_bytes(gemm->micro);
+    dim3 block(gemm->t, gemm->t);
+    size_t smem = gemm_smem_bytes(gemm->t * gemm->micro);
     for (int l = cfg->n_layers - 1; l >= 0; l--) {
         int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1];
         float *weight = params + mnist_weight_offset(cfg, l);
@@ -362,8 +474,8 @@ static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const
         gemm->backward_weight_sgd<<<grid_tiles(gemm, in_dim, out_dim), block, smem>>>(weight, act[l], dact[l + 1],
                                                                                       cfg->lr, rows, in_dim, out_dim);
         launchCheck();
-        bias_backward_sgd_kernel<<<blocks_for(out_dim), BLOCK_SIZE>>>(params + mnist_bias_offset(cfg, l), dact[l + 1],
-                                                                      cfg->lr, rows, out_dim);
+        bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK)>>>(
+            params + mnist_bias_offset(cfg, l), dact[l + 1], cfg->lr, rows, out_dim);
         launchCheck();
     }
 }
@@ -459,8 +571,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
 
             train_clock_phase_begin(&clock, stream);
             cudaCheck(cudaMemset(d_loss_sum, 0, sizeof(float)));
-            softmax_cross_entropy_kernel<<<blocks_for(batch), BLOCK_SIZE>>>(d_dact[n_layers], d_loss_sum, NULL,
-                                                                            d_act[n_layers], d_labels, batch, classes);
+            softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE>>>(
+                d_dact[n_layers], d_loss_sum, NULL, d_act[n_layers], d_labels, batch, classes);
             launchCheck();
             train_clock_phase_end(&clock, PHASE_LOSS, stream);
 
@@ -483,9 +595,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         mlp_forward(cfg, d_params, d_test_act, n_test);
         cudaCheck(cudaMemset(d_test_loss_sum, 0, sizeof(float)));
         cudaCheck(cudaMemset(d_test_correct, 0, sizeof(int)));
-        softmax_cross_entropy_kernel<<<blocks_for(n_test), BLOCK_SIZE>>>(NULL, d_test_loss_sum, d_test_correct,
-                                                                         d_test_act[n_layers], d_test_labels, n_test,
-                                                                         classes);
+        softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE>>>(
+            NULL, d_test_loss_sum, d_test_correct, d_test_act[n_layers], d_test_labels, n_test, classes);
         launchCheck();
         float test_loss_sum = 0.0f;
         int test_correct = 0;

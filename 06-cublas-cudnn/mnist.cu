@@ -1,13 +1,14 @@
 /*
 Stage 06, MNIST: stage 05's trainer with the hand-written GEMMs replaced by cuBLASLt and the softmax by
-cuDNN. Each GEMM is one cublasLtMatmul planned once before the timed region (descriptors, layouts,
-the algorithm picked by cublasLtMatmulAlgoGetHeuristic, a workspace per stream), with the fusions of
-stage 03 moved into cuBLASLt epilogues where one exists: bias + ReLU in the forward GEMM (RELU_AUX_BIAS,
-which also writes a 1-bit ReLU mask; BIAS on the last layer), the ReLU backward in the input-gradient
-GEMM (DRELU, reading that mask), and the SGD update in the weight GEMM itself (alpha = -lr, beta = 1,
-the output is W). The softmax is cudnnSoftmaxForward; the cross-entropy, accuracy, dlogits and the bias
-update stay stage 05's kernels. Precision is opt-in: --precision fp32 (default), tf32 (tensor cores,
-inputs rounded to 10 mantissa bits) or bf16 (bf16 copies of the GEMM inputs, fp32 everything else).
+cuDNN. Each GEMM is one cublasLtMatmul planned once before the timed region (descriptors, layouts, the
+fastest of the algorithms cublasLtMatmulAlgoGetHeuristic proposes, timed there, a workspace per stream),
+with the fusions of stage 03 moved into cuBLASLt epilogues where one exists: bias + ReLU in the forward
+GEMM (RELU_AUX_BIAS, which also writes a 1-bit ReLU mask; BIAS on the last layer), the ReLU backward in
+the input-gradient GEMM (DRELU, reading that mask), and the SGD update in the weight GEMM itself
+(alpha = -lr, beta = 1, the output is W). The softmax is cudnnSoftmaxForward; the cross-entropy,
+accuracy, dlogits and the bias update stay stage 05's kernels. Precision is opt-in: --precision fp32
+(default), tf32 (tensor cores, inputs rounded to 10 mantissa bits) or bf16 (bf16 copies of the GEMM
+inputs, fp32 everything else).
 
 Build and run from the repository root (make data fetches MNIST once):
     make stage 6 run TRAINER=mnist                 (or: make build/06/mnist && build/06/mnist --hidden 128)
@@ -15,6 +16,7 @@ Build and run from the repository root (make data fetches MNIST once):
     make stage 6 diff                              (what this stage changed, against stage 05)
     make stage 6 test                              (agreement with common/reference.c, every precision)
 */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +36,13 @@ const char *const MNIST_VARIANTS[] = {"cublaslt", NULL};
 const char *const MNIST_PRECISIONS[] = {"fp32", "tf32", "bf16", NULL};
 
 #define BLOCK_SIZE 256
+#define WARP_SIZE 32
+#define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
 #define UPLOAD_CHUNK ((size_t)8 << 20)  // bytes per pinned staging buffer (two of them)
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLASLt scratch per stream (split-K and the like)
+#define TUNE_CANDIDATES 8                   // heuristic answers timed per GEMM in setup (autotuning)
+#define TUNE_RUNS 10                        // timed runs of each
+#define TUNE_SPIN_CYCLES 1000000            // about 0.5 ms of GPU clock: longer than enqueueing TUNE_RUNS GEMMs
 
 // ----------------------------------------------------------------------------
 // batch gather: the training set lives on the device; each step copies its batch's rows out of it
@@ -72,7 +79,7 @@ __global__ void gather_batch_kernel(float *batch_images, uint8_t *batch_labels, 
 // C = D = W, so dW is never stored.
 
 // Everything one cublasLtMatmul call needs, built once before the timed region: descriptors, the
-// algorithm the heuristic picked, and the buffers it is bound to (they never move).
+// algorithm (the fastest of the heuristic's answers), and the buffers it is bound to (they never move).
 typedef struct {
     cublasLtMatmulDesc_t desc;                          // compute type, transposes, epilogue and its pointers
     cublasLtMatrixLayout_t a_layout, b_layout, c_layout;  // as stored, before op; D = C
@@ -96,14 +103,68 @@ static uint32_t alignment_of(const void *p) {
 // batch row): cuBLASLt wants a multiple of 128.
 static int64_t relu_mask_ld(int dim) { return ((int64_t)dim + 127) / 128 * 128; }
 
+static void run_matmul(cublasLtHandle_t lt, const MatmulPlan *plan, cudaStream_t stream) {
+    cublasCheck(cublasLtMatmul(lt, plan->desc, &plan->alpha, plan->a, plan->a_layout, plan->b, plan->b_layout,
+                               &plan->beta, plan->c, plan->c_layout, plan->c, plan->c_layout, &plan->algo,
+                               plan->workspace, plan->workspace_bytes, stream));
+}
+
+// Autotuning: the heuristic's first answer is not the fastest for tiny GEMMs. For the first layer at
+// batch 128 (m 128, n 128, k 784) it picks a split-K algorithm: its blocks each sum a part of K, and a
+// second kernel adds the parts (measured with ncu on an H200: 9.7 + 4.3 us). The ranking is an estimate,
+// and at this size the second kernel's launch costs about as much as its work. So the plan
+// asks for up to TUNE_CANDIDATES answers, runs each one TUNE_RUNS times on the plan's own buffers and
+// keeps the fastest. The runs write the plan's output (the weight GEMM, with beta = 1, updates W in
+// place): harmless, since plans are made in setup, before the parameters are uploaded and before any
+// step writes the activations and gradients.
+
+// Keeps the GPU busy for about `cycles` clock cycles. Launched ahead of a timed batch of GEMMs, it lets
+// the host enqueue the whole batch before the first GEMM starts, so the events time the GPU, not the
+// host's launch calls (each costs about as much as one of these small GEMMs).
+__global__ void spin_kernel(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+// plan->algo = the fastest of the found candidates, timed on stream
+static void pick_fastest_algo(cublasLtHandle_t lt, MatmulPlan *plan, const cublasLtMatmulHeuristicResult_t *candidates,
+                              int found, cudaStream_t stream) {
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    cublasLtMatmulAlgo_t fastest = candidates[0].algo;
+    float fastest_ms = INFINITY;
+    for (int i = 0; i < found; i++) {
+        if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        plan->algo = candidates[i].algo;
+        run_matmul(lt, plan, stream);  // untimed: a kernel's first run may load it
+        spin_kernel<<<1, 1, 0, stream>>>(TUNE_SPIN_CYCLES);
+        launchCheck();
+        cudaCheck(cudaEventRecord(start, stream));
+        for (int run = 0; run < TUNE_RUNS; run++) run_matmul(lt, plan, stream);
+        cudaCheck(cudaEventRecord(stop, stream));
+        cudaCheck(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+        if (ms < fastest_ms) {
+            fastest_ms = ms;
+            fastest = candidates[i].algo;
+        }
+    }
+    plan->algo = fastest;
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+}
+
 // D (m, n) = alpha * op_a(A) @ op_b(B) + beta * C, column-major, D = C, with an epilogue; A and B are
 // stored as (m, k) / (k, n) for op N and (k, m) / (n, k) for op T. bias and aux are NULL unless the
-// epilogue uses them (aux: the ReLU bit mask, aux_ld bits per column).
+// epilogue uses them (aux: the ReLU bit mask, aux_ld bits per column). The algorithm is timed on stream.
 static void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precision, const char *name,
                         cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const void *a, int lda,
                         const void *b, int ldb, float *c, int ldc, float alpha, float beta,
                         cublasLtEpilogue_t epilogue, const float *bias, void *aux, int64_t aux_ld, void *workspace,
-                        size_t workspace_bytes) {
+                        size_t workspace_bytes, cudaStream_t stream) {
     cudaDataType_t ab_type = precision == PRECISION_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasComputeType_t compute = precision == PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     int32_t trans_a = op_a, trans_b = op_b;
@@ -140,17 +201,17 @@ static void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precisi
                                                      sizeof(align_c)));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                      sizeof(align_c)));
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t candidates[TUNE_CANDIDATES];
     int found = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt, plan->desc, plan->a_layout, plan->b_layout,
-                                                           plan->c_layout, plan->c_layout, preference, 1, &result, &found);
+    cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(lt, plan->desc, plan->a_layout, plan->b_layout, plan->c_layout, plan->c_layout,
+                                       preference, TUNE_CANDIDATES, candidates, &found);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for the %s GEMM (m %d, n %d, k %d, %s, epilogue %u): %s\n",
                 name, m, n, k, PRECISION_NAMES[precision], epilogue_id, cublasGetStatusString(status));
         exit(EXIT_CUDA);
     }
     cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
-    plan->algo = result.algo;
     plan->a = a;
     plan->b = b;
     plan->c = c;
@@ -158,12 +219,7 @@ static void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precisi
     plan->beta = beta;
     plan->workspace = workspace;
     plan->workspace_bytes = workspace_bytes;
-}
-
-static void run_matmul(cublasLtHandle_t lt, const MatmulPlan *plan, cudaStream_t stream) {
-    cublasCheck(cublasLtMatmul(lt, plan->desc, &plan->alpha, plan->a, plan->a_layout, plan->b, plan->b_layout,
-                               &plan->beta, plan->c, plan->c_layout, plan->c, plan->c_layout, &plan->algo,
-                               plan->workspace, plan->workspace_bytes, stream));
+    pick_fastest_algo(lt, plan, candidates, found, stream);
 }
 
 static void destroy_matmul(MatmulPlan *plan) {
@@ -187,40 +243,91 @@ __global__ void cast_bf16_kernel(__nv_bfloat16 *out, const float *in, int64_t n)
 
 // ----------------------------------------------------------------------------
 // loss: the softmax comes from cuDNN (cudnnSoftmaxForward, launched in train_mnist); cross-entropy,
-// accuracy and the gradient of the loss stay one kernel, one thread per row, since cuDNN has neither a
+// accuracy and the gradient of the loss stay one kernel, one warp per row, since cuDNN has neither a
 // cross-entropy nor an accuracy. dlogits = (p - onehot) / rows is one subtraction from cuDNN's p, where
 // cudnnSoftmaxBackward would need dloss/dp = -onehot / (rows * p) as its input: a division by
 // probabilities that can underflow to 0, and one more launch.
+//
+// A row is 10 logits. One thread per row would walk its row three times in series, and a batch of 128
+// rows would be 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of
+// the row's warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each,
+// and a batch of 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared
+// memory: one atomic per block, not per row.
+
+// The sum over the warp's 32 lanes, in every lane. Each step adds the value of the lane `offset` away
+// (xor: a butterfly), so every lane ends with the same total.
+__device__ __forceinline__ float warp_sum(float value) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// The largest value over the warp and the lowest index that holds it, in every lane.
+__device__ __forceinline__ void warp_argmax(float *value, int *index) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        float other = __shfl_xor_sync(0xffffffff, *value, offset);
+        int other_index = __shfl_xor_sync(0xffffffff, *index, offset);
+        if (other > *value || (other == *value && other_index < *index)) {
+            *value = other;
+            *index = other_index;
+        }
+    }
+}
 
 // for each row i:
 //     loss_sum += log(sum_j exp(logits[i][j])) - logits[i][label[i]]
 //     correct  += (argmax_j logits[i][j] == label[i]), ties going to the lowest index      (if correct)
 //     dlogits[i][j] = (probs[i][j] - (j == label[i])) / rows                               (if dlogits)
 // Training asks for dlogits (and passes cuDNN's probs), evaluation for the count.
+// Launch BLOCK_SIZE threads a block, one warp per row.
 __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, int *correct, const float *logits,
                                              const float *probs, const uint8_t *labels, int rows, int classes) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows) return;
-    const float *row = logits + (size_t)i * classes;
-    int label = labels[i];
-    int argmax = 0;
-    for (int j = 1; j < classes; j++) {
-        if (row[j] > row[argmax]) argmax = j;
-    }
-    float max = row[argmax];
-    float sum = 0.0f;
-    for (int j = 0; j < classes; j++) sum += expf(row[j] - max);
-    // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
-    atomicAdd(loss_sum, logf(sum) - (row[label] - max));
-    if (correct && argmax == label) atomicAdd(correct, 1);
-    if (dlogits) {
-        const float *prob_row = probs + (size_t)i * classes;
-        float *dlogits_row = dlogits + (size_t)i * classes;
-        for (int j = 0; j < classes; j++) {
-            float onehot = j == label ? 1.0f : 0.0f;
-            dlogits_row[j] = (prob_row[j] - onehot) / (float)rows;
+    __shared__ float block_loss[WARPS_PER_BLOCK];  // [w]: the loss of warp w's row (0 past the last row)
+    __shared__ int block_hits[WARPS_PER_BLOCK];    // [w]: 1 if warp w's row was predicted right
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int i = blockIdx.x * WARPS_PER_BLOCK + warp;
+    float loss = 0.0f;
+    int hit = 0;
+    if (i < rows) {  // the same for the whole warp, so every shuffle sees all 32 lanes
+        const float *row = logits + (size_t)i * classes;
+        int label = labels[i];
+        float max = -INFINITY;
+        int argmax = classes;  // a lane with no logit loses every comparison
+        for (int j = lane; j < classes; j += WARP_SIZE) {
+            if (row[j] > max) {
+                max = row[j];
+                argmax = j;
+            }
+        }
+        warp_argmax(&max, &argmax);
+        float sum = 0.0f;
+        for (int j = lane; j < classes; j += WARP_SIZE) sum += expf(row[j] - max);
+        sum = warp_sum(sum);
+        // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+        loss = logf(sum) - (row[label] - max);
+        hit = argmax == label;
+        if (dlogits) {
+            const float *prob_row = probs + (size_t)i * classes;
+            float *dlogits_row = dlogits + (size_t)i * classes;
+            for (int j = lane; j < classes; j += WARP_SIZE) {
+                float onehot = j == label ? 1.0f : 0.0f;
+                dlogits_row[j] = (prob_row[j] - onehot) / (float)rows;
+            }
         }
     }
+    if (lane == 0) {
+        block_loss[warp] = loss;
+        block_hits[warp] = hit;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    float block_sum = 0.0f;
+    int block_correct = 0;
+    for (int w = 0; w < WARPS_PER_BLOCK; w++) {
+        block_sum += block_loss[w];
+        block_correct += block_hits[w];
+    }
+    atomicAdd(loss_sum, block_sum);
+    if (correct) atomicAdd(correct, block_correct);
 }
 
 // ----------------------------------------------------------------------------
@@ -232,14 +339,23 @@ __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, in
 // single launch this kernel is, summing and updating at once. So they do not fit a fused update.
 
 // for j < dim: bias[j] -= lr * sum_i dout[i][j]
-// One thread per bias sums its whole column, so it holds the complete gradient and can apply it: with
-// stage 02's atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed
-// buffer and a second kernel).
+// The thread that completes a column's sum holds the whole gradient and can apply it: with stage 02's
+// atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed buffer and a
+// second kernel). A block of 32 x 8 threads owns 32 columns: thread (x, y) sums rows y, y + 8, ... of
+// column x (a warp reads 32 neighbouring floats of a row), and thread (x, 0) adds the 8 partial sums
+// from shared memory in a fixed order, so every run sums alike. (One thread per column would add a batch
+// of 128 rows in series, all in one block.)
 __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float lr, int rows, int dim) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= dim) return;
+    __shared__ float partial[WARPS_PER_BLOCK][WARP_SIZE];  // [y][x]: thread (x, y)'s share of its column
+    int j = blockIdx.x * WARP_SIZE + threadIdx.x;
     float sum = 0.0f;
-    for (int i = 0; i < rows; i++) sum += dout[(size_t)i * dim + j];
+    if (j < dim) {
+        for (int i = threadIdx.y; i < rows; i += WARPS_PER_BLOCK) sum += dout[(size_t)i * dim + j];
+    }
+    partial[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= dim) return;
+    for (int y = 1; y < WARPS_PER_BLOCK; y++) sum += partial[y][threadIdx.x];
     bias[j] -= lr * sum;
 }
 
@@ -247,6 +363,9 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 // launchers
 
 static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
+
+// bias_backward_sgd_kernel: a block of WARP_SIZE x WARPS_PER_BLOCK threads per WARP_SIZE columns
+static unsigned int column_blocks(int dim) { return (unsigned int)((dim + WARP_SIZE - 1) / WARP_SIZE); }
 
 // With --precision bf16, the bf16 copy of in that a GEMM will read; otherwise the GEMMs read in itself.
 static void cast_for_gemm(const MnistConfig *cfg, __nv_bfloat16 *out, const float *in, int64_t n, cudaStream_t stream) {
@@ -283,8 +402,8 @@ static void mlp_backward_sgd(const MnistConfig *cfg, cublasLtHandle_t lt, const 
         cast_for_gemm(cfg, dact16[l + 1], dact[l + 1], (int64_t)rows * out_dim, stream);
         if (l > 0) run_matmul(lt, &input_plans[l], stream);  // the images need no gradient
         run_matmul(lt, &weight_plans[l], stream);
-        bias_backward_sgd_kernel<<<blocks_for(out_dim), BLOCK_SIZE, 0, stream>>>(params + mnist_bias_offset(cfg, l),
-                                                                                 dact[l + 1], cfg->lr, rows, out_dim);
+        bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK), 0, stream>>>(
+            params + mnist_bias_offset(cfg, l), dact[l + 1], cfg->lr, rows, out_dim);
         launchCheck();
     }
 }
@@ -428,7 +547,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cublasLtHandle_t lt;  // stream-free: each matmul names its stream
     cublasCheck(cublasLtCreate(&lt));
     // One plan per GEMM of a step and of an evaluation, bound to its buffers (arguments in the order of
-    // plan_matmul: ops, m, n, k, A, lda, B, ldb, C, ldc, alpha, beta, epilogue, bias, mask, mask ld).
+    // plan_matmul: ops, m, n, k, A, lda, B, ldb, C, ldc, alpha, beta, epilogue, bias, mask, mask ld,
+    // workspace, and the stream its candidate algorithms are timed on).
     MatmulPlan forward_plans[MNIST_MAX_LAYERS];  // [l]: act[l+1] = act[l] @ W_l + b_l (+ ReLU, mask out)
     MatmulPlan eval_plans[MNIST_MAX_LAYERS];     // [l]: the same on the test set, from the snapshot, no mask
     MatmulPlan input_plans[MNIST_MAX_LAYERS];    // [l], l >= 1: dact[l] = (dact[l+1] @ W_l^T) * ReLU' (mask in)
@@ -444,18 +564,18 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         plan_matmul(&forward_plans[l], lt, cfg->precision, "forward", CUBLAS_OP_N, CUBLAS_OP_N, out_dim, batch, in_dim,
                     weight, out_dim, in, in_dim, d_act[l + 1], out_dim, 1.0f, 0.0f,
                     hidden ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS, d_params + b,
-                    hidden ? d_relu_mask[l + 1] : NULL, relu_mask_ld(out_dim), d_workspace, WORKSPACE_BYTES);
+                    hidden ? d_relu_mask[l + 1] : NULL, relu_mask_ld(out_dim), d_workspace, WORKSPACE_BYTES, stream);
         plan_matmul(&eval_plans[l], lt, cfg->precision, "evaluation forward", CUBLAS_OP_N, CUBLAS_OP_N, out_dim,
                     n_test, in_dim, snapshot_weight, out_dim, test_in, in_dim, d_test_act[l + 1], out_dim, 1.0f, 0.0f,
                     hidden ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS, d_snapshot + b, NULL, 0,
-                    d_eval_workspace, WORKSPACE_BYTES);
+                    d_eval_workspace, WORKSPACE_BYTES, stream);
         if (l > 0)
             plan_matmul(&input_plans[l], lt, cfg->precision, "input gradient", CUBLAS_OP_T, CUBLAS_OP_N, in_dim, batch,
                         out_dim, weight, out_dim, dout, out_dim, d_dact[l], in_dim, 1.0f, 0.0f, CUBLASLT_EPILOGUE_DRELU,
-                        NULL, d_relu_mask[l], relu_mask_ld(in_dim), d_workspace, WORKSPACE_BYTES);
+                        NULL, d_relu_mask[l], relu_mask_ld(in_dim), d_workspace, WORKSPACE_BYTES, stream);
         plan_matmul(&weight_plans[l], lt, cfg->precision, "weight update", CUBLAS_OP_N, CUBLAS_OP_T, out_dim, in_dim,
                     batch, dout, out_dim, in, in_dim, d_params + w, out_dim, -cfg->lr, 1.0f, CUBLASLT_EPILOGUE_DEFAULT,
-                    NULL, NULL, 0, d_workspace, WORKSPACE_BYTES);
+                    NULL, NULL, 0, d_workspace, WORKSPACE_BYTES, stream);
     }
     const float one = 1.0f, zero = 0.0f;  // cuDNN's alpha and beta
     TrainClock clock;
@@ -500,7 +620,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
             float *loss_sum = d_step_loss_sum + (int64_t)epoch * steps + step;
             cudnnCheck(cudnnSoftmaxForward(cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, logits_desc,
                                            d_act[n_layers], &zero, logits_desc, d_probs));
-            softmax_cross_entropy_kernel<<<blocks_for(batch), BLOCK_SIZE, 0, stream>>>(
+            softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE, 0, stream>>>(
                 d_dact[n_layers], loss_sum, NULL, d_act[n_layers], d_probs, d_labels, batch, classes);
             launchCheck();
             train_clock_phase_end(&clock, PHASE_LOSS, stream);
@@ -520,7 +640,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         cudaCheck(cudaStreamWaitEvent(eval_stream, snapshot_ready, 0));
         train_clock_phase_begin(&clock, eval_stream);
         mlp_forward(cfg, lt, eval_plans, d_snapshot, d_snapshot16, d_test_act, d_test_act16, n_test, eval_stream);
-        softmax_cross_entropy_kernel<<<blocks_for(n_test), BLOCK_SIZE, 0, eval_stream>>>(
+        softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE, 0, eval_stream>>>(
             NULL, d_test_loss_sum + epoch, d_test_correct + epoch, d_test_act[n_layers], NULL, d_test_labels, n_test,
             classes);
         launchCheck();
