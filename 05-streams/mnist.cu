@@ -25,7 +25,7 @@ Build and run from the repository root (make data fetches MNIST once):
 #include "timing.h"
 #include "trainer.h"
 
-const char *const MNIST_VARIANTS[] = {"tile16-2x2", "tile16", "tile32", "tile64", NULL};  // order of GEMM_VARIANTS
+const char *const MNIST_VARIANTS[] = {"tile16", "tile16-2x2", "tile32", "tile64", NULL};  // order of GEMM_VARIANTS
 const char *const MNIST_PRECISIONS[] = {"fp32", NULL};
 
 #define BLOCK_SIZE 256
@@ -436,10 +436,10 @@ typedef struct {
 } GemmVariant;
 
 static const GemmVariant GEMM_VARIANTS[] = {
-    {8, 2, matmul_forward_tile16_2x2_kernel, matmul_backward_input_tile16_2x2_kernel,
-     matmul_backward_weight_sgd_tile16_2x2_kernel},
     {16, 1, matmul_forward_tile16_kernel, matmul_backward_input_tile16_kernel,
      matmul_backward_weight_sgd_tile16_kernel},
+    {8, 2, matmul_forward_tile16_2x2_kernel, matmul_backward_input_tile16_2x2_kernel,
+     matmul_backward_weight_sgd_tile16_2x2_kernel},
     {16, 2, matmul_forward_tile32_kernel, matmul_backward_input_tile32_kernel,
      matmul_backward_weight_sgd_tile32_kernel},
     {16, 4, matmul_forward_tile64_kernel, matmul_backward_input_tile64_kernel,
