@@ -1,13 +1,18 @@
 # bench/bench.mk: `make bench` (the top Makefile runs `make -f bench/bench.mk bench`), on a GPU machine.
 #
-#   make bench                 the full run, under 10 minutes on an H100: results/<gpu>.csv (started
-#                              afresh; the last run's files go to build/bench/previous/), the curves and
-#                              breakdown CSVs, the README tables and the PNG figures in results/
-#   make bench BENCH=quick     about 2 minutes: every kind of measurement once, into build/bench/quick/;
+#   make bench                 the full run, about 7 minutes on an H200 once built: results/<gpu>.csv
+#                              (started afresh; the last run's files go to build/bench/previous/), the
+#                              curves and breakdown CSVs, the README tables and the PNG figures in results/
+#   make bench BENCH=quick     under 2 minutes: every kind of measurement once, into build/bench/quick/;
 #                              prints the tables and draws the figures there, changes no tracked file
+#   make bench BENCH_BUDGET_S=300
+#                              the measurements' wall-clock budget (default 400 s full, 100 s quick): the
+#                              optional phases (breakdown, torch.compile, size and width sweeps) that
+#                              would pass it are skipped, saying so; tables and figures use what ran
 #
-# What is measured, in which order and how often: bench/run_bench.py (PLANS). Needs python3 with
-# PyTorch and matplotlib for the baselines and the figures; the tables need only the standard library.
+# What is measured, in which order and how often: bench/run_bench.py (PLANS, with each phase's
+# estimated seconds). Needs python3 with PyTorch and matplotlib for the baselines and the figures; the
+# tables need only the standard library.
 
 BENCH ?= full
 PYTHON ?= python3
@@ -31,7 +36,8 @@ bench:
 	$(MAKE) --no-print-directory data
 	@# A failed run still leaves the others' rows: tables and figures are made from what was measured.
 	@status=0; \
-	$(PYTHON) bench/run_bench.py --bench $(BENCH) --results $(RESULTS) || status=1; \
+	$(PYTHON) bench/run_bench.py --bench $(BENCH) --results $(RESULTS) \
+	    $(if $(BENCH_BUDGET_S),--budget-s $(BENCH_BUDGET_S)) || status=1; \
 	$(PYTHON) bench/make_tables.py $(TABLE_FLAGS) || status=1; \
 	$(PYTHON) bench/plots.py --results $(RESULTS) || status=1; \
 	exit $$status

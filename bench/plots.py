@@ -24,6 +24,8 @@ import sys
 
 import results_csv as rc
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # ----------------------------------------------------------------------------
 # selecting what to draw (standard library only)
 
@@ -38,11 +40,12 @@ def series_label(row):
     return row["stage"] if precision == "fp32" else f"{row['stage']} · {precision}"
 
 
-def ladder_data(rows, config):
+def ladder_data(rows, config, defaults=None):
     """(bars, lines) for one configuration: bars = (label, e2e, loop) of the CPU reference and the
-    stages, lines = (label, e2e) of the PyTorch modes; only runs of the configuration's epochs."""
+    stages (default variants, as in the ladder tables), lines = (label, e2e) of the PyTorch modes; only
+    runs of the configuration's epochs."""
     bars, lines = [], []
-    for e in rc.select_entries(rows, config):
+    for e in rc.select_entries(rows, config, defaults):
         if not e.comparable or e.e2e is None:
             continue
         if e.kind == "pytorch":
@@ -52,12 +55,14 @@ def ladder_data(rows, config):
     return bars, lines
 
 
-def _sweep(rows, keep, x_of):
-    """{label: [(x, ms/epoch, throughput)]} sorted by x, newest row per (label, x); series of one
-    point are dropped (a sweep needs two)."""
+def _sweep(rows, keep, x_of, defaults=None):
+    """{label: [(x, ms/epoch, throughput)]} sorted by x, newest row per (label, x), stages in their
+    default variant only; series of one point are dropped (a sweep needs two)."""
+    if defaults is None:
+        defaults = rc.variant_defaults(rows)
     newest = {}
     for row in rows:
-        if not keep(row):
+        if not keep(row) or not rc.is_default_variant(row, defaults):
             continue
         x, ms = x_of(row), rc.number(row, "ms_per_epoch")
         if x is None or ms is None:
@@ -69,11 +74,11 @@ def _sweep(rows, keep, x_of):
     return {label: sorted(points) for label, points in sorted(series.items()) if len(points) >= 2}
 
 
-def size_sweep_data(rows):
+def size_sweep_data(rows, defaults=None):
     """Regression runs of the canonical epochs at any number of points."""
     return _sweep(rows,
                   lambda r: r["trainer"] == "regression" and rc.integer(r, "epochs") == rc.REGRESSION_EPOCHS,
-                  lambda r: rc.integer(r, "points"))
+                  lambda r: rc.integer(r, "points"), defaults)
 
 
 def square_width(hidden):
@@ -82,11 +87,12 @@ def square_width(hidden):
     return int(parts[0]) if len(parts) == 2 and parts[0] == parts[1] and parts[0].isdigit() else None
 
 
-def width_sweep_data(rows):
+def width_sweep_data(rows, defaults=None):
     """MNIST runs with two hidden layers of equal width, batch 128, any epochs (ms/epoch compares)."""
     return _sweep(rows,
-                  lambda r: r["trainer"] == "mnist" and rc.integer(r, "batch") == rc.MNIST_BATCH,
-                  lambda r: square_width(r["hidden"]))
+                  lambda r: r["trainer"] == "mnist" and rc.integer(r, "batch") == rc.MNIST_BATCH
+                  and (r["precision"] or "fp32") in rc.LADDER_PRECISIONS,
+                  lambda r: square_width(r["hidden"]), defaults)
 
 
 def curve_panels(curve_rows):
@@ -288,6 +294,7 @@ def plot_file(plt, csv_path, out_dir):
     stem = os.path.splitext(os.path.basename(csv_path))[0]
     base = os.path.dirname(csv_path)
     rows = rc.read_csv(csv_path, rc.RESULT_COLUMNS)
+    defaults = rc.variant_defaults(rows, rc.source_default_variants(REPO_ROOT))
     source = f"{rc.device_of(rows)} · {os.path.basename(csv_path)}"
     curves_path = os.path.join(base, f"{stem}-curves.csv")
     breakdown_path = os.path.join(base, f"{stem}-breakdown.csv")
@@ -298,7 +305,7 @@ def plot_file(plt, csv_path, out_dir):
         panels = []
         for config in rc.canonical_configs():
             if config.trainer == trainer:
-                bars, lines = ladder_data(rows, config)
+                bars, lines = ladder_data(rows, config, defaults)
                 if bars or lines:
                     subtitle = "regression 5M points" if trainer == "regression" else f"--hidden {config.hidden}"
                     panels.append((f"{subtitle}, {config.epochs} epochs", bars, lines))
@@ -309,10 +316,10 @@ def plot_file(plt, csv_path, out_dir):
             plt, p, f"Regression stage ladder — {source}", out)),
         "ladder-mnist": (ladder_panels("mnist"), lambda p, out: draw_ladder(
             plt, p, f"MNIST stage ladder — {source}", out)),
-        "size-sweep": (size_sweep_data(rows), lambda s, out: draw_sweep(
+        "size-sweep": (size_sweep_data(rows, defaults), lambda s, out: draw_sweep(
             plt, s, "points", "GB/s (minimum traffic)", f"Regression size sweep, "
             f"{rc.REGRESSION_EPOCHS} epochs — {source}", out)),
-        "width-sweep": (width_sweep_data(rows), lambda s, out: draw_sweep(
+        "width-sweep": (width_sweep_data(rows, defaults), lambda s, out: draw_sweep(
             plt, s, "hidden width W (784-W-W-10)", "GFLOP/s", f"MNIST width sweep — {source}", out,
             log2_x=True)),
         "loss-curves": (curve_panels(curve_rows), lambda p, out: draw_curves(

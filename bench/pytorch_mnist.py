@@ -9,10 +9,16 @@ mean softmax cross-entropy of the batch (recorded before the update); the update
 p -= lr * grad. After each epoch: test loss and accuracy. The whole data set is uploaded once and
 batches are gathered on the device (index_select), the fair equivalent of our stage 05 and later.
 
-Modes (--mode, or all): eager; compile-default and compile-max-autotune (torch.compile of the
-loss, its backward compiled with it, and of the evaluation); cuda-graph (the whole training step -
-batch gather, forward, backward, update and loss record - captured once and replayed every step);
-bf16-autocast (matrix products in bf16, against our --precision bf16); cpu.
+Modes (--mode, or all): eager; compile-default and compile-max-autotune (torch.compile of the model
+and loss, whose backward AOTAutograd compiles with it, and of the SGD update, as torch.compile(model)
+and torch.compile(optimizer.step) do; the evaluation compiled too); cuda-graph (the whole training
+step - batch gather, forward, backward and update - captured once and replayed every step);
+bf16-autocast (matrix products in bf16, against our --precision bf16); cpu (--cpu-epochs, timed once).
+
+The compiled functions and the CUDA graph read the step's batch rows from one buffer allocated once
+(self.rows), filled before each step by a copy from the batch order on the device: a compiled
+function then sees the same tensor every step (a slice at a new offset would be a new guard, so a
+recompile), and the graph reads memory that stays its own.
 
   build/02/mnist --export build/bench/export --hidden 128
   python3 bench/pytorch_mnist.py --export-json build/bench/export/mnist-h128.json --mode all
@@ -129,11 +135,14 @@ class Mnist(tc.Baseline):
         self.step_loss = torch.zeros(epochs * self.steps, device=dev)
         self.test_loss = torch.zeros(epochs, device=dev)
         self.test_correct = torch.zeros(epochs, dtype=torch.long, device=dev)
-        # cuda-graph: the step number lives on the device, so that one graph serves every step.
-        self.position = torch.zeros((), dtype=torch.long, device=dev)
+        # The batch's rows (compile modes and cuda-graph): one buffer for every step, see the docstring.
+        self.rows = torch.zeros(self.batch, dtype=torch.long, device=dev)
+        self.static_rows = mode == "cuda-graph" or tc.compiling(mode)
         self.loss_fn = tc.compiled(mode, batch_loss)
+        self.update_fn = tc.compiled(mode, tc.sgd_update)
         self.eval_fn = tc.compiled(mode, test_metrics)
-        tc.keep_addresses(mode, [self.train_x, self.train_y, self.test_x, self.test_y, self.order] + self.params)
+        tc.keep_addresses(mode, [self.train_x, self.train_y, self.test_x, self.test_y, self.order, self.rows]
+                          + self.params)
 
     def upload(self):
         with torch.no_grad():
@@ -147,35 +156,41 @@ class Mnist(tc.Baseline):
                 self.test_y.copy_(self.test_y8)
             for p, value in zip(self.params, self.host.init):
                 p.copy_(value)
-            if self.mode == "cuda-graph":
-                self.position.zero_()
+
+    def batch_rows(self, g):
+        """The rows of global step g: a view of the order (eager, bf16, cpu), or the static buffer
+        filled from it (compile modes, cuda-graph)."""
+        rows = self.order[g * self.batch:(g + 1) * self.batch]
+        if not self.static_rows:
+            return rows
+        self.rows.copy_(rows)
+        return self.rows
 
     def capture(self):
-        # The step number (self.position) picks the batch's rows and the slot of the step's loss, then
-        # counts itself up: every replay trains the next step.
-        offsets = torch.arange(self.batch, device=self.device)
+        # Everything the graph reads is an attribute allocated before the capture: the data set, the
+        # labels, the parameters and self.rows (valid rows for the eager warm-up steps of the capture).
+        self.batch_rows(0)
 
         def step():
-            rows = self.order.index_select(0, torch.add(offsets, self.position, alpha=self.batch))
-            loss = batch_loss(self.params, self.train_x, self.train_y, rows)
-            self.step_loss.index_copy_(0, self.position.view(1), loss.detach().view(1))
+            loss = batch_loss(self.params, self.train_x, self.train_y, self.rows)
             loss.backward()
             tc.sgd_update(self.params, self.lr)
-            self.position.add_(1)
+            return loss.detach()
 
-        self.graph, _ = tc.capture(step, self.params)
+        self.graph, self.graph_loss = tc.capture(step, self.params)
 
     def step(self, g):
+        rows = self.batch_rows(g)
         if self.mode == "cuda-graph":
             self.graph.replay()
+            self.step_loss[g] = self.graph_loss
             return
         tc.mark_step(self.mode)
-        rows = self.order[g * self.batch:(g + 1) * self.batch]
         with tc.autocast(self.mode):
             loss = self.loss_fn(self.params, self.train_x, self.train_y, rows)
         self.step_loss[g] = loss.detach()
         loss.backward()
-        tc.sgd_update(self.params, self.lr)
+        self.update_fn(self.params, self.lr)
         for p in self.params:
             p.grad = None
 
@@ -202,23 +217,27 @@ def main():
     args = tc.parse_args("mnist", tc.MODES)
     spec = tc.load_export(args.export_json, "mnist")
     epochs = args.epochs or spec["epochs"]
-    if epochs > spec["epochs"]:
-        tc.fail(f"--epochs {epochs}: the export has a batch order for {spec['epochs']} epochs; "
-                f"export again with --epochs {epochs}", tc.EXIT_USAGE)
-    host = load_host(spec, epochs)
+    cpu_epochs = args.cpu_epochs or epochs
+    for flag, value in (("--epochs", epochs), ("--cpu-epochs", cpu_epochs)):
+        if value > spec["epochs"]:
+            tc.fail(f"{flag} {value}: the export has a batch order for {spec['epochs']} epochs; "
+                    f"export again with --epochs {value}", tc.EXIT_USAGE)
+    host = load_host(spec, max(epochs, cpu_epochs if "cpu" in args.modes else 0))
     torch.set_float32_matmul_precision("highest")  # fp32 GEMMs in fp32 (no TF32), as our fp32 stages
     print(f"pytorch mnist: sizes {'-'.join(map(str, spec['sizes']))}, batch {spec['batch']}, {epochs} epochs, "
           f"lr {spec['lr']:g}, torch {torch.__version__}", flush=True)
 
     for mode in args.modes:
-        baseline = Mnist(mode, spec, host, epochs)
+        mode_epochs = cpu_epochs if mode == "cpu" else epochs
+        tc.start_mode(mode)
+        baseline = Mnist(mode, spec, host, mode_epochs)
         timing = tc.measure(baseline, args.repeat)
         step_loss = baseline.step_loss.tolist()
         test_loss = baseline.test_loss.tolist()
         test_acc = [c / spec["n_test"] for c in baseline.test_correct.tolist()]
         last_epoch = step_loss[-baseline.steps:]
         row = tc.result_row("mnist", mode, timing, hidden=spec["hidden"], batch=str(spec["batch"]),
-                            epochs=str(epochs), lr=tc.fmt(spec["lr"], "g"),
+                            epochs=str(mode_epochs), lr=tc.fmt(spec["lr"], "g"),
                             train_loss=tc.fmt(sum(last_epoch) / len(last_epoch), ".8g"),
                             test_loss=tc.fmt(test_loss[-1], ".8g"), test_acc=tc.fmt(test_acc[-1], ".6f"))
         # As the C drivers write them: step losses by global step (0-based), test figures by epochs done.

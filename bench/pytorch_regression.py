@@ -8,10 +8,12 @@ taken by autograd, the update p -= lr * grad. As in the C trainers, epoch e reco
 MSE of the parameters it starts with when e % log_every == 0 or e is the last epoch, and the row's
 test_loss is the test MSE of the trained parameters.
 
-Modes (--mode, or all): eager; compile-default and compile-max-autotune (torch.compile of the loss:
-its backward is compiled with it); cuda-graph (an epoch's forward, backward and update captured once
-and replayed every epoch); cpu. bf16-autocast does not apply: autocast changes matrix products, and
-this model has none.
+Modes (--mode, or all): eager; compile-default and compile-max-autotune (torch.compile of the loss,
+whose backward AOTAutograd compiles with it, and of the update, as torch.compile(optimizer.step) does;
+the test loss is a function of its own, so that its shape is not a recompile of the training loss);
+cuda-graph (an epoch's forward, backward and update captured once and replayed every epoch); cpu
+(--cpu-epochs, timed once). bf16-autocast does not apply: autocast changes matrix products, and this
+model has none.
 
   build/02/regression --export build/bench/export
   python3 bench/pytorch_regression.py --export-json build/bench/export/regression-5000000.json --mode all
@@ -25,6 +27,13 @@ MODES = tuple(m for m in tc.MODES if m != "bf16-autocast")
 
 
 def mse(w, b, x, y):
+    residual = w * x + b - y
+    return (residual * residual).mean()
+
+
+def test_mse(w, b, x, y):
+    """The test loss: mse under another name, so that torch.compile compiles it as a function of its
+    own (compiled code is cached per function: the test set's shape would recompile mse)."""
     residual = w * x + b - y
     return (residual * residual).mean()
 
@@ -51,6 +60,8 @@ class Regression(tc.Baseline):
         self.train_loss = torch.zeros(len(logged), device=self.device)
         self.test_loss = torch.zeros(len(logged), device=self.device)
         self.loss_fn = tc.compiled(mode, mse)
+        self.test_fn = tc.compiled(mode, test_mse)
+        self.update_fn = tc.compiled(mode, tc.sgd_update)
         tc.keep_addresses(mode, list(self.data) + self.params)
 
     def upload(self):
@@ -62,13 +73,13 @@ class Regression(tc.Baseline):
                 p.fill_(value)
 
     def capture(self):
-        x, y = self.data[0], self.data[1]
-
+        # Everything the graph reads is an attribute allocated before the capture: the data and the
+        # parameters (tc.capture says why).
         def step():
-            loss = mse(*self.params, x, y)
+            loss = mse(*self.params, self.data[0], self.data[1])
             loss.backward()
             tc.sgd_update(self.params, self.lr)
-            return loss
+            return loss.detach()
 
         self.graph, self.graph_loss = tc.capture(step, self.params)
 
@@ -79,7 +90,7 @@ class Regression(tc.Baseline):
             tc.mark_step(self.mode)
             if slot is not None:
                 with torch.no_grad():
-                    self.test_loss[slot] = self.loss_fn(*self.params, x_test, y_test)
+                    self.test_loss[slot] = self.test_fn(*self.params, x_test, y_test)
             if self.mode == "cuda-graph":
                 self.graph.replay()
                 loss = self.graph_loss
@@ -89,7 +100,7 @@ class Regression(tc.Baseline):
                 self.train_loss[slot] = loss.detach()
             if self.mode != "cuda-graph":
                 loss.backward()
-                tc.sgd_update(self.params, self.lr)
+                self.update_fn(self.params, self.lr)
                 for p in self.params:
                     p.grad = None
             if clock is not None:
@@ -105,24 +116,27 @@ def main():
     x = tc.read_array(spec, "x", "<f4", spec["points"])
     y = tc.read_array(spec, "y", "<f4", spec["points"])
     epochs = args.epochs or spec["epochs"]
+    cpu_epochs = args.cpu_epochs or epochs
     print(f"pytorch regression: {spec['points']:,} points ({spec['n_train']:,} train), {epochs} epochs, "
           f"lr {spec['lr']:g}, torch {torch.__version__}", flush=True)
 
     for mode in args.modes:
-        baseline = Regression(mode, spec, x, y, epochs)
+        mode_epochs = cpu_epochs if mode == "cpu" else epochs
+        tc.start_mode(mode)
+        baseline = Regression(mode, spec, x, y, mode_epochs)
         timing = tc.measure(baseline, args.repeat)
         w, b = (float(v) for v in baseline.trained)
         with torch.no_grad():
             final_test = float(mse(*baseline.params, baseline.data[2], baseline.data[3]))
         train_loss, test_loss = baseline.train_loss.tolist(), baseline.test_loss.tolist()
-        row = tc.result_row("regression", mode, timing, points=str(spec["points"]), epochs=str(epochs),
+        row = tc.result_row("regression", mode, timing, points=str(spec["points"]), epochs=str(mode_epochs),
                             lr=tc.fmt(spec["lr"], "g"), train_loss=tc.fmt(train_loss[-1], ".8g"),
                             test_loss=tc.fmt(final_test, ".8g"), w=tc.fmt(w, ".8g"), b=tc.fmt(b, ".8g"))
         # As the C driver writes them: losses by logged epoch, and the test loss of the trained
         # parameters at index epochs.
         points = [("train_loss", e, train_loss[k]) for e, k in baseline.slot.items()]
         points += [("test_loss", e, test_loss[k]) for e, k in baseline.slot.items()]
-        points.append(("test_loss", epochs, final_test))
+        points.append(("test_loss", mode_epochs, final_test))
         curves = [{"stage": "pytorch", "trainer": "regression", "variant": mode, "hidden": "", "series": series,
                    "index": index, "value": tc.fmt(value, ".8g")} for series, index, value in points]
         tc.print_row(row)

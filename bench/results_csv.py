@@ -42,6 +42,10 @@ PHASES = ("h2d", "forward", "loss", "backward", "update", "eval", "d2h")
 REFERENCE = "cpu-reference"
 PYTORCH = "pytorch"
 
+# The precisions a ladder table shows for a stage (PyTorch has a counterpart for each: its fp32 modes
+# and bf16-autocast); other precisions (tf32) appear in the stage's variants table only.
+LADDER_PRECISIONS = ("fp32", "bf16")
+
 
 class SchemaError(Exception):
     """A CSV file whose header is not the one this module expects."""
@@ -166,6 +170,60 @@ def throughput(row):
 
 
 # ----------------------------------------------------------------------------
+# variants: a stage's rows in its default variant are the ladder's; the others are attribution rows
+
+VARIANT_LIST = re.compile(r"const\s+char\s*\*\s*const\s+(REGRESSION|MNIST)_VARIANTS\s*\[\s*\]\s*=\s*\{\s*\"([^\"]+)\"")
+
+
+def source_default_variants(root):
+    """{(stage, trainer): the stage's default variant}: the first name of REGRESSION_VARIANTS /
+    MNIST_VARIANTS in root/NN-*/{regression,mnist}.cu (common/trainer.h: the first is the default)."""
+    found = {}
+    if not os.path.isdir(root):
+        return found
+    for name in sorted(os.listdir(root)):
+        match = re.fullmatch(r"(0[2-7])-[\w-]+", name)
+        if not match:
+            continue
+        for trainer in ("regression", "mnist"):
+            try:
+                with open(os.path.join(root, name, f"{trainer}.cu"), encoding="utf-8") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            listed = VARIANT_LIST.search(text)
+            if listed and listed.group(1).lower() == trainer:
+                found[(match.group(1), trainer)] = listed.group(2)
+    return found
+
+
+def variant_defaults(rows, known=None):
+    """{(stage, trainer): default variant} for the GPU stages in rows. known (source_default_variants)
+    decides where its name has rows; otherwise the variant of the first row of that stage and trainer
+    (make bench runs every stage's default before its other variants)."""
+    defaults = {}
+    seen = {}
+    for row in rows:
+        if row["stage"] in (PYTORCH, REFERENCE):
+            continue
+        key = (row["stage"], row["trainer"])
+        seen.setdefault(key, set()).add(row["variant"])
+        defaults.setdefault(key, row["variant"])
+    for key, name in (known or {}).items():
+        if name in seen.get(key, ()):
+            defaults[key] = name
+    return defaults
+
+
+def is_default_variant(row, defaults):
+    """True for the reference, PyTorch and a stage's default variant (a stage not in defaults: any)."""
+    if row["stage"] in (PYTORCH, REFERENCE):
+        return True
+    key = (row["stage"], row["trainer"])
+    return key not in defaults or row["variant"] == defaults[key]
+
+
+# ----------------------------------------------------------------------------
 # choosing rows: one per "entry" (a stage at a precision, the reference, a PyTorch mode)
 
 class Config:
@@ -254,21 +312,62 @@ def _order(entry):
     return (2, rank, variant)
 
 
-def select_entries(rows, config):
-    """The entries of config's table, ordered: CPU reference, fp32 stages, other precisions, PyTorch.
-
-    For each entry the newest (last) row wins, and a row that ran the configuration's epochs wins
-    over any that did not (e.g. a 1-epoch CPU reference, or a shorter sweep run of the same model).
-    """
+def _newest(rows, config, key_of):
+    """{key: Entry}: per key the newest (last) row, a row that ran the configuration's epochs winning
+    over any that did not (e.g. a 1-epoch CPU reference, or a shorter sweep run of the same model)."""
     chosen = {}
     for row in rows:
         if not config.matches(row):
             continue
+        key = key_of(row)
+        if key is None:
+            continue
         entry = Entry(row, config.epochs)
-        key = _identity(row)
         if entry.comparable or key not in chosen or not chosen[key].comparable:
             chosen[key] = entry
-    return sorted(chosen.values(), key=_order)
+    return chosen
+
+
+def select_entries(rows, config, defaults=None):
+    """The entries of config's ladder table, ordered: CPU reference, fp32 stages, bf16 stages, PyTorch.
+
+    Stages count in their default variant (defaults: variant_defaults, computed from rows when None)
+    and at the LADDER_PRECISIONS only. For each entry the newest row wins, one that ran the
+    configuration's epochs first.
+    """
+    if defaults is None:
+        defaults = variant_defaults(rows)
+
+    def key_of(row):
+        if row["stage"] not in (PYTORCH, REFERENCE) and (
+                not is_default_variant(row, defaults) or (row["precision"] or "fp32") not in LADDER_PRECISIONS):
+            return None
+        return _identity(row)
+
+    return sorted(_newest(rows, config, key_of).values(), key=_order)
+
+
+def variant_entries(rows, config, stage, defaults=None):
+    """A stage's entries of every variant and precision for config: the default variant's fp32 entry
+    first, then in the order the rows were first written (make bench: the stage's own order). Newest
+    row per (variant, precision), one of the configuration's epochs first."""
+    if defaults is None:
+        defaults = variant_defaults(rows)
+    first_seen = {}
+    for row in rows:
+        if row["stage"] == stage and config.matches(row):
+            first_seen.setdefault((row["variant"], row["precision"] or "fp32"), len(first_seen))
+
+    def key_of(row):
+        return (row["variant"], row["precision"] or "fp32") if row["stage"] == stage else None
+
+    chosen = _newest(rows, config, key_of)
+    default = defaults.get((stage, config.trainer))
+
+    def order(key):
+        return (key != (default, "fp32"), key[0] != default, first_seen[key])
+
+    return [chosen[k] for k in sorted(chosen, key=order)]
 
 
 def ratio(numerator, denominator):

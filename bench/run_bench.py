@@ -2,27 +2,42 @@
 """bench/run_bench.py: every measurement of `make bench`, appended to the CSV files of one GPU.
 
 Run by bench/bench.mk after the build and `make data`; standard library only (the PyTorch scripts it
-starts need PyTorch). In order:
+starts need PyTorch). The phases, essential ones first, then the optional ones while the budget lasts:
 
-  vector add  stage 01's versions (build/01/vector_add --version all)
-  size sweep  regression at every size of the plan, each stage until a run would take too long
-  ladder      every stage 02-07 on the canonical configs (regression 5M points / 200 epochs; MNIST
-              --hidden 0, 128, 1024,1024 / 10 epochs), --precision bf16 where a stage offers it
-  reference   the CPU reference (common/reference.c) on the canonical configs it can afford
-  pytorch     every PyTorch mode of the plan on the canonical configs
-  breakdown   each stage with --breakdown (per-phase times, parsed from its output)
-  width sweep MNIST with two hidden layers of width W: the last stage against PyTorch
+  vector add   stage 01's versions (build/01/vector_add --version all)
+  ladder       every stage 02-07 on the canonical configs (regression 5M points / 200 epochs; MNIST
+               --hidden 0, 128, 1024,1024 / 10 epochs) in its DEFAULT variant, and --precision bf16
+               (at plan.bf16_hidden) where a stage offers it
+  variants     the attribution rows of the stage READMEs (VARIANT_RUNS): the other variants and
+               precisions of stages 04, 06 and 07, same configs
+  reference    the CPU reference (common/reference.c): regression, MNIST at the epochs it can afford
+  pytorch      PyTorch eager, cuda-graph, bf16-autocast and cpu on the canonical configs
+  -- optional, skipped (saying why) once the budget is spent:
+  breakdown    each stage with --breakdown (per-phase times, parsed from its output)
+  compile      PyTorch compile-default and compile-max-autotune on regression and MNIST --hidden 128
+  size sweep   regression at other sizes, each stage until a run would take too long, and PyTorch
+  width sweep  MNIST with two hidden layers of width W: the last stage against PyTorch
 
-The size sweep runs before the ladder so that the ladder's runs (more repeats) are the newest rows of
-the canonical configuration. Output: RESULTS/<slug>.csv, <slug>-curves.csv, <slug>-breakdown.csv
-(<slug> from the GPU's name); files of an earlier run for the same GPU are moved to
-build/bench/previous/<time>/ first. Exit status 1 when any run failed (the others still ran).
+The budget (--budget-s, env BENCH_BUDGET_S; the plan's budget_s by default) bounds the wall time: an
+optional phase, or a run inside one, that would start past it (or whose estimate would take it past
+it) is skipped with the reason printed, and an optional run still going at the budget plus a grace
+period is stopped. Tables and figures are then made from what was measured. Each phase prints its
+elapsed seconds, and the summary compares them with the plan's estimates.
+
+Which variant is a stage's default, and which variants and precisions it offers, the stage itself
+says: `build/NN/TRAINER --variant ?` answers "... valid: a, b, c", the first being the default. The
+ladder runs never pass --variant, so they are the default's rows.
+
+Output: RESULTS/<slug>.csv, <slug>-curves.csv, <slug>-breakdown.csv (<slug> from the GPU's name);
+files of an earlier run for the same GPU are moved to build/bench/previous/<time>/ first. Exit status
+1 when any run failed (the others still ran); skipped and stopped runs are not failures.
 """
 
 import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,37 +48,116 @@ import results_csv as rc
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXIT_USAGE = 2  # common/exit_codes.h: a stage that does not offer a flag value answers with it
+GRACE_S = 10  # an optional run still going this long past the budget is stopped
+
+# Stages whose MNIST GEMMs are the naive ones: at --hidden 1024,1024 a run takes seconds per epoch, so
+# the ladder times them once instead of plan.repeat times.
+NAIVE_GEMM_STAGES = ("02", "03")
+
+# The attribution rows of the stage READMEs (make_tables.py draws a variants table per stage from
+# them): (stage, trainer, flag, names, MNIST --hidden values). names None: every name the stage offers
+# but its default (the ladder ran that one). A name or stage that is not offered is skipped, saying so.
+VARIANT_RUNS = (
+    ("04", "regression", "variant", None, ("",)),            # shared (default), atomic, shuffle
+    ("06", "regression", "variant", None, ("",)),            # cublas (default), fused
+    ("07", "regression", "variant", None, ("",)),            # cublas (default), fused
+    ("04", "mnist", "variant", None, ("128", "1024,1024")),  # every tile shape
+    ("07", "mnist", "variant", None, rc.MNIST_HIDDEN),       # epoch-graph (default), step-graph
+    ("06", "mnist", "precision", ("tf32", "bf16"), ("1024,1024",)),
+)
+
+ESSENTIAL = ("vector add", "ladder", "variants", "reference", "pytorch")
+OPTIONAL = ("breakdown", "compile", "size sweep", "width sweep")
 
 
-# What each kind of run measures. The time budgets (quick: about 2 minutes, full: under 10 on an H100)
-# are estimates made before any measurement; the summary at the end of a run prints the real times.
+# What each kind of run measures, and the seconds each phase is expected to take on an H200 (NVIDIA
+# H200, first run on a machine: inductor's caches cold), from a smoke run's PyTorch figures (MNIST
+# eager 224 ms/epoch, compilation and autotuning about 2 minutes for both compile modes together) and
+# napkin math for the C stages (about 1 s of process, CUDA and data start-up per run). The summary at
+# the end of a run prints the real times next to these.
 PLANS = {
-    # About 2 minutes: everything once, timed once, no torch.compile (it compiles for 10-60 s per model).
+    # Under 2 minutes with `make bench BENCH=quick`: every kind of measurement once, at one MNIST
+    # width, timed once, no torch.compile (compiling takes 10-100 s per model).
     "quick": SimpleNamespace(
-        repeat=1,
-        sizes=(50_000, 5_000_000, 50_000_000), size_limit_s=4, size_modes=(),
-        reference_mnist=("0",), reference_epochs=10,
-        regression_modes=("eager", "cuda-graph"), mnist_modes=("eager", "cuda-graph", "bf16-autocast"),
-        cpu_epochs={}, breakdown_epochs={"regression": 20, "mnist": 1},
-        widths=(256, 4096), width_epochs=1, width_modes=("eager", "cuda-graph"),
+        budget_s=100,
+        repeat=1, pytorch_repeat={"regression": 1, "mnist": 1},
+        mnist_hidden=("128",), bf16_hidden=("128",), naive_repeat=1,
+        reference_mnist={"128": 1},
+        regression_modes=("eager", "cuda-graph"), mnist_modes=("eager", "cuda-graph"), cpu_epochs={},
+        compile_modes=(), compile_configs={},
+        breakdown_epochs={"regression": 20, "mnist": 1},
+        sizes=(50_000, 500_000), size_limit_s=4, size_pytorch=(), size_modes=(),
+        widths=(512, 2048), width_epochs=1, width_modes=("eager",), width_bf16=False,
+        estimate_s={"vector add": 3, "ladder": 22, "variants": 10, "reference": 5, "pytorch": 21,
+                    "breakdown": 14, "compile": 0, "size sweep": 9, "width sweep": 15},
     ),
-    # Under 10 minutes: 3 timed runs per canonical configuration, every PyTorch mode there; the sweeps
-    # leave out the compile modes (compiling for every size and width alone would take minutes) and the
-    # CPU (seconds per epoch at the large sizes).
+    # About 6.5 minutes of measurements (the budget: 400 s): 3 timed runs per canonical C
+    # configuration (1 for the naive GEMMs at 1024,1024; 2 for PyTorch MNIST), every PyTorch mode on
+    # the canonical configs but torch.compile on regression and --hidden 128 only, bf16 at 1024,1024,
+    # the CPU references and PyTorch cpu at 1 MNIST epoch (rows marked "(1 epoch)", compared by
+    # ms/epoch); the sweeps time once, leave out the compile modes and the CPU, and stop a stage's
+    # size sweep before a run predicted to pass size_limit_s.
     "full": SimpleNamespace(
-        repeat=3,
-        sizes=(5_000, 50_000, 500_000, 5_000_000, 50_000_000, 100_000_000), size_limit_s=20,
-        size_modes=("eager", "cuda-graph"),
-        reference_mnist=("0", "128"), reference_epochs=10,
-        regression_modes=("eager", "compile-default", "compile-max-autotune", "cuda-graph"),
-        mnist_modes=("eager", "compile-default", "compile-max-autotune", "cuda-graph", "bf16-autocast"),
-        cpu_epochs={"regression": rc.REGRESSION_EPOCHS, "0": rc.MNIST_EPOCHS, "128": rc.MNIST_EPOCHS,
-                    "1024,1024": 1},
+        budget_s=400,
+        repeat=3, pytorch_repeat={"regression": 3, "mnist": 2},
+        mnist_hidden=rc.MNIST_HIDDEN, bf16_hidden=("1024,1024",), naive_repeat=1,
+        reference_mnist={"0": 1, "128": 1},
+        regression_modes=("eager", "cuda-graph"), mnist_modes=("eager", "cuda-graph"),
+        cpu_epochs={"regression": rc.REGRESSION_EPOCHS, "0": 1, "128": 1, "1024,1024": 1},
+        compile_modes=("compile-default", "compile-max-autotune"),
+        compile_configs={"regression": 35, "128": 95},  # config -> estimated seconds (both modes)
         breakdown_epochs={"regression": rc.REGRESSION_EPOCHS, "mnist": 2},
-        widths=(128, 256, 512, 1024, 2048, 4096), width_epochs=2,
-        width_modes=("eager", "cuda-graph", "bf16-autocast"),
+        sizes=(5_000, 50_000, 500_000, 50_000_000), size_limit_s=15,
+        size_pytorch=(50_000_000,), size_modes=("eager", "cuda-graph"),
+        widths=(2048, 4096), width_epochs=2, width_modes=("eager", "cuda-graph", "bf16-autocast"),
+        width_bf16=True,  # with the ladder's --hidden 1024,1024 rows: widths 1024, 2048, 4096
+        estimate_s={"vector add": 3, "ladder": 70, "variants": 35, "reference": 12, "pytorch": 60,
+                    "breakdown": 20, "compile": 130, "size sweep": 37, "width sweep": 24},
     ),
 }
+
+
+class Budget:
+    """Wall-clock seconds since the start, against a budget."""
+
+    def __init__(self, seconds, clock=time.perf_counter):
+        self.seconds = seconds
+        self.clock = clock
+        self.start = clock()
+
+    def elapsed(self):
+        return self.clock() - self.start
+
+    def remaining(self):
+        return self.seconds - self.elapsed()
+
+    def allows(self, estimate_s=0.0):
+        """Whether something expected to take estimate_s seconds ends within the budget."""
+        return self.elapsed() + estimate_s <= self.seconds
+
+
+def budget_seconds(plan, argument=None, environ=os.environ):
+    """--budget-s, else BENCH_BUDGET_S, else the plan's; ValueError on anything but a positive number."""
+    text = argument if argument is not None else environ.get("BENCH_BUDGET_S", "").strip()
+    if text in ("", None):
+        return float(plan.budget_s)
+    value = float(text)
+    if not value > 0:
+        raise ValueError(f"the budget must be a positive number of seconds, not {text!r}")
+    return value
+
+
+VALID_NAMES = re.compile(r"valid: (.+?)\s*$")
+
+
+def parse_valid_names(text):
+    """The names of "... is not available in stage 04 regression; valid: shared, atomic, shuffle" (what
+    common/args.c answers to an unknown --variant or --precision), or None."""
+    for line in text.splitlines():
+        match = VALID_NAMES.search(line)
+        if match:
+            return [name.strip() for name in match.group(1).split(",") if name.strip()]
+    return None
 
 
 def predict_seconds(first_seconds, last_points, last_seconds, next_points):
@@ -98,63 +192,161 @@ def gpu_name():
 
 
 class Bench:
-    def __init__(self, plan, results_dir, stages, slug):
+    def __init__(self, plan, results_dir, stages, slug, budget):
         self.plan = plan
         self.stages = stages  # ["02", "03", ...], those built
+        self.budget = budget
         self.csv = os.path.join(results_dir, f"{slug}.csv")
         self.curves = os.path.join(results_dir, f"{slug}-curves.csv")
         self.breakdown = os.path.join(results_dir, f"{slug}-breakdown.csv")
         self.export_dir = os.path.join("build", "bench", "export")
         self.failures = []
+        self.skipped = []  # what the budget left out, and why
         self.phase_seconds = []
+        self.exports = {}  # "regression" or an MNIST --hidden -> the canonical export's JSON
+        self.done = set()  # (stage, trainer, hidden, variant, precision) of the C runs made
+        self.names = {}  # (stage, trainer, flag) -> the names the stage offers
+        self.optional = False  # inside an optional phase: runs are checked against the budget
+
+    # ---- the budget
+
+    def skip(self, what, why):
+        self.skipped.append(f"{what}: {why}")
+        print(f"-- skipped: {what}: {why}", flush=True)
+
+    def fits(self, what, estimate_s):
+        """Inside an optional phase: whether a run expected to take estimate_s seconds fits the budget
+        (saying so when it does not); outside, always."""
+        if not self.optional or self.budget.allows(estimate_s):
+            return True
+        self.skip(what, f"{self.budget.elapsed():.0f} s elapsed + about {estimate_s:.0f} s would pass the "
+                        f"budget of {self.budget.seconds:.0f} s (BENCH_BUDGET_S)")
+        return False
+
+    def timeout(self):
+        """An optional run may last until the budget plus GRACE_S; an essential one has no limit."""
+        return max(self.budget.remaining() + GRACE_S, 1.0) if self.optional else None
+
+    def phase(self, name, work, optional=False):
+        estimate = self.plan.estimate_s.get(name)
+        print(f"\n== {name} (about {estimate} s planned; {self.budget.elapsed():.0f} s elapsed)", flush=True)
+        if optional and not self.budget.allows():
+            self.skip(f"phase {name}", f"{self.budget.elapsed():.0f} s elapsed, past the budget of "
+                                       f"{self.budget.seconds:.0f} s (BENCH_BUDGET_S)")
+            self.phase_seconds.append((name, estimate, None))
+            return
+        self.optional = optional
+        start = time.perf_counter()
+        try:
+            work()
+        finally:
+            self.optional = False
+        seconds = time.perf_counter() - start
+        self.phase_seconds.append((name, estimate, seconds))
+        print(f"== {name}: {seconds:.1f} s (total {self.budget.elapsed():.0f} s)", flush=True)
 
     # ---- running things
 
     def run(self, command, capture=False, allowed=(0,)):
-        """Runs command (printed first); returns (exit status, stdout if captured, wall seconds).
-        A status outside allowed is recorded as a failure."""
+        """Runs command (printed first); returns (exit status, stdout if captured, wall seconds). A
+        status outside allowed is recorded as a failure; an optional run stopped at the budget returns
+        status None and is recorded as skipped."""
         print("$ " + " ".join(command), flush=True)
         start = time.perf_counter()
-        out = subprocess.run(command, stdout=subprocess.PIPE if capture else None, text=True)
+        timeout = self.timeout()
+        # A run that may be stopped gets a process group of its own, so that stopping it stops its
+        # helpers too (torch.compile's compile workers).
+        try:
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE if capture else None, text=True,
+                                    start_new_session=timeout is not None)
+        except OSError as err:
+            self.failures.append(f"cannot run {' '.join(command)}: {err}")
+            return 127, "", 0.0
+        try:
+            stdout, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            seconds = time.perf_counter() - start
+            self.skip(" ".join(command), f"stopped after {seconds:.0f} s: past the budget of "
+                                         f"{self.budget.seconds:.0f} s plus {GRACE_S} s")
+            return None, "", seconds
         seconds = time.perf_counter() - start
-        if capture and out.stdout:
-            print(out.stdout, end="", flush=True)
-        if out.returncode not in allowed:
-            self.failures.append(f"exit {out.returncode}: {' '.join(command)}")
-        return out.returncode, out.stdout, seconds
+        if capture and stdout:
+            print(stdout, end="", flush=True)
+        if proc.returncode not in allowed:
+            self.failures.append(f"exit {proc.returncode}: {' '.join(command)}")
+        return proc.returncode, stdout, seconds
 
-    def c_run(self, stage, trainer, flags, repeat, curve=False, allowed=(0,)):
+    def offered(self, stage, trainer, flag):
+        """The names a stage offers for --variant or --precision (MNIST), its default first, from its
+        own answer to an unknown name; None when it gives none."""
+        key = (stage, trainer, flag)
+        if key not in self.names:
+            try:
+                out = subprocess.run([f"build/{stage}/{trainer}", f"--{flag}", "?"], capture_output=True,
+                                     text=True, timeout=30)
+                self.names[key] = parse_valid_names(out.stderr)
+            except (OSError, subprocess.SubprocessError):
+                self.names[key] = None
+            if self.names[key] is None:
+                print(f"-- build/{stage}/{trainer} --{flag} ?: no list of names in its answer", flush=True)
+        return self.names[key]
+
+    def c_run(self, stage, trainer, flags, repeat, curve=False, variant=None, precision=None):
+        """One run of build/<stage>/<trainer> with result rows; variant and precision None: the stage's
+        defaults (no flag passed). Returns the exit status (EXIT_USAGE: not offered, not a failure)."""
         command = [f"build/{stage}/{trainer}", "--quiet", "--repeat", str(repeat), "--csv", self.csv] + flags
+        if variant is not None:
+            command += ["--variant", variant]
+        if precision is not None:
+            command += ["--precision", precision]
         if curve:
             command += ["--curve", self.curves]
-        return self.run(command, allowed=allowed)
+        status, _, _ = self.run(command, allowed=(0, EXIT_USAGE) if variant or precision else (0,))
+        hidden = flags[flags.index("--hidden") + 1] if "--hidden" in flags else ""
+        self.done.add((stage, trainer, hidden, variant, precision))
+        return status
 
-    def pytorch(self, trainer, export_json, modes, repeat, epochs=None, curve=False):
+    def canonical_flags(self, trainer, hidden=""):
+        if trainer == "regression":
+            return ["--points", str(rc.REGRESSION_POINTS), "--epochs", str(rc.REGRESSION_EPOCHS)]
+        return ["--hidden", hidden, "--epochs", str(rc.MNIST_EPOCHS)]
+
+    def pytorch(self, trainer, export_json, modes, repeat, epochs=None, cpu_epochs=None, curve=False):
         command = [sys.executable, f"bench/pytorch_{trainer}.py", "--export-json", export_json,
                    "--mode", ",".join(modes), "--repeat", str(repeat), "--csv", self.csv]
         if epochs is not None:
             command += ["--epochs", str(epochs)]
+        if cpu_epochs is not None:
+            command += ["--cpu-epochs", str(cpu_epochs)]
         if curve:
             command += ["--curve", self.curves]
         return self.run(command)
 
     def export(self, subdir, trainer, flags):
-        """Exports with the first stage's driver (every driver writes the same files); returns the JSON path."""
+        """Exports with the first stage's driver (every driver writes the same files); returns the JSON
+        path, or None when the export failed."""
         directory = os.path.join(self.export_dir, subdir)
-        self.run([f"build/{self.stages[0]}/{trainer}", "--quiet", "--export", directory] + flags)
+        status, _, _ = self.run([f"build/{self.stages[0]}/{trainer}", "--quiet", "--export", directory] + flags)
+        if status != 0:
+            return None
         if trainer == "regression":
             points = flags[flags.index("--points") + 1]
             return os.path.join(directory, f"regression-{points}.json")
         hidden = flags[flags.index("--hidden") + 1]
         return os.path.join(directory, f"mnist-h{hidden.replace(',', '-')}.json")
 
-    def phase(self, name, work):
-        print(f"\n== {name}", flush=True)
-        start = time.perf_counter()
-        work()
-        self.phase_seconds.append((name, time.perf_counter() - start))
+    def canonical_export(self, config):
+        """The canonical export of "regression" or of an MNIST --hidden, made once."""
+        if config not in self.exports:
+            if config == "regression":
+                self.exports[config] = self.export("canonical", "regression", ["--points", str(rc.REGRESSION_POINTS)])
+            else:
+                self.exports[config] = self.export("canonical", "mnist", self.canonical_flags("mnist", config))
+        return self.exports[config]
 
-    # ---- the phases (exports happen where PyTorch needs them)
+    # ---- the essential phases
 
     def vector_add(self):
         if os.access("build/01/vector_add", os.X_OK):
@@ -162,85 +354,91 @@ class Bench:
         else:
             print("-- build/01/vector_add is not built: no stage 01 rows", flush=True)
 
-    def size_sweep(self):
-        plan = self.plan
-        for stage in self.stages:
-            self.sweep(f"stage {stage}", lambda n, s=stage: self.c_run(
-                s, "regression", ["--points", str(n), "--epochs", str(rc.REGRESSION_EPOCHS)],
-                plan.repeat if n <= rc.REGRESSION_POINTS else 1))
-        if plan.size_modes:
-            self.sweep("PyTorch " + ",".join(plan.size_modes), lambda n: self.pytorch(
-                "regression", self.export("size", "regression", ["--points", str(n)]), plan.size_modes,
-                plan.repeat if n <= rc.REGRESSION_POINTS else 1))
-
-    def sweep(self, who, run_size):
-        """Runs run_size(n) for the plan's sizes, smallest first, and stops (saying why) before a size
-        whose predicted wall time passes the plan's limit, or after a failed run."""
-        first = last = None
-        for n in self.plan.sizes:
-            if last is not None:
-                predicted = predict_seconds(first[1], last[0], last[1], n)
-                if predicted > self.plan.size_limit_s:
-                    print(f"-- {who}: size sweep stops before {n:,} points: {last[0]:,} points took "
-                          f"{last[1]:.1f} s, so {n:,} would take about {predicted:.0f} s "
-                          f"(limit {self.plan.size_limit_s} s per run)", flush=True)
-                    return
-            status, _, seconds = run_size(n)
-            if status != 0:
-                print(f"-- {who}: size sweep stops at {n:,} points: the run failed (exit {status})", flush=True)
-                return
-            first = first or (n, seconds)
-            last = (n, seconds)
-
     def ladder(self):
         plan = self.plan
         for stage in self.stages:
-            self.c_run(stage, "regression", ["--points", str(rc.REGRESSION_POINTS),
-                                             "--epochs", str(rc.REGRESSION_EPOCHS)], plan.repeat, curve=True)
-            for hidden in rc.MNIST_HIDDEN:
-                self.c_run(stage, "mnist", ["--hidden", hidden, "--epochs", str(rc.MNIST_EPOCHS)], plan.repeat,
-                           curve=True)
+            self.c_run(stage, "regression", self.canonical_flags("regression"), plan.repeat, curve=True)
+            for hidden in plan.mnist_hidden:
+                naive = stage in NAIVE_GEMM_STAGES and hidden == "1024,1024"
+                self.c_run(stage, "mnist", self.canonical_flags("mnist", hidden),
+                           plan.naive_repeat if naive else plan.repeat, curve=True)
         # No --curve for bf16: a curve row has no precision column, so it would mix with the fp32 curve.
         for stage in self.stages:
-            for hidden in rc.MNIST_HIDDEN:
-                status, _, _ = self.c_run(stage, "mnist", ["--hidden", hidden, "--epochs", str(rc.MNIST_EPOCHS),
-                                                           "--precision", "bf16"], plan.repeat,
-                                          allowed=(0, EXIT_USAGE))
-                if status == EXIT_USAGE:
-                    print(f"-- stage {stage} does not offer --precision bf16: no bf16 rows for it", flush=True)
-                    break
+            if "bf16" not in (self.offered(stage, "mnist", "precision") or []):
+                continue
+            for hidden in plan.bf16_hidden:
+                self.c_run(stage, "mnist", self.canonical_flags("mnist", hidden), plan.repeat, precision="bf16")
+
+    def variants(self):
+        plan = self.plan
+        for stage, trainer, flag, wanted, hiddens in VARIANT_RUNS:
+            if stage not in self.stages:
+                print(f"-- variants: stage {stage} is not built", flush=True)
+                continue
+            offered = self.offered(stage, trainer, flag)
+            if wanted is None:
+                if offered is None:
+                    continue
+                names = offered[1:]  # the first is the default: the ladder's rows
+            else:
+                names = [n for n in wanted if offered is None or n in offered]
+                for name in wanted:
+                    if offered is not None and name not in offered:
+                        print(f"-- variants: stage {stage} {trainer} does not offer --{flag} {name}", flush=True)
+            for hidden in hiddens:
+                if trainer == "mnist" and hidden not in plan.mnist_hidden:
+                    continue
+                for name in names:
+                    variant, precision = (name, None) if flag == "variant" else (None, name)
+                    if (stage, trainer, hidden, variant, precision) in self.done:
+                        continue  # the ladder ran it
+                    self.c_run(stage, trainer, self.canonical_flags(trainer, hidden), plan.repeat,
+                               variant=variant, precision=precision)
 
     def reference(self):
         plan, stage = self.plan, self.stages[0]
-        self.run([f"build/{stage}/regression", "--reference", "--quiet", "--csv", self.csv, "--curve", self.curves,
-                  "--points", str(rc.REGRESSION_POINTS), "--epochs", str(rc.REGRESSION_EPOCHS)])
-        for hidden in plan.reference_mnist:
+        self.run([f"build/{stage}/regression", "--reference", "--quiet", "--csv", self.csv, "--curve", self.curves]
+                 + self.canonical_flags("regression"))
+        for hidden, epochs in plan.reference_mnist.items():
             self.run([f"build/{stage}/mnist", "--reference", "--quiet", "--csv", self.csv, "--curve", self.curves,
-                      "--hidden", hidden, "--epochs", str(plan.reference_epochs)])
+                      "--hidden", hidden, "--epochs", str(epochs)])
+        shortened = [f"--hidden {h}: {e} epoch{'s' if e != 1 else ''}" for h, e in plan.reference_mnist.items()
+                     if e != rc.MNIST_EPOCHS]
         skipped = [h for h in rc.MNIST_HIDDEN if h not in plan.reference_mnist]
+        if shortened:
+            print(f"-- CPU reference, MNIST {'; '.join(shortened)} (seconds per epoch in double precision): "
+                  "the tables mark those rows and compare ms/epoch only", flush=True)
         if skipped:
-            print(f"-- CPU reference: not run for MNIST --hidden {' '.join(skipped)} (minutes per epoch in "
-                  "double precision); PyTorch --mode cpu gives the CPU figure there", flush=True)
+            print(f"-- CPU reference: not run for MNIST --hidden {' '.join(skipped)}; PyTorch --mode cpu gives "
+                  "a CPU figure there", flush=True)
 
     def pytorch_canonical(self):
         plan = self.plan
-        regression = self.export("canonical", "regression", ["--points", str(rc.REGRESSION_POINTS)])
-        self.pytorch("regression", regression, plan.regression_modes, plan.repeat, curve=True)
-        if "regression" in plan.cpu_epochs:
-            self.pytorch("regression", regression, ("cpu",), 1, epochs=plan.cpu_epochs["regression"], curve=True)
-        for hidden in rc.MNIST_HIDDEN:
-            export = self.export("canonical", "mnist", ["--hidden", hidden, "--epochs", str(rc.MNIST_EPOCHS)])
-            self.pytorch("mnist", export, plan.mnist_modes, plan.repeat, curve=True)
-            if hidden in plan.cpu_epochs:
-                self.pytorch("mnist", export, ("cpu",), 1, epochs=plan.cpu_epochs[hidden], curve=True)
+        configs = [("regression", "regression")] + [("mnist", h) for h in plan.mnist_hidden]
+        for trainer, config in configs:
+            export = self.canonical_export(config)
+            if export is None:
+                continue
+            modes = list(plan.regression_modes if trainer == "regression" else plan.mnist_modes)
+            if config in plan.bf16_hidden:
+                modes.append("bf16-autocast")
+            cpu_epochs = plan.cpu_epochs.get(config)
+            if cpu_epochs:
+                modes.append("cpu")
+            self.pytorch(trainer, export, modes, plan.pytorch_repeat[trainer], cpu_epochs=cpu_epochs, curve=True)
         if not plan.cpu_epochs:
             print("-- PyTorch --mode cpu: not in this plan", flush=True)
 
+    # ---- the optional phases
+
     def breakdowns(self):
         epochs = self.plan.breakdown_epochs
-        runs = [("regression", "", ["--points", str(rc.REGRESSION_POINTS)]), ("mnist", "128", ["--hidden", "128"])]
+        hidden = "128" if "128" in self.plan.mnist_hidden else self.plan.mnist_hidden[0]
+        runs = [("regression", "", ["--points", str(rc.REGRESSION_POINTS)]), ("mnist", hidden, ["--hidden", hidden])]
         for stage in self.stages:
             for trainer, hidden, flags in runs:
+                if not self.fits(f"stage {stage} {trainer} --breakdown", 3):
+                    return
                 # No --csv: timing each phase synchronizes, so these times are not the stage's.
                 status, stdout, _ = self.run([f"build/{stage}/{trainer}", "--breakdown", "--epochs",
                                               str(epochs[trainer])] + flags, capture=True)
@@ -251,19 +449,76 @@ class Bench:
                     {"stage": stage, "trainer": trainer, "hidden": hidden, "epochs": epochs[trainer],
                      "phase": phase, "ms": ms, "pct": pct} for phase, ms, pct in phases])
 
+    def pytorch_compile(self):
+        plan = self.plan
+        if not plan.compile_modes:
+            print("-- PyTorch torch.compile modes: not in this plan", flush=True)
+            return
+        for config, estimate in plan.compile_configs.items():
+            trainer = "regression" if config == "regression" else "mnist"
+            what = f"PyTorch {', '.join(plan.compile_modes)} on {trainer}" + (
+                f" --hidden {config}" if trainer == "mnist" else "")
+            if not self.fits(what, estimate):
+                continue
+            export = self.canonical_export(config)
+            if export is not None:
+                self.pytorch(trainer, export, plan.compile_modes, plan.pytorch_repeat[trainer])
+
+    def size_sweep(self):
+        plan = self.plan
+        for stage in self.stages:
+            self.sweep(f"stage {stage}", lambda n, s=stage: self.c_run(
+                s, "regression", ["--points", str(n), "--epochs", str(rc.REGRESSION_EPOCHS)], 1))
+        for n in plan.size_pytorch:
+            if not plan.size_modes or not self.fits(f"PyTorch {','.join(plan.size_modes)} at {n:,} points",
+                                                    8 + n / 10_000_000):
+                continue
+            export = self.export("size", "regression", ["--points", str(n)])
+            if export is not None:
+                self.pytorch("regression", export, plan.size_modes, 1)
+
+    def sweep(self, who, run_size):
+        """Runs run_size(n) (returns the exit status) for the plan's sizes, smallest first, and stops
+        (saying why) before a size whose predicted wall time passes the plan's limit or the budget, or
+        after a failed run. The canonical size is the ladder's, and is not run again."""
+        first = last = None
+        for n in self.plan.sizes:
+            if n == rc.REGRESSION_POINTS:
+                continue
+            predicted = 2.0
+            if last is not None:
+                predicted = predict_seconds(first[1], last[0], last[1], n)
+                if predicted > self.plan.size_limit_s:
+                    print(f"-- {who}: size sweep stops before {n:,} points: {last[0]:,} points took "
+                          f"{last[1]:.1f} s, so {n:,} would take about {predicted:.0f} s "
+                          f"(limit {self.plan.size_limit_s} s per run)", flush=True)
+                    return
+            if not self.fits(f"{who} at {n:,} points", predicted):
+                return
+            start = self.budget.clock()
+            status = run_size(n)
+            seconds = self.budget.clock() - start
+            if status != 0:
+                print(f"-- {who}: size sweep stops at {n:,} points: the run failed (exit {status})", flush=True)
+                return
+            first = first or (n, seconds)
+            last = (n, seconds)
+
     def width_sweep(self):
         plan, stage = self.plan, self.stages[-1]
-        offers_bf16 = True
+        offers_bf16 = plan.width_bf16 and "bf16" in (self.offered(stage, "mnist", "precision") or [])
         for width in plan.widths:
+            if not self.fits(f"width sweep at {width},{width}", 4 + 8 * bool(plan.width_modes)):
+                return
             hidden = f"{width},{width}"
             flags = ["--hidden", hidden, "--epochs", str(plan.width_epochs)]
-            self.c_run(stage, "mnist", flags, plan.repeat)
+            self.c_run(stage, "mnist", flags, 1)
             if offers_bf16:
-                status, _, _ = self.c_run(stage, "mnist", flags + ["--precision", "bf16"], plan.repeat,
-                                          allowed=(0, EXIT_USAGE))
-                offers_bf16 = status != EXIT_USAGE
-            export = self.export("width", "mnist", flags)
-            self.pytorch("mnist", export, plan.width_modes, plan.repeat)
+                self.c_run(stage, "mnist", flags, 1, precision="bf16")
+            if plan.width_modes:
+                export = self.export("width", "mnist", flags)
+                if export is not None:
+                    self.pytorch("mnist", export, plan.width_modes, 1)
 
 
 def move_aside(results_dir, slug):
@@ -293,7 +548,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Run every measurement of make bench (see bench/bench.mk).")
     parser.add_argument("--bench", choices=sorted(PLANS), default="full", help="which plan (default: full)")
     parser.add_argument("--results", default="results", help="folder of the CSV files (default: results)")
+    parser.add_argument("--budget-s", metavar="S", help="wall-clock budget in seconds (default: BENCH_BUDGET_S, "
+                        + ", ".join(f"else {p.budget_s} s for {n}" for n, p in sorted(PLANS.items())) + ")")
     args = parser.parse_args(argv)
+    plan = PLANS[args.bench]
+    try:
+        seconds = budget_seconds(plan, args.budget_s)
+    except ValueError as err:
+        parser.error(f"--budget-s / BENCH_BUDGET_S: {err}")
     os.chdir(REPO_ROOT)
 
     name = gpu_name()
@@ -307,21 +569,26 @@ def main(argv=None):
     slug = rc.gpu_slug(name)
     os.makedirs(args.results, exist_ok=True)
     move_aside(args.results, slug)
-    bench = Bench(PLANS[args.bench], args.results, stages, slug)
-    print(f"run_bench: {args.bench} plan on {name}, stages {' '.join(stages)}, into {bench.csv}", flush=True)
+    bench = Bench(plan, args.results, stages, slug, Budget(seconds))
+    planned = sum(plan.estimate_s.values())
+    print(f"run_bench: {args.bench} plan on {name}, stages {' '.join(stages)}, into {bench.csv}; budget "
+          f"{seconds:.0f} s, planned about {planned} s (H200 estimates: "
+          + ", ".join(f"{k} {v}" for k, v in plan.estimate_s.items()) + ")", flush=True)
 
-    start = time.perf_counter()
-    bench.phase("vector add: stage 01", bench.vector_add)
-    bench.phase("size sweep: regression, stages and PyTorch", bench.size_sweep)
-    bench.phase("ladder: every stage on the canonical configurations", bench.ladder)
-    bench.phase("CPU reference", bench.reference)
-    bench.phase("PyTorch on the canonical configurations", bench.pytorch_canonical)
-    bench.phase("per-phase breakdown", bench.breakdowns)
-    bench.phase(f"width sweep: stage {stages[-1]} and PyTorch", bench.width_sweep)
+    phases = {"vector add": bench.vector_add, "ladder": bench.ladder, "variants": bench.variants,
+              "reference": bench.reference, "pytorch": bench.pytorch_canonical, "breakdown": bench.breakdowns,
+              "compile": bench.pytorch_compile, "size sweep": bench.size_sweep, "width sweep": bench.width_sweep}
+    for phase in ESSENTIAL + OPTIONAL:
+        bench.phase(phase, phases[phase], optional=phase in OPTIONAL)
 
-    print(f"\n== run_bench: {args.bench} plan, {time.perf_counter() - start:.0f} s")
-    for phase, seconds in bench.phase_seconds:
-        print(f"  {seconds:7.1f} s  {phase}")
+    print(f"\n== run_bench: {args.bench} plan, {bench.budget.elapsed():.0f} s of a {seconds:.0f} s budget")
+    print("  measured  planned  phase")
+    for phase, estimate, took in bench.phase_seconds:
+        print(f"  {'skipped' if took is None else f'{took:7.1f} s'}  {estimate:5} s  {phase}")
+    if bench.skipped:
+        print(f"{len(bench.skipped)} left out for the budget (raise BENCH_BUDGET_S to run them):")
+        for what in bench.skipped:
+            print(f"  {what}")
     if bench.failures:
         print(f"{len(bench.failures)} run(s) failed:", file=sys.stderr)
         for failure in bench.failures:

@@ -13,6 +13,7 @@ import re
 import shutil
 import tempfile
 import unittest
+from types import SimpleNamespace
 
 import make_tables
 import plots
@@ -304,9 +305,246 @@ class RunBenchTest(unittest.TestCase):
 
     def test_plans_name_only_known_modes(self):
         for plan in run_bench.PLANS.values():
-            for modes in (plan.size_modes, plan.regression_modes, plan.mnist_modes, plan.width_modes):
+            for modes in (plan.size_modes, plan.regression_modes, plan.mnist_modes, plan.width_modes,
+                          plan.compile_modes):
                 self.assertTrue(set(modes) <= set(rc.PYTORCH_MODES) - {"cpu"})
             self.assertNotIn("bf16-autocast", plan.regression_modes)
+            self.assertTrue(all(m.startswith("compile-") for m in plan.compile_modes))
+            self.assertFalse(any(m.startswith("compile-") for m in plan.mnist_modes + plan.regression_modes))
+            self.assertTrue(set(plan.compile_configs) <= {"regression"} | set(plan.mnist_hidden))
+            self.assertTrue(set(plan.mnist_hidden) <= set(rc.MNIST_HIDDEN))
+
+    def test_plans_are_sized_to_their_budgets(self):
+        self.assertEqual(run_bench.PLANS["full"].budget_s, 400)
+        for name, plan in run_bench.PLANS.items():
+            self.assertEqual(set(plan.estimate_s), set(run_bench.ESSENTIAL + run_bench.OPTIONAL), name)
+            self.assertLessEqual(sum(plan.estimate_s.values()), plan.budget_s, name)
+            essential = sum(plan.estimate_s[p] for p in run_bench.ESSENTIAL)
+            self.assertLess(essential, 0.7 * plan.budget_s, name)  # room left: the budget cuts optional phases
+        self.assertLessEqual(run_bench.PLANS["quick"].budget_s, 100)
+        full = run_bench.PLANS["full"]
+        self.assertEqual(sum(full.compile_configs.values()), full.estimate_s["compile"])
+
+    def test_budget_seconds(self):
+        plan = run_bench.PLANS["full"]
+        self.assertEqual(run_bench.budget_seconds(plan, None, {}), 400)
+        self.assertEqual(run_bench.budget_seconds(plan, None, {"BENCH_BUDGET_S": "250"}), 250)
+        self.assertEqual(run_bench.budget_seconds(plan, "90", {"BENCH_BUDGET_S": "250"}), 90)
+        for bad in ("0", "-5", "soon"):
+            with self.assertRaises(ValueError):
+                run_bench.budget_seconds(plan, bad, {})
+
+    def test_parse_valid_names(self):
+        text = "error: --variant '?' is not available in stage 04 regression; valid: shared, atomic, shuffle\n"
+        self.assertEqual(run_bench.parse_valid_names(text), ["shared", "atomic", "shuffle"])
+        self.assertEqual(run_bench.parse_valid_names("error: --precision '?' is not available in stage 06 "
+                                                     "mnist; valid: fp32, tf32, bf16"), ["fp32", "tf32", "bf16"])
+        self.assertIsNone(run_bench.parse_valid_names("error: no CUDA device\n"))
+
+    def test_variant_runs_cover_the_attribution_rows(self):
+        runs = {(stage, trainer, flag): (names, hiddens) for stage, trainer, flag, names, hiddens
+                in run_bench.VARIANT_RUNS}
+        for stage in ("04", "06", "07"):
+            self.assertEqual(runs[(stage, "regression", "variant")], (None, ("",)))  # every variant
+        self.assertIsNone(runs[("04", "mnist", "variant")][0])  # every tile shape
+        self.assertIsNone(runs[("07", "mnist", "variant")][0])  # epoch-graph and step-graph
+        self.assertEqual(runs[("06", "mnist", "precision")], (("tf32", "bf16"), ("1024,1024",)))
+        for _, _, _, _, hiddens in run_bench.VARIANT_RUNS:
+            self.assertTrue(set(hiddens) <= set(rc.MNIST_HIDDEN) | {""})
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class BudgetTest(unittest.TestCase):
+    def setUp(self):
+        self.clock = FakeClock()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.bench = run_bench.Bench(run_bench.PLANS["full"], self.tmp.name, ["02", "07"], "fixture-gpu",
+                                     run_bench.Budget(100, self.clock))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def quietly(self, fn, *args, **kwargs):
+        with contextlib.redirect_stdout(io.StringIO()):
+            return fn(*args, **kwargs)
+
+    def test_budget(self):
+        budget = run_bench.Budget(100, self.clock)
+        self.clock.now = 60
+        self.assertEqual((budget.elapsed(), budget.remaining()), (60, 40))
+        self.assertTrue(budget.allows(40))
+        self.assertFalse(budget.allows(41))
+
+    def test_optional_phase_past_the_budget_is_skipped_essential_runs(self):
+        ran = []
+        self.clock.now = 101
+        self.quietly(self.bench.phase, "width sweep", lambda: ran.append("width"), optional=True)
+        self.quietly(self.bench.phase, "ladder", lambda: ran.append("ladder"))
+        self.assertEqual(ran, ["ladder"])
+        self.assertEqual(len(self.bench.skipped), 1)
+        self.assertIn("phase width sweep", self.bench.skipped[0])
+        self.assertIn("past the budget of 100 s", self.bench.skipped[0])
+        self.assertEqual([(name, took is None) for name, _, took in self.bench.phase_seconds],
+                         [("width sweep", True), ("ladder", False)])
+
+    def test_runs_inside_an_optional_phase_must_fit(self):
+        self.clock.now = 50
+        self.assertTrue(self.bench.fits("anything", 500))  # outside an optional phase
+        self.assertIsNone(self.bench.timeout())
+        self.bench.optional = True
+        self.assertTrue(self.bench.fits("a short run", 50))
+        self.assertFalse(self.quietly(self.bench.fits, "compile", 51))
+        self.assertIn("compile: 50 s elapsed + about 51 s would pass the budget", self.bench.skipped[-1])
+        self.assertEqual(self.bench.timeout(), 50 + run_bench.GRACE_S)
+
+    def test_an_optional_run_past_the_budget_is_stopped(self):
+        self.bench.optional = True
+        self.clock.now = 100 + run_bench.GRACE_S  # the budget and its grace are spent: 1 s left
+        status, _, seconds = self.quietly(self.bench.run, ["sleep", "20"])
+        self.assertIsNone(status)
+        self.assertLess(seconds, 10)
+        self.assertIn("sleep 20: stopped after", self.bench.skipped[-1])
+        self.assertEqual(self.bench.failures, [])
+
+    def test_size_sweep_skips_the_canonical_size_and_stops_at_the_limit(self):
+        plan = SimpleNamespace(sizes=(5_000, rc.REGRESSION_POINTS, 500_000, 50_000_000), size_limit_s=15)
+        self.bench.plan = plan
+        took = {5_000: 1.0, 500_000: 1.5}  # 0.5 s of work at 500k: about 51 s at 50M
+        ran = []
+
+        def run_size(n):
+            ran.append(n)
+            self.clock.now += took[n]
+            return 0
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.bench.sweep("stage 07", run_size)
+        self.assertEqual(ran, [5_000, 500_000])
+        self.assertIn("stops before 50,000,000 points", out.getvalue())
+
+
+def result_row(**columns):
+    row = {c: "" for c in rc.RESULT_COLUMNS}
+    row.update(precision="fp32", device="FIXTURE-GPU", commit="var0001")
+    row.update({k: str(v) for k, v in columns.items()})
+    return row
+
+
+def regression_row(stage, variant, e2e, points=rc.REGRESSION_POINTS):
+    return result_row(stage=stage, trainer="regression", variant=variant, points=points, epochs=200, lr=0.01,
+                      e2e_ms=e2e, loop_ms=e2e - 10, ms_per_epoch=e2e / 200)
+
+
+def mnist_row(stage, variant, precision, e2e, hidden="1024,1024"):
+    return result_row(stage=stage, trainer="mnist", variant=variant, precision=precision, hidden=hidden,
+                      batch=128, epochs=10, lr=0.1, e2e_ms=e2e, loop_ms=e2e - 10, ms_per_epoch=e2e / 10)
+
+
+class VariantTest(unittest.TestCase):
+    """A stage's default variant makes the ladder; its other variants and precisions its variants table."""
+
+    def setUp(self):
+        self.rows = [
+            regression_row("03", "fused", 500),
+            regression_row("04", "shared", 100),   # the ladder's run: the default, written first
+            regression_row("04", "shared", 100, points=50_000),
+            mnist_row("06", "cublaslt", "fp32", 300),
+            mnist_row("06", "cublaslt", "bf16", 150),
+            regression_row("04", "atomic", 400),
+            regression_row("04", "atomic", 40, points=50_000),
+            regression_row("04", "shuffle", 110),  # the newest 04 row: still not the ladder's
+            mnist_row("06", "cublaslt", "tf32", 200),
+        ]
+
+    def test_defaults_from_rows_and_from_sources(self):
+        self.assertEqual(rc.variant_defaults(self.rows),
+                         {("03", "regression"): "fused", ("04", "regression"): "shared",
+                          ("06", "mnist"): "cublaslt"})
+        known = {("04", "regression"): "shuffle", ("05", "regression"): "shared", ("03", "regression"): "renamed"}
+        defaults = rc.variant_defaults(self.rows, known)
+        self.assertEqual(defaults[("04", "regression")], "shuffle")  # the source says so, and it has rows
+        self.assertEqual(defaults[("03", "regression")], "fused")  # no row of the source's name: the rows'
+        self.assertTrue(rc.is_default_variant(regression_row("05", "anything", 1), {}))
+
+    def test_ladder_uses_the_default_variant_at_fp32_and_bf16(self):
+        lines = table_lines(self.rows, rc.Config("regression"))
+        self.assertEqual(lines["04"][1], "100")  # shared, not the newer shuffle or atomic rows
+        self.assertEqual(lines["04"][5], "5.00×")
+        labels = [e.label() for e in rc.select_entries(self.rows, rc.Config("mnist", "1024,1024"))]
+        self.assertEqual(labels, ["06", "06 · bf16"])  # tf32: the variants table only
+        known = rc.variant_defaults(self.rows, {("04", "regression"): "shuffle"})
+        entries = rc.select_entries(self.rows, rc.Config("regression"), known)
+        self.assertEqual([e.e2e for e in entries if e.stage == "04"], [110.0])
+
+    def test_variant_entries_default_first_then_first_written(self):
+        names = [(e.row["variant"], e.precision)
+                 for e in rc.variant_entries(self.rows, rc.Config("regression"), "04")]
+        self.assertEqual(names, [("shared", "fp32"), ("atomic", "fp32"), ("shuffle", "fp32")])
+        precisions = [e.precision for e in rc.variant_entries(self.rows, rc.Config("mnist", "1024,1024"), "06")]
+        self.assertEqual(precisions, ["fp32", "bf16", "tf32"])
+
+    def test_variant_lines(self):
+        lines, shown = make_tables.variant_lines(self.rows, "04")
+        # configuration, variant, precision, e2e, loop, ms/epoch, throughput, vs default
+        self.assertEqual([cells[1] for cells in lines], ["`shared` (default)", "`atomic`", "`shuffle`"])
+        self.assertEqual(lines[0][7], "")
+        self.assertEqual(lines[1][3], "400")
+        self.assertEqual(lines[1][7], "0.25×")
+        self.assertEqual(lines[2][7], "0.91×")
+        self.assertEqual(len(shown), 3)
+        lines, _ = make_tables.variant_lines(self.rows, "06")
+        self.assertEqual([(c[0], c[2], c[7]) for c in lines], [("MNIST --hidden 1024,1024", "fp32", ""),
+                                                               ("MNIST --hidden 1024,1024", "bf16", "2.00×"),
+                                                               ("MNIST --hidden 1024,1024", "tf32", "1.50×")])
+        self.assertEqual(make_tables.variant_lines(self.rows, "03"), ([], []))  # one variant: no table
+
+    def test_stage_block_has_a_variants_table_where_the_stage_has_variants(self):
+        block = make_tables.stage_block([("results/x.csv", self.rows)], "04")
+        self.assertIn("**Variants of stage 04**", block)
+        self.assertIn("| regression 5M | `atomic` | fp32 | 400 |", block)
+        self.assertIn("| regression 5M | 03 | 500 |", block)  # the stage before, as ever
+        self.assertIn("| regression 5M | 04 | 100 |", block)
+        self.assertIn("vs default = the default variant's fp32 e2e", block)
+        plain = make_tables.stage_block([("results/x.csv", self.rows)], "03")
+        self.assertNotIn("Variants of stage", plain)
+
+    def test_sweeps_plot_the_default_variant(self):
+        series = plots.size_sweep_data(self.rows)
+        self.assertEqual(series["04"], [(50_000, 0.5, series["04"][0][2]), (rc.REGRESSION_POINTS, 0.5,
+                                                                             series["04"][1][2])])
+        self.assertEqual(sorted(series), ["04"])  # 03 has one point; atomic and shuffle are not series
+
+
+class SourceDefaultsTest(unittest.TestCase):
+    def test_first_name_of_the_variant_list(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "04-shared-memory"))
+            os.makedirs(os.path.join(root, "09-not-a-stage"))
+            with open(os.path.join(root, "04-shared-memory", "regression.cu"), "w") as f:
+                f.write('// x\nconst char *const REGRESSION_VARIANTS[] = {"shared", "atomic", NULL};\n')
+            with open(os.path.join(root, "04-shared-memory", "mnist.cu"), "w") as f:
+                f.write('const char *const MNIST_VARIANTS[] = {\n    "tile16-2x2", "tile16", NULL};\n')
+            with open(os.path.join(root, "09-not-a-stage", "mnist.cu"), "w") as f:
+                f.write('const char *const MNIST_VARIANTS[] = {"x", NULL};\n')
+            self.assertEqual(rc.source_default_variants(root),
+                             {("04", "regression"): "shared", ("04", "mnist"): "tile16-2x2"})
+        self.assertEqual(rc.source_default_variants(os.path.join(ROOT, "no-such-folder")), {})
+
+    def test_every_trainer_stage_of_the_repository_names_its_default(self):
+        found = rc.source_default_variants(ROOT)
+        for name in sorted(os.listdir(ROOT)):
+            match = re.fullmatch(r"(0[2-7])-[\w-]+", name)
+            for trainer in ("regression", "mnist"):
+                if match and os.path.exists(os.path.join(ROOT, name, f"{trainer}.cu")):
+                    self.assertRegex(found.get((match.group(1), trainer), ""), r"^[\w.-]+$", f"{name}/{trainer}.cu")
 
 
 if __name__ == "__main__":

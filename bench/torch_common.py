@@ -49,6 +49,9 @@ def parse_args(trainer, modes):
                         help="timed runs per mode; the row gives their medians (default: 1)")
     parser.add_argument("--epochs", type=int, metavar="N",
                         help="train N epochs instead of the export's (MNIST: at most the export's)")
+    parser.add_argument("--cpu-epochs", type=int, metavar="N",
+                        help="--mode cpu only: train N epochs (default: as the other modes); the CPU mode is "
+                             "timed once, whatever --repeat says")
     args = parser.parse_args()
     if args.mode == "all":
         args.modes = list(modes)
@@ -59,8 +62,9 @@ def parse_args(trainer, modes):
             parser.error(f"--mode {args.mode}: valid modes are {', '.join(modes)}, a comma-separated list, or all")
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: must be at least 1")
-    if args.epochs is not None and args.epochs < 1:
-        parser.error(f"--epochs {args.epochs}: must be at least 1")
+    for flag, value in (("--epochs", args.epochs), ("--cpu-epochs", args.cpu_epochs)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} {value}: must be at least 1")
     if any(m != "cpu" for m in args.modes) and not torch.cuda.is_available():
         fail("no CUDA device visible to PyTorch; --mode cpu runs on the CPU", EXIT_CUDA)
     return args
@@ -143,8 +147,10 @@ def write_rows(args, row, curves):
 # modes
 
 def compiled(mode, fn):
-    """fn as the mode runs it. dynamic=False: every shape (train batch, test set) gets its own
-    specialized graph, as the C trainers have fixed sizes."""
+    """fn as the mode runs it. dynamic=False: every shape gets its own specialized graph, as the C
+    trainers have fixed sizes. Each compiled function must see the same shapes, strides and storage
+    offsets on every call (a slice at a new offset is a new guard, so a recompile): the trainers give
+    it tensors allocated once, and keep per-step Python ints out of it."""
     if mode == "compile-default":
         return torch.compile(fn, dynamic=False)
     if mode == "compile-max-autotune":
@@ -152,10 +158,14 @@ def compiled(mode, fn):
     return fn
 
 
+def compiling(mode):
+    return mode.startswith("compile-")
+
+
 def keep_addresses(mode, tensors):
     """compile-max-autotune replays CUDA graphs (CUDA Graph Trees), which copy every input whose
-    address may change into a buffer of their own: marking the data set and the parameters static
-    avoids copying the whole data set on every call."""
+    address may change into a buffer of their own: marking the data set, the batch-row buffer and the
+    parameters static avoids copying the whole data set on every call."""
     if mode == "compile-max-autotune":
         for t in tensors:
             torch._dynamo.mark_static_address(t)
@@ -176,16 +186,21 @@ def autocast(mode):
 def sgd_update(params, lr):
     """p -= lr * grad for every parameter: what torch.optim.SGD(params, lr) does (no momentum, no
     weight decay) with its default multi-tensor implementation, written out so that it can be
-    captured in a CUDA graph on every PyTorch version."""
+    captured in a CUDA graph, and compiled (as torch.compile(optimizer.step) is), on every PyTorch
+    version."""
     torch._foreach_add_(params, [p.grad for p in params], alpha=-lr)
 
 
 def capture(step, params, warmup_steps=3):
-    """Records step() (forward, backward and update of one training step) into a CUDA graph, the
+    """Records step() (the whole training step: forward, backward and update) into a CUDA graph, the
     whole-network capture of PyTorch's CUDA-graph documentation: a few eager steps on a side stream
     first (cuBLAS and autograd set themselves up there, outside the capture), gradients set to None
     so that the captured backward allocates them in the graph's memory pool, then the capture on the
     same stream. Returns (graph, what step() returned during the capture: the graph's output buffers).
+
+    The graph replays fixed addresses: every tensor step() reads must be allocated before the capture
+    and stay alive as long as the graph (attributes of the trainer, never locals of the capturing
+    function: a freed tensor's memory is handed to the next allocation, and the graph would read that).
     The warm-up steps change the parameters: upload them again before training."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -200,6 +215,7 @@ def capture(step, params, warmup_steps=3):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         output = step()
+    torch.cuda.synchronize()
     return graph, output
 
 
@@ -210,10 +226,54 @@ def mark_step(mode):
         torch.compiler.cudagraph_mark_step_begin()
 
 
+def start_mode(mode):
+    """Before a mode: no compiled code and no compile counters left from another mode."""
+    if compiling(mode):
+        torch._dynamo.reset()
+        _dynamo_counters().clear()
+
+
 def reset_compiler(mode):
     """Drop compiled code between modes, so that no mode reuses another's compilation."""
-    if mode.startswith("compile-"):
+    if compiling(mode):
         torch._dynamo.reset()
+
+
+def _dynamo_counters():
+    from torch._dynamo.utils import counters
+    return counters
+
+
+def compile_counts():
+    """(graphs compiled, recompiles, graph breaks, {reason: count} of recompiles and breaks) from
+    torch._dynamo's counters; None where this PyTorch does not keep them."""
+    try:
+        counters = _dynamo_counters()
+        reasons = {f"recompile: {k}": v for k, v in counters["recompiles"].items()}
+        reasons.update({f"graph break: {k}": v for k, v in counters["graph_break"].items()})
+        return (int(counters["stats"]["unique_graphs"]), int(sum(counters["recompiles"].values())),
+                int(sum(counters["graph_break"].values())), reasons)
+    except Exception:  # a reporting aid: never the reason a run fails
+        return None
+
+
+def print_compile_counts(mode, after_warmup):
+    """Once per compile mode, after its timed runs: what torch._dynamo compiled. A clean compile has
+    one graph per compiled function (train step, update, evaluation), no recompile and no graph break,
+    and compiles nothing during the timed runs."""
+    if not compiling(mode):
+        return
+    now = compile_counts()
+    if now is None:
+        print(f"  {mode}: torch._dynamo counters not available in torch {torch.__version__}", flush=True)
+        return
+    graphs, recompiles, breaks, reasons = now
+    during = graphs - after_warmup[0] if after_warmup else 0
+    verdict = "clean" if recompiles == 0 and breaks == 0 and during == 0 else "NOT CLEAN"
+    print(f"  {mode}: torch._dynamo: {graphs} graphs compiled, {recompiles} recompiles, {breaks} graph breaks, "
+          f"{during} graphs compiled during the timed runs: {verdict}", flush=True)
+    for reason, count in list(reasons.items())[:5]:
+        print(f"    {count} x {reason}", flush=True)
 
 
 # ----------------------------------------------------------------------------
@@ -304,6 +364,7 @@ class Baseline:
             self.capture()
             self.upload()  # capturing ran a few steps: start from the initial parameters again
         self.train(min(self.warmup_epochs, self.epochs), None)
+        self.upload()  # and leave them reset (each timed run uploads them again too)
         self.synchronize()
 
     def timed_run(self):
@@ -318,14 +379,19 @@ class Baseline:
 
 
 def measure(baseline, repeat):
-    """Warm-up, then repeat timed runs: median e2e, loop and h2d, and the median of the runs' median
-    epoch, in ms (None where it does not apply)."""
+    """Warm-up, then repeat timed runs (one for the CPU mode): median e2e, loop and h2d, and the median
+    of the runs' median epoch, in ms (None where it does not apply). Compile modes then print what
+    torch._dynamo compiled."""
     t0 = time.perf_counter()
     baseline.warm_up()
     what = {"compile-default": " (compilation)", "compile-max-autotune": " (compilation and autotuning)",
             "cuda-graph": " (capture)", "cpu": " (none)"}.get(baseline.mode, "")
     print(f"  {baseline.mode}: warm-up{what} {time.perf_counter() - t0:.1f} s, not timed", flush=True)
-    runs = [baseline.timed_run() for _ in range(repeat)]
+    after_warmup = compile_counts() if compiling(baseline.mode) else None
+    t0 = time.perf_counter()
+    runs = [baseline.timed_run() for _ in range(1 if baseline.mode == "cpu" else repeat)]
+    print(f"  {baseline.mode}: {len(runs)} timed run(s) {time.perf_counter() - t0:.1f} s", flush=True)
+    print_compile_counts(baseline.mode, after_warmup)
     h2d = [r[2] for r in runs if r[2] is not None]
     return {
         "e2e_ms": statistics.median(r[0] for r in runs),
