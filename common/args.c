@@ -53,12 +53,16 @@ static int flag_applies(const Flag *flag, TrainerKind trainer) {
 
 static const char *trainer_name(TrainerKind trainer) { return trainer == TRAINER_REGRESSION ? "regression" : "mnist"; }
 
+// The message, kept to one line: a control character quoted from an argument (a newline, a tab, an
+// escape sequence) is shown as '?', so that what the driver prints is always exactly one line.
 static void set_err(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || err_len == 0) return;
     va_list args;
     va_start(args, fmt);
     vsnprintf(err, err_len, fmt, args);
     va_end(args);
+    for (char *c = err; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
 }
 
 // "--points --epochs ..." for the trainer, for messages that list what is valid.

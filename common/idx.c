@@ -34,12 +34,15 @@
 // ----------------------------------------------------------------------------
 // helpers
 
+// The message, kept to one line: a control character in a path (a newline, say) is shown as '?'.
 static void set_err(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || err_len == 0) return;
     va_list args;
     va_start(args, fmt);
     vsnprintf(err, err_len, fmt, args);
     va_end(args);
+    for (char *c = err; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
 }
 
 // An open IDX file and the path actually opened (path or path.gz), for messages.
@@ -133,31 +136,46 @@ static int idx_read_header(IdxFile *f, uint32_t magic, int n_fields, uint32_t *d
     return 0;
 }
 
-// Reads the body of size len into a new buffer and checks that nothing follows it.
+// Reads the body of size len into a new buffer and checks that nothing follows it. The buffer starts
+// at 1 MiB at most and doubles (up to len) only while bytes keep arriving, so a header that promises
+// more than the file holds (a corrupt count, a cut-off download) costs no more memory than the file.
+#define IDX_FIRST_CHUNK ((size_t)1 << 20)
 static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *err, size_t err_len) {
-    uint8_t *body = malloc(len);
-    if (!body) {
-        set_err(err, err_len, "out of host memory for %zu bytes of %s from %s", len, what, f->path);
+    size_t cap = len < IDX_FIRST_CHUNK ? len : IDX_FIRST_CHUNK, done = 0;
+    uint8_t *body = malloc(cap);
+    for (;;) {
+        if (!body) {
+            set_err(err, err_len, "out of host memory for %zu bytes of %s from %s", cap, what, f->path);
+            return NULL;
+        }
+        int64_t got = idx_read_bytes(f, body + done, cap - done, err, err_len);
+        if (got < 0) {
+            free(body);
+            return NULL;
+        }
+        done += (size_t)got;
+        if (done < cap || cap == len) break;  // the file ended, or the body is complete
+        size_t next = cap > len / 2 ? len : 2 * cap;
+        uint8_t *grown = realloc(body, next);
+        if (!grown) free(body);
+        body = grown;
+        cap = next;
+    }
+    if (done < len) {
+        set_err(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %zu; delete it and run `make data`",
+                what, f->path, len, done);
+        free(body);
         return NULL;
     }
-    int64_t got = idx_read_bytes(f, body, len, err, err_len);
-    if (got >= 0 && (size_t)got < len) {
-        set_err(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %lld; delete it and run `make data`",
-                what, f->path, len, (long long)got);
-        got = -1;
+    // This read also reaches the gzip trailer, where a corrupt stream's checksum fails.
+    uint8_t extra;
+    int more = gzread(f->file, &extra, 1);
+    if (more < 0) idx_read_error(f, err, err_len);
+    if (more > 0) {
+        set_err(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
+                f->path, len, what);
     }
-    if (got >= 0) {
-        // This read also reaches the gzip trailer, where a corrupt stream's checksum fails.
-        uint8_t extra;
-        int more = gzread(f->file, &extra, 1);
-        if (more < 0) idx_read_error(f, err, err_len);
-        if (more > 0) {
-            set_err(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
-                    f->path, len, what);
-        }
-        if (more != 0) got = -1;
-    }
-    if (got < 0) {
+    if (more != 0) {
         free(body);
         return NULL;
     }

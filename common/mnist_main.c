@@ -10,7 +10,10 @@
 // It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from
 // --seed (common/data.c), runs --warmup untimed 1-epoch trainings and --repeat timed ones of the
 // stage's train_mnist (or the CPU reference), stops with exit 5 when a loss is NaN/Inf, and reports
-// medians of the timed runs (stdout, --csv, --curve).
+// medians of the timed runs (stdout, --csv, --curve). Before any training it checks that the GPU has
+// room for the run. Every failure is one line on stderr and an exit code of exit_codes.h.
+#include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,9 +38,52 @@ static void *alloc_or_die(size_t count, size_t size, const char *what) {
     if (!p) {
         fprintf(stderr, "error: out of host memory for %s (%zu bytes); try fewer --epochs or a smaller --hidden\n",
                 what, count * size);
-        exit(EXIT_DATA);
+        exit(EXIT_HOST_MEMORY);
     }
     return p;
+}
+
+// ----------------------------------------------------------------------------
+// device memory: checked before anything is allocated, so that a model, batch or epoch count too large
+// for this GPU is one line up front rather than an allocation failure inside the stage
+
+// An upper bound over the stages (each keeps a subset of these): per parameter, fp32 parameters and
+// gradients or an evaluation snapshot, and bf16 copies of both (12 bytes); the training set, its
+// labels and every epoch's batch order (stages 05-07 upload them once); per layer width, fp32 and bf16
+// activations and their gradients for a batch (16 bytes per row, ReLU masks included) and for the
+// test set (8 bytes per row); the per-step losses; two 32 MiB cuBLASLt workspaces. The CUDA context,
+// cuBLAS/cuDNN handles and kernels are covered by a fixed 256 MiB.
+static double mnist_device_bytes(const MnistConfig *cfg, int n_train, int n_test) {
+    double widths = 0.0;
+    for (int l = 0; l <= cfg->n_layers; l++) widths += cfg->sizes[l];
+    double steps = (double)cfg->epochs * mnist_steps_per_epoch(cfg, n_train);
+    return 12.0 * (double)mnist_param_count(cfg) + (double)n_train * (4.0 * MNIST_PIXELS + 1.0) +
+           (double)n_test * (4.0 * MNIST_PIXELS + 1.0) + 4.0 * cfg->epochs * (double)n_train +
+           (16.0 * cfg->batch + 8.0 * n_test) * widths + 4.0 * steps + (64.0 + 256.0) * (1 << 20);
+}
+
+// The free device memory, or less when CUDA_STAGES_MAX_DEVICE_MB is set (to rehearse a smaller GPU).
+static void check_device_memory(double needed, const char *what, const char *advice) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;  // the stage's own checks report it
+    double available = (double)free_bytes;
+    const char *limit = getenv("CUDA_STAGES_MAX_DEVICE_MB");
+    if (limit && limit[0]) {
+        char *end = NULL;
+        errno = 0;
+        long long mb = strtoll(limit, &end, 10);
+        if (*end != '\0' || errno == ERANGE || mb < 1) {
+            fprintf(stderr, "error: CUDA_STAGES_MAX_DEVICE_MB='%.32s' is not a whole number of MB >= 1\n", limit);
+            exit(EXIT_USAGE);
+        }
+        if ((double)mb * (1 << 20) < available) available = (double)mb * (1 << 20);
+    }
+    if (needed > available) {
+        fprintf(stderr, "error: %s needs about %.1f GB of device memory, but the GPU has %.1f GB free%s: %s\n", what,
+                needed / 1e9, available / 1e9, available < (double)free_bytes ? " (CUDA_STAGES_MAX_DEVICE_MB)" : "",
+                advice);
+        exit(EXIT_CUDA);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -216,6 +262,22 @@ int main(int argc, char **argv) {
     }
     cfg.sizes[cfg.n_layers] = MNIST_CLASSES;
 
+    // the GPU before the host work below: without one, or without room for this run, stop here
+    DeviceInfo device;
+    if (opt.reference || opt.export_dir) {
+        host_describe(&device);
+    } else {
+        if (device_query(&device) != 0) {
+            mnist_free(&set);
+            return EXIT_CUDA;
+        }
+        char what[160];
+        snprintf(what, sizeof(what), "this run (--hidden %s, --batch %d, --epochs %d, %d training images)", hidden,
+                 cfg.batch, cfg.epochs, set.n_train);
+        check_device_memory(mnist_device_bytes(&cfg, set.n_train, set.n_test), what,
+                            "try a smaller --hidden, --batch or --epochs");
+    }
+
     int64_t n_params = mnist_param_count(&cfg);
     int steps = mnist_steps_per_epoch(&cfg, set.n_train);
     float *init_params = alloc_or_die((size_t)n_params, sizeof(float), "the initial parameters");
@@ -232,16 +294,6 @@ int main(int argc, char **argv) {
         free(init_params);
         mnist_free(&set);
         return status;
-    }
-
-    DeviceInfo device;
-    if (opt.reference) {
-        host_describe(&device);
-    } else if (device_query(&device) != 0) {
-        free(batch_order);
-        free(init_params);
-        mnist_free(&set);
-        return EXIT_CUDA;
     }
 
     // ------------------------------------------------------------------------
@@ -280,9 +332,11 @@ int main(int argc, char **argv) {
 
     const char *bad = NULL;
     int bad_epoch = first_bad_epoch(&cfg, steps, &out, &bad);
+    int status = EXIT_OK;
     if (bad_epoch >= 0) {
         fprintf(stderr, "error: loss became %s at epoch %d (try a smaller --lr)\n", bad, bad_epoch);
-        return EXIT_DIVERGED;
+        status = EXIT_DIVERGED;
+        goto done;
     }
 
     if (!opt.quiet && out.timing.setup_ms > 0)
@@ -312,7 +366,6 @@ int main(int argc, char **argv) {
     row.test_acc = o.test_acc[cfg.epochs - 1];
     report_print(&row, stdout);
 
-    int status = EXIT_OK;
     if (opt.csv_path && report_append_csv(&row, opt.csv_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: --csv: %s\n", err);
         status = EXIT_USAGE;
@@ -329,6 +382,7 @@ int main(int argc, char **argv) {
         status = EXIT_USAGE;
     }
 
+done:
     free(runs_ms);
     free(o.epoch_ms);
     free(o.test_acc);

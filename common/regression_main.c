@@ -7,9 +7,12 @@
 //     build/02/regression --epochs 50 --csv results.csv
 //     build/02/regression --reference          (the CPU reference; no GPU needed)
 //
-// It generates the points (common/data.c), runs --warmup untimed 1-epoch trainings and --repeat
-// timed ones of the stage's train_regression (or the CPU reference), stops with exit 5 when a loss
-// is NaN/Inf, and reports medians of the timed runs (stdout, --csv, --curve).
+// It checks that the GPU has room for the run, generates the points (common/data.c), runs --warmup
+// untimed 1-epoch trainings and --repeat timed ones of the stage's train_regression (or the CPU
+// reference), stops with exit 5 when a loss is NaN/Inf, and reports medians of the timed runs
+// (stdout, --csv, --curve). Every failure is one line on stderr and an exit code of exit_codes.h.
+#include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +36,43 @@ static void *alloc_or_die(size_t count, size_t size, const char *what) {
     void *p = malloc(count * size);
     if (!p) {
         fprintf(stderr, "error: out of host memory for %s (%zu bytes)\n", what, count * size);
-        exit(EXIT_DATA);
+        exit(EXIT_HOST_MEMORY);
     }
     return p;
+}
+
+// ----------------------------------------------------------------------------
+// device memory: checked before anything is allocated, so that a --points too large for this GPU is
+// one line up front rather than an allocation failure inside the stage
+
+// Per point, every stage keeps x and y on the device (8 bytes) and at most two float arrays more
+// (stage 02's predictions; stage 06's residual and ones vector): 16 bytes covers them all. The CUDA
+// context, cuBLAS handles and workspaces are covered by a fixed 256 MiB.
+#define BYTES_PER_POINT 16.0
+#define FIXED_DEVICE_BYTES (256.0 * (1 << 20))
+
+// The free device memory, or less when CUDA_STAGES_MAX_DEVICE_MB is set (to rehearse a smaller GPU).
+static void check_device_memory(double needed, const char *what, const char *advice) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;  // the stage's own checks report it
+    double available = (double)free_bytes;
+    const char *limit = getenv("CUDA_STAGES_MAX_DEVICE_MB");
+    if (limit && limit[0]) {
+        char *end = NULL;
+        errno = 0;
+        long long mb = strtoll(limit, &end, 10);
+        if (*end != '\0' || errno == ERANGE || mb < 1) {
+            fprintf(stderr, "error: CUDA_STAGES_MAX_DEVICE_MB='%.32s' is not a whole number of MB >= 1\n", limit);
+            exit(EXIT_USAGE);
+        }
+        if ((double)mb * (1 << 20) < available) available = (double)mb * (1 << 20);
+    }
+    if (needed > available) {
+        fprintf(stderr, "error: %s needs about %.1f GB of device memory, but the GPU has %.1f GB free%s: %s\n", what,
+                needed / 1e9, available / 1e9, available < (double)free_bytes ? " (CUDA_STAGES_MAX_DEVICE_MB)" : "",
+                advice);
+        exit(EXIT_CUDA);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -128,10 +165,21 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
 
+    // the GPU first: without one, or without room for the points, there is nothing to generate them for
+    DeviceInfo device;
+    if (opt.reference || opt.export_dir) {
+        host_describe(&device);
+    } else {
+        if (device_query(&device) != 0) return EXIT_CUDA;
+        char what[64];
+        snprintf(what, sizeof(what), "--points %lld", (long long)opt.points);
+        check_device_memory(BYTES_PER_POINT * (double)opt.points + FIXED_DEVICE_BYTES, what, "try a smaller --points");
+    }
+
     RegressionSet set;
     if (regression_generate(opt.points, opt.seed, &set, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
-        return EXIT_DATA;
+        return EXIT_HOST_MEMORY;  // the only way generation fails once --points is valid
     }
     RegressionData data = regression_data_view(&set);
     RegressionConfig cfg = {
@@ -141,14 +189,6 @@ int main(int argc, char **argv) {
         int status = export_regression(opt.export_dir, &cfg, &set, &data, opt.seed, opt.quiet);
         regression_free(&set);
         return status;
-    }
-
-    DeviceInfo device;
-    if (opt.reference) {
-        host_describe(&device);
-    } else if (device_query(&device) != 0) {
-        regression_free(&set);
-        return EXIT_CUDA;
     }
 
     // ------------------------------------------------------------------------
@@ -187,9 +227,11 @@ int main(int argc, char **argv) {
 
     const char *bad = NULL;
     int bad_epoch = first_bad_epoch(&cfg, &out, &bad);
+    int status = EXIT_OK;
     if (bad_epoch >= 0) {
         fprintf(stderr, "error: loss became %s at epoch %d (try a smaller --lr)\n", bad, bad_epoch);
-        return EXIT_DIVERGED;
+        status = EXIT_DIVERGED;
+        goto done;
     }
 
     if (!opt.quiet && out.timing.setup_ms > 0)
@@ -219,7 +261,6 @@ int main(int argc, char **argv) {
     row.b = out.b;
     report_print(&row, stdout);
 
-    int status = EXIT_OK;
     if (opt.csv_path && report_append_csv(&row, opt.csv_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: --csv: %s\n", err);
         status = EXIT_USAGE;
@@ -239,6 +280,7 @@ int main(int argc, char **argv) {
         }
     }
 
+done:
     free(logged_epoch);
     free(runs_ms);
     free(epoch_ms);

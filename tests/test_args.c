@@ -192,6 +192,25 @@ Test(args, flag_of_the_other_trainer) {
     expect_rejected(MNIST("--points", "1000"), "--points is a regression flag; mnist takes:", "--hidden");
 }
 
+Test(args, control_characters_never_break_the_line) {
+    // whatever a user (or a script) passes, the message stays one printable line
+    expect_rejected(REGRESSION("--a\nb"), "'--a?b'", "regression takes");
+    expect_rejected(REGRESSION("--epochs", "1\n2"), "--epochs '1?2'", NULL);
+    expect_rejected(MNIST("--hidden", "12\r,3"), "--hidden '12?,3'", NULL);
+    expect_rejected(MNIST("stray\x1b[31m"), "'stray?[31m'", NULL);
+    for (const char *c = err; *c; c++) cr_assert_geq((unsigned char)*c, 0x20, "control character in: %s", err);
+}
+
+Test(args, messages_fit_small_buffers) {
+    // a short buffer gets the start of the message, NUL-terminated; no buffer gets nothing
+    char small[12];
+    char *argv[] = {"prog", "--epochs", "0", NULL};
+    memset(small, 'x', sizeof(small));
+    cr_assert_eq(parse_args(3, argv, TRAINER_REGRESSION, &opt, small, sizeof(small)), -1);
+    cr_assert_str_eq(small, "--epochs 0 ");
+    cr_assert_eq(parse_args(3, argv, TRAINER_REGRESSION, &opt, NULL, 0), -1);
+}
+
 Test(args, switch_with_value) { expect_rejected(REGRESSION("--quiet=1"), "--quiet", "no value"); }
 
 // ----------------------------------------------------------------------------

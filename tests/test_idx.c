@@ -322,6 +322,57 @@ Test(idx, corrupt_gzip_data) {
     cr_assert_not_null(strstr(err, tmp_path("bad.gz")), "err does not name the file: %s", err);
 }
 
+Test(idx, body_larger_than_first_buffer) {
+    // 5000 images of 28x28 (3.9 MB): the body buffer starts at 1 MiB and grows while bytes arrive
+    write_images("big", 5000, 28, 28, 0);
+    write_images("big2.gz", 5000, 28, 28, 1);
+    IdxImages plain, packed;
+    cr_assert_eq(idx_read_images(tmp_path("big"), &plain, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(idx_read_images(tmp_path("big2"), &packed, err, sizeof(err)), 0, "%s", err);
+    size_t len = (size_t)5000 * 28 * 28;
+    for (size_t i = 0; i < len; i++) cr_assert_eq(plain.pixels[i], (uint8_t)((3 + 7 * i) % 256), "pixel %zu", i);
+    cr_assert_eq(memcmp(plain.pixels, packed.pixels, len), 0);
+    idx_free_images(&plain);
+    idx_free_images(&packed);
+
+    // and one byte short of that, or one byte over: still caught after the buffer grew
+    size_t n;
+    uint8_t *bytes = image_bytes(0x803, 5000, 28, 28, -1, 3, &n);
+    write_bytes("short", bytes, n, 0);
+    free(bytes);
+    assert_error(idx_read_images(tmp_path("short"), &plain, err, sizeof(err)), "truncated");
+    cr_assert_not_null(strstr(err, "3919999"), "%s", err);
+    bytes = image_bytes(0x803, 5000, 28, 28, 1, 3, &n);
+    write_bytes("long", bytes, n, 0);
+    free(bytes);
+    assert_error(idx_read_images(tmp_path("long"), &plain, err, sizeof(err)), "after");
+}
+
+Test(idx, huge_promise_in_a_short_file) {
+    // a header that promises 10,000,000 images of 4096x4096 (168 TB) in a 20-byte file is a truncated
+    // file, found without first asking for 168 TB of memory
+    size_t n;
+    uint8_t *bytes = image_bytes(0x803, 1, 2, 2, 0, 0, &n);
+    put_be32(bytes + 4, 10000000);
+    put_be32(bytes + 8, 4096);
+    put_be32(bytes + 12, 4096);
+    write_bytes("images", bytes, n, 0);
+    free(bytes);
+    IdxImages images;
+    assert_error(idx_read_images(tmp_path("images"), &images, err, sizeof(err)), "truncated");
+    cr_assert_not_null(strstr(err, "file has 4"), "%s", err);
+    cr_assert_null(images.pixels);
+}
+
+Test(idx, messages_stay_one_line) {
+    // a path with a newline in it still gives a one-line message
+    assert_error(idx_read_images(tmp_path("no\nsuch"), &(IdxImages){0}, err, sizeof(err)), "missing");
+    cr_assert_not_null(strstr(err, "no?such"), "%s", err);
+    write_bytes("bad\tname", (const uint8_t *)"garbage!", 8, 0);
+    assert_error(idx_read_labels(tmp_path("bad\tname"), &(IdxLabels){0}, err, sizeof(err)), "bad magic");
+    cr_assert_not_null(strstr(err, "bad?name"), "%s", err);
+}
+
 // ----------------------------------------------------------------------------
 // mnist_load: the MNIST shape on top of valid IDX files
 
