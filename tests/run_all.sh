@@ -41,6 +41,11 @@ else
     echo "== bench table generator: SKIPPED (no python3)"; skipped=$((skipped + 1))
 fi
 
+run "try and exercises (CPU side)" bash tests/try_smoke.sh
+line=$(grep -a "^try: [0-9]* passed" "$log" | tail -n1)
+passed=$((passed + $(sed -n 's/try: \([0-9]*\) passed.*/\1/p' <<<"$line")))
+failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
+
 for suite in "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done); do
     run "GPU suite $suite" "$suite"
     tally_criterion

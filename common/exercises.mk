@@ -1,0 +1,46 @@
+# common/exercises.mk: candidate files, checked exercises and prompts. Included by the top Makefile;
+# reached through `make stage N VERB`, which sets NN.
+#
+#   make stage N try FILE=path.cu   build stage N with FILE in place of the trainer it defines (for stage 1:
+#                                   of vector_add.cu), run the stage's GPU suite on it, time it against the
+#                                   stage's own file with the same flags (ARGS=... adds flags): PASS or FAIL
+#   make stage N exercise           `try` on the stage's skeleton, N-*/exercise/*.cu (EXERCISE=name picks one)
+#   make stage N exercise ANSWER=1  `try` on the stage file the skeleton was cut from (it must pass)
+#   make stage N prompt             build/prompt/stageNN.md: a self-contained prompt for an assistant or a
+#                                   student (TRAINER=regression|mnist narrows it to one trainer)
+#
+# TRY_RUN=0 stops try and exercise after the checks that need no GPU (compiles, exports, links, markers).
+# Exit status: 0 PASS (or TRY_RUN=0 with nothing left to do), 1 FAIL, 2 a file that cannot be a candidate
+# (missing, does not compile, does not export what the drivers need, does not link), 4 UNVERIFIED (no
+# CUDA device ran the suite: nothing was checked, so nothing passed).
+#
+# The work is in common/try.sh; the verdict and speed tables in common/try_report.awk. This file only
+# hands them the build settings, as TRY_* variables in their environment.
+
+.PHONY: stage-try stage-exercise stage-prompt
+
+stage-try stage-exercise stage-prompt: export TRY_MAKE = $(MAKE)
+stage-try stage-exercise stage-prompt: export TRY_BUILD = $(BUILD)
+stage-try stage-exercise stage-prompt: export TRY_NVCC = $(NVCC)
+stage-try stage-exercise stage-prompt: export TRY_NVCCFLAGS = $(NVCCFLAGS)
+stage-try stage-exercise stage-prompt: export TRY_CC = $(CC)
+stage-try stage-exercise stage-prompt: export TRY_CFLAGS = $(CFLAGS)
+stage-try stage-exercise stage-prompt: export TRY_LDFLAGS = $(LDFLAGS)
+stage-try stage-exercise stage-prompt: export TRY_LDLIBS = $(LDLIBS)
+stage-try stage-exercise stage-prompt: export TRY_CRITERION_LIBS = $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib
+stage-try stage-exercise stage-prompt: export TRY_HAVE_GPU = $(if $(DETECTED_ARCH),1,0)
+stage-try stage-exercise stage-prompt: export TRY_STAGE_DIR = $(call stage_dir,$(NN))
+stage-try stage-exercise stage-prompt: export TRY_ARGS = $(ARGS)
+stage-try stage-exercise stage-prompt: export TRY_TRAINER = $(TRAINER)
+stage-try stage-exercise: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
+stage-exercise: export TRY_EXERCISE = $(EXERCISE)
+stage-exercise: export TRY_ANSWER = $(ANSWER)
+
+stage-try:
+	+@bash common/try.sh try $(NN) "$(FILE)"
+
+stage-exercise:
+	+@bash common/try.sh exercise $(NN)
+
+stage-prompt:
+	+@bash common/try.sh prompt $(NN)
