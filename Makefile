@@ -20,14 +20,16 @@ else
 GENCODE := -gencode arch=compute_$(CUDA_ARCH),code=[sm_$(CUDA_ARCH),compute_$(CUDA_ARCH)]
 endif
 
-CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -D_POSIX_C_SOURCE=200809L -Icommon -I$(CUDA_HOME)/include
+# make test SANITIZE=1: the host code with AddressSanitizer and UBSan, in a build folder of its own
+SANITIZE_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -D_POSIX_C_SOURCE=200809L -Icommon -I$(CUDA_HOME)/include $(SANITIZE_FLAGS)
 NVCCFLAGS := -O3 -g -lineinfo -std=c++17 $(GENCODE) -Icommon -Xcompiler -Wall,-Wextra
-LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker --as-needed -Xlinker -rpath=$(CUDA_HOME)/lib64
+LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker --as-needed -Xlinker -rpath=$(CUDA_HOME)/lib64 $(foreach f,$(SANITIZE_FLAGS),-Xcompiler $(f))
 LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm
 CRITERION_FLAGS := -I$(CRITERION_PREFIX)/include
 CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-linux-gnu -lcriterion
 
-BUILD := build
+BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
 # A trainer stage exists once its folder holds both trainer files.
 STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-7]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-7]-*/mnist.cu))))
 STAGES := $(foreach d,$(STAGE_DIRS),$(firstword $(subst -, ,$(d))))
@@ -114,10 +116,12 @@ $(BUILD)/common/%.o: common/%.c $(wildcard common/*.h) | $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-# Result rows name the commit they were measured at; a new commit rebuilds report.o.
-GIT_HEAD := $(wildcard .git/HEAD $(shell git rev-parse --git-path $$(git symbolic-ref -q HEAD) 2>/dev/null))
-$(BUILD)/common/report.o: CFLAGS += -DGIT_COMMIT='"$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"'
-$(BUILD)/common/report.o: $(GIT_HEAD)
+# Result rows name the commit they were measured at. build/.commit records it, so that a copy of the
+# tree without .git (a GPU machine's) still knows; a new commit rewrites it and rebuilds report.o.
+GIT_COMMIT_ID := $(shell git rev-parse --short=12 HEAD 2>/dev/null || cat $(BUILD)/.commit 2>/dev/null || echo unknown)
+$(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/.commit 2>/dev/null)" = "$(GIT_COMMIT_ID)" ] || echo $(GIT_COMMIT_ID) > $(BUILD)/.commit)
+$(BUILD)/common/report.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"'
+$(BUILD)/common/report.o: $(BUILD)/.commit
 
 # The CPU reference does real work with --reference; -O3 lets gcc vectorize its loops (same results).
 $(BUILD)/common/reference.o: CFLAGS += -O3
@@ -224,6 +228,6 @@ bench:
 	@$(MAKE) --no-print-directory -f bench/bench.mk bench
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf build build-asan
 
 endif

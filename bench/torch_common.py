@@ -122,6 +122,12 @@ def describe_device(mode):
 
 
 def git_commit():
+    """The commit the C programs were built at: git where there is a repository, else the build's record
+    (a copy of the tree without .git, such as a GPU machine's, carries build/.commit)."""
+    recorded = os.path.join(REPO_ROOT, "build", ".commit")
+    if not os.path.isdir(os.path.join(REPO_ROOT, ".git")) and os.path.isfile(recorded):
+        with open(recorded) as f:
+            return f.read().strip() or "unknown"
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                              text=True, timeout=10)

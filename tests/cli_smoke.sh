@@ -90,6 +90,17 @@ expect "data: damaged archive"             3 "damaged"          -- offline "$tmp
 expect "data: offline, nothing to use"     3 "MNIST_OFFLINE"    -- offline "$tmp/fetch"
 expect "data: usage"                       2 "usage"            -- offline
 
+# out of host memory: exit 3 too (address space capped at 2 GB; not under AddressSanitizer, which
+# needs far more address space than that for itself)
+capped() { bash -c 'ulimit -v 2000000 && exec "$@"' capped "$@"; }
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+    echo "[SKIP] out of host memory: ASan builds cannot run with a capped address space"; skipped=$((skipped + 1))
+else
+    expect "regression: out of host memory" 3 "out of host memory" -- capped "$stage_build/regression" --reference --points 2e9
+    expect "mnist: out of host memory"      3 "out of host memory" -- \
+        capped "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --hidden 16384,16384,16384,16384,16384,16384,16384,16384
+fi
+
 # ----------------------------------------------------------------------------
 # divergence: exit 5 (the CPU reference, so that it runs everywhere)
 

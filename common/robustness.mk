@@ -1,0 +1,213 @@
+# common/robustness.mk: the robustness tools, included by the top Makefile (after its build rules).
+#
+#   make sanitize             compute-sanitizer memcheck, racecheck, synccheck and initcheck over every
+#                             stage x trainer at small sizes, 4 at a time; table in build/sanitize/summary.txt
+#   make stage N sanitize     the same for one stage
+#   make test SANITIZE=1      the CPU suites, the drivers and common/ built with AddressSanitizer + UBSan
+#                             into build-asan/ (kept apart from build/), then every suite as usual
+#   make fuzz                 libFuzzer (clang) on the IDX reader and the flag parser, FUZZ_SECONDS each
+#
+# Knobs: SAN_TOOLS, SAN_JOBS (4), SAN_TIMEOUT (s per run, 180), SAN_VARIANTS=all (every --variant and
+# --precision of each stage, not just its default), SAN_MNIST_DATA (default: a 3000/1000-image cut of
+# data/mnist), COMPUTE_SANITIZER; FUZZ_SECONDS (60), FUZZ_RUNS (a number of executions instead), FUZZ_CC.
+
+.PHONY: sanitize stage-sanitize fuzz
+
+# ----------------------------------------------------------------------------
+# make test SANITIZE=1: host code with ASan + UBSan
+
+# The flags have to be set before the build rules are read, so they live in the top Makefile, next
+# to BUILD (build-asan/ for SANITIZE=1, so that instrumented and normal objects never mix):
+#     BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
+#     SANITIZE_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+#     CFLAGS += $(SANITIZE_FLAGS)
+#     LDFLAGS += $(foreach f,$(SANITIZE_FLAGS),-Xcompiler $(f))
+# gcc compiles common/, the drivers and the tests with them; nvcc links the sanitizers' runtimes (one
+# -Xcompiler per flag: nvcc splits its arguments at commas). The stages' .cu files are not
+# instrumented: their device code is compute-sanitizer's job (make sanitize).
+ifeq ($(SANITIZE),1)
+ifeq ($(filter -fsanitize=address,$(CFLAGS)),)
+$(error SANITIZE=1: the top Makefile does not set the sanitizer flags yet (see common/robustness.mk))
+endif
+# protect_shadow_gap=0: the CUDA driver maps memory where ASan would otherwise protect its shadow gap
+export ASAN_OPTIONS ?= protect_shadow_gap=0:detect_leaks=1:check_initialization_order=1:strict_string_checks=1
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+endif
+
+# ----------------------------------------------------------------------------
+# make sanitize / make stage N sanitize: compute-sanitizer over the stages
+
+ifndef COMPUTE_SANITIZER
+COMPUTE_SANITIZER := $(firstword $(wildcard $(CUDA_HOME)/bin/compute-sanitizer $(CUDA_HOME)/compute-sanitizer/compute-sanitizer) $(shell command -v compute-sanitizer 2>/dev/null))
+endif
+SAN_TOOLS ?= memcheck racecheck synccheck initcheck
+SAN_JOBS ?= 4
+SAN_TIMEOUT ?= 180
+SAN_VARIANTS ?= default
+SAN_DIR := $(BUILD)/sanitize
+# Small runs that still take every path: an odd point count (float4 tails) with 800,002 training
+# points (stages 05-07 upload them in four chunks); logged epochs 0 and 10 and the last one (11).
+# MNIST: 3000 training images (9.4 MB of floats: two of stage 05's 8 MiB upload chunks; 23 steps of
+# 128 and a remainder), 1000 test images, two epochs (evaluation overlapping the next epoch).
+SAN_MNIST_DATA ?= $(SAN_DIR)/mnist-small
+SAN_REGRESSION_ARGS ?= --points 1000003 --epochs 12 --warmup 0 --quiet
+SAN_MNIST_ARGS ?= --hidden 32 --epochs 2 --warmup 0 --quiet --data $(SAN_MNIST_DATA)
+SAN_VECTOR_ADD_ARGS ?= --n 1000003 --repeat 1
+# memcheck also reports device memory a run never frees
+SAN_FLAGS_memcheck ?= --leak-check full
+SAN_FLAGS_racecheck ?=
+SAN_FLAGS_synccheck ?=
+SAN_FLAGS_initcheck ?=
+
+sanitize: SAN_STAGES := $(ALL_STAGES)
+stage-sanitize: SAN_STAGES := $(NN)
+sanitize: $(STAGE_BINS) $(BUILD)/01/vector_add
+stage-sanitize: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist)
+
+# The MNIST cut: the first images and labels of each split, with the count in the header changed.
+$(SAN_DIR)/mnist-small/.done:
+	@[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data
+	@mkdir -p $(@D)
+	@be32() { printf "\\$$(printf %03o $$(($$1 >> 24 & 255)))\\$$(printf %03o $$(($$1 >> 16 & 255)))\\$$(printf %03o $$(($$1 >> 8 & 255)))\\$$(printf %03o $$(($$1 & 255)))"; }; \
+	cut() { { head -c 4 "data/mnist/$$1"; be32 $$2; tail -c +9 "data/mnist/$$1" | head -c $$(($$3 + $$2 * $$4)); } >"$(@D)/$$1"; }; \
+	cut train-images-idx3-ubyte 3000 8 784 && cut train-labels-idx1-ubyte 3000 0 1 && \
+	cut t10k-images-idx3-ubyte 1000 8 784 && cut t10k-labels-idx1-ubyte 1000 0 1 && touch $@
+SAN_MNIST_CUT := $(if $(filter $(SAN_DIR)/mnist-small,$(SAN_MNIST_DATA)),$(SAN_DIR)/mnist-small/.done)
+sanitize: $(SAN_MNIST_CUT)
+stage-sanitize: $(if $(filter 01,$(NN)),,$(SAN_MNIST_CUT))
+
+# One run: sh -c "$SAN_JOB" sh STAGE TRAINER VARIANT PRECISION TOOL (VARIANT, PRECISION: - = default).
+# It appends one line to results: the row label, the tool, the verdict and the seconds taken.
+# Verdicts: clean; N errors / N warnings (racecheck's hazards of either kind); TIMEOUT; FAILED (exit
+# N) when the program failed with nothing reported, or no sanitizer summary was written at all.
+define SAN_JOB_SCRIPT
+stage=$$1 trainer=$$2 variant=$$3 precision=$$4 tool=$$5
+bin=$(BUILD)/$$stage/$$trainer
+case $$trainer in
+    regression) args="$(SAN_REGRESSION_ARGS)" ;;
+    mnist) args="$(SAN_MNIST_ARGS)" ;;
+    *) args="$(SAN_VECTOR_ADD_ARGS)" ;;
+esac
+label=$$trainer
+[ "$$variant" = - ] || { args="$$args --variant $$variant"; label="$$label/$$variant"; }
+[ "$$precision" = - ] || { args="$$args --precision $$precision"; label="$$label/$$precision"; }
+case $$tool in
+    memcheck) flags="$(SAN_FLAGS_memcheck)" ;;
+    racecheck) flags="$(SAN_FLAGS_racecheck)" ;;
+    synccheck) flags="$(SAN_FLAGS_synccheck)" ;;
+    *) flags="$(SAN_FLAGS_initcheck)" ;;
+esac
+log=$(SAN_DIR)/logs/$$stage-$$(echo "$$label" | tr / -)-$$tool
+start=$$(date +%s)
+timeout -k 10 $(SAN_TIMEOUT) "$(COMPUTE_SANITIZER)" --tool "$$tool" $$flags --log-file "$$log.log" \
+    "$$bin" $$args >"$$log.out" 2>&1
+rc=$$?
+secs=$$(($$(date +%s) - start))
+errors=$$(sed -n 's/.*ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p' "$$log.log" 2>/dev/null | tail -n 1)
+warnings=0
+races=$$(sed -n 's/.*RACECHECK SUMMARY: .*(\([0-9][0-9]*\) errors*, \([0-9][0-9]*\) warnings*).*/\1 \2/p' "$$log.log" 2>/dev/null | tail -n 1)
+[ -z "$$races" ] || { errors=$${races% *}; warnings=$${races#* }; }
+if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then verdict="TIMEOUT"
+elif [ -z "$$errors" ]; then verdict="FAILED (exit $$rc)"
+elif [ "$$errors" -gt 0 ]; then verdict="$$errors errors"
+elif [ "$$warnings" -gt 0 ]; then verdict="$$warnings warnings"
+elif [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"
+else verdict="clean"
+fi
+echo "$$stage $$label $$tool $$secs $$verdict" >>$(SAN_DIR)/results
+echo "  $$stage $$label $$tool: $$verdict ($$secs s)"
+endef
+
+# The table: one row per stage x trainer (x variant), one column per tool, then one line of totals.
+define SAN_TABLE_SCRIPT
+BEGIN { ntools = split(tools, tool, " ") }
+{
+    row = sprintf("%-5s  %-24s", $$1, $$2); if (!(row in seen)) { seen[row] = 1; rows[++nrows] = row }
+    verdict = $$5; for (i = 6; i <= NF; i++) verdict = verdict " " $$i
+    cell[row, $$3] = verdict " " $$4 "s"; runs++
+    if (verdict != "clean") bad++
+}
+END {
+    printf "%-5s  %-24s", "stage", "trainer"; for (t = 1; t <= ntools; t++) printf "  %-20s", tool[t]; printf "\n"
+    for (r = 1; r <= nrows; r++) {
+        printf "%s", rows[r]
+        for (t = 1; t <= ntools; t++) printf "  %-20s", ((rows[r], tool[t]) in cell) ? cell[rows[r], tool[t]] : "-"
+        printf "\n"
+    }
+    if (bad) printf "sanitize: %d of %d runs not clean: logs in %s/logs/\n", bad, runs, dir
+    else printf "sanitize: all %d runs clean\n", runs
+}
+endef
+
+sanitize stage-sanitize: export SAN_JOB = $(SAN_JOB_SCRIPT)
+sanitize stage-sanitize: export SAN_TABLE = $(SAN_TABLE_SCRIPT)
+
+sanitize stage-sanitize:
+	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make sanitize needs a CUDA device (nvidia-smi lists none)" >&2; exit 4; fi
+	@if [ ! -x "$(COMPUTE_SANITIZER)" ]; then echo "error: compute-sanitizer not found in $(CUDA_HOME)/bin or on PATH: set COMPUTE_SANITIZER=/path/to/compute-sanitizer" >&2; exit 2; fi
+	@rm -rf $(SAN_DIR)/logs $(SAN_DIR)/results $(SAN_DIR)/jobs; mkdir -p $(SAN_DIR)/logs
+	@for tool in racecheck memcheck initcheck synccheck; do \
+	    case " $(SAN_TOOLS) " in *" $$tool "*) ;; *) continue ;; esac; \
+	    for trainer in mnist regression vector_add; do for stage in $(SAN_STAGES); do \
+	        case $$stage-$$trainer in 01-vector_add) ;; 01-*|*-vector_add) continue ;; esac; \
+	        variants=- precisions=-; \
+	        if [ "$(SAN_VARIANTS)" = all ] && [ $$stage != 01 ]; then \
+	            variants=$$($(BUILD)/$$stage/$$trainer --variant '?' 2>&1 | sed -n 's/.*; valid: //p' | tr -d ,); \
+	            [ $$trainer = regression ] || precisions=$$($(BUILD)/$$stage/$$trainer --precision '?' 2>&1 | sed -n 's/.*; valid: //p' | tr -d ,); \
+	        fi; \
+	        for v in $$variants; do for p in $$precisions; do \
+	            echo "$$stage $$trainer $$v $$p $$tool" >>$(SAN_DIR)/jobs; done; done; \
+	    done; done; \
+	done
+	@echo "compute-sanitizer: $$(wc -l <$(SAN_DIR)/jobs) runs, $(SAN_JOBS) at a time, $(SAN_TIMEOUT) s limit each ($(COMPUTE_SANITIZER))"
+	@start=$$(date +%s); \
+	xargs -P $(SAN_JOBS) -L 1 sh -c "$$SAN_JOB" sh <$(SAN_DIR)/jobs; \
+	{ echo "compute-sanitizer $$("$(COMPUTE_SANITIZER)" --version 2>/dev/null | sed -n 's/.*Version //p' | head -n 1)" \
+	       "on $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)," \
+	       "$(SAN_JOBS) runs at a time, $$(($$(date +%s) - start)) s in all"; \
+	  sort -k1,1 -k2,2 $(SAN_DIR)/results | awk -v tools="$(SAN_TOOLS)" -v dir="$(SAN_DIR)" "$$SAN_TABLE"; \
+	} >$(SAN_DIR)/summary.txt
+	@echo; cat $(SAN_DIR)/summary.txt
+	@tail -n 1 $(SAN_DIR)/summary.txt | grep -q "all .* runs clean"
+
+# ----------------------------------------------------------------------------
+# make fuzz: libFuzzer harnesses (tests/fuzz/), built with clang, seeded from tests/fuzz/corpus_*/
+
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?=
+FUZZ_DIR := $(BUILD)/fuzz
+FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Icommon \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+
+$(FUZZ_DIR)/fuzz_idx: tests/fuzz/fuzz_idx.c common/idx.c common/idx.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_idx.c common/idx.c -lz -o $@
+
+$(FUZZ_DIR)/fuzz_args: tests/fuzz/fuzz_args.c common/args.c common/args.h common/trainer.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_args.c common/args.c -lm -o $@
+
+# Both harnesses at once, each for FUZZ_SECONDS (or FUZZ_RUNS executions); new inputs go to
+# build/fuzz/corpus_*, the seeds in tests/ stay as they are; a finding is saved as build/fuzz/crash-*.
+fuzz:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "error: make fuzz needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev)" >&2; exit 2; }
+	@$(MAKE) --no-print-directory $(FUZZ_DIR)/fuzz_idx $(FUZZ_DIR)/fuzz_args
+	@echo "fuzzing the IDX reader and the flag parser, $(if $(FUZZ_RUNS),$(FUZZ_RUNS) executions,$(FUZZ_SECONDS) s) each ..."
+	@for h in idx args; do \
+	    mkdir -p $(FUZZ_DIR)/corpus_$$h; \
+	    ( $(FUZZ_DIR)/fuzz_$$h $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_SECONDS)) -timeout=10 \
+	        -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/ \
+	        $(FUZZ_DIR)/corpus_$$h tests/fuzz/corpus_$$h >$(FUZZ_DIR)/fuzz_$$h.log 2>&1; \
+	      echo $$? >$(FUZZ_DIR)/fuzz_$$h.rc ) & \
+	done; wait; \
+	status=0; for h in idx args; do \
+	    runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_DIR)/fuzz_$$h.log | tail -n 1); \
+	    secs=$$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' $(FUZZ_DIR)/fuzz_$$h.log | tail -n 1); \
+	    if [ "$$(cat $(FUZZ_DIR)/fuzz_$$h.rc)" = 0 ]; then \
+	        echo "fuzz_$$h: $$runs executions in $${secs:-?} s, no finding (corpus: $$(ls $(FUZZ_DIR)/corpus_$$h | wc -l) inputs)"; \
+	    else \
+	        status=1; grep -E "^==[0-9]+==ERROR|SUMMARY|deadly signal|Test unit written" $(FUZZ_DIR)/fuzz_$$h.log | head -n 5; \
+	        echo "fuzz_$$h: FINDING after $${runs:-?} executions: see $(FUZZ_DIR)/fuzz_$$h.log; replay with $(FUZZ_DIR)/fuzz_$$h $(FUZZ_DIR)/crash-..." >&2; \
+	    fi; \
+	done; exit $$status
