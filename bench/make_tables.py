@@ -9,6 +9,8 @@ file and the device it comes from. The tables go between markers, and nothing ou
   NN-*/README.md   <!-- results:stageNN begin --> ... <!-- results:stageNN end -->  (stage NN vs the one before,
                    then its variants table where it has other variants or precisions; 01-vector-add: its
                    versions)
+  07-*/README.md   <!-- targets:stage07 begin --> ... <!-- targets:stage07 end -->  (the issue's targets for
+                   the last stage against its measured rows)
 
 A stage counts in the ladder and the stage-vs-stage tables in its default variant (the first name of
 its REGRESSION_VARIANTS / MNIST_VARIANTS), at fp32 and bf16; its other variants and precisions (the
@@ -291,6 +293,42 @@ def vector_add_block(datasets):
 # ----------------------------------------------------------------------------
 # markers
 
+# ----------------------------------------------------------------------------
+# the last stage's targets: the benchmark figures it is asked to reach (fp32, default variants)
+
+# (configuration label, trainer, hidden, measured figure, column, target in ms)
+STAGE07_TARGETS = [
+    ("regression 5M points, 200 epochs", "regression", None, "loop ms", "loop", 3.0),
+    ("MNIST --hidden 0", "mnist", "0", "loop ms per epoch", "ms_per_epoch", 2.5),
+    ("MNIST --hidden 128", "mnist", "128", "loop ms per epoch", "ms_per_epoch", 6.0),
+]
+
+
+def targets_block(datasets, known=None):
+    """The text between the targets:stage07 markers: each target against the newest stage-07 row."""
+    blocks = []
+    for source, rows in datasets:
+        defaults = rc.variant_defaults(rows, known)
+        lines, shown = [], []
+        for label, trainer, hidden, figure, column, target in STAGE07_TARGETS:
+            config = next(c for c in rc.canonical_configs()
+                          if c.trainer == trainer and (hidden is None or c.hidden == hidden))
+            this = next((e for e in rc.select_entries(rows, config, defaults)
+                         if e.is_ladder_stage and e.stage == "07" and e.precision == "fp32"), None)
+            if this is None:
+                lines.append([label, figure, f"≤ {target:g}", "no result yet", ""])
+                continue
+            measured = getattr(this, column)
+            verdict = "met" if measured <= target else f"missed: {rc.ratio(measured, target):.1f}× the target"
+            lines.append([label, figure, f"≤ {target:g}", fmt_3(measured), verdict])
+            shown.append(this.row)
+        if not shown:
+            continue
+        blocks.append(source_line(shown, rc.device_of(shown), source) + "\n\n" + markdown_table(
+            ["", "figure", "target", "measured", ""], [":--", ":--", "--:", "--:", ":--"], lines))
+    return "\n\n".join(blocks) if blocks else "*Not measured yet: run `make bench` on a GPU machine.*"
+
+
 def replace_between(text, name, content):
     """text with the part between <!-- name begin --> and <!-- name end --> replaced by content, or
     None when the file has neither marker."""
@@ -349,6 +387,8 @@ def all_blocks(datasets, root):
     for nn, d in dirs.items():
         block = vector_add_block(datasets) if nn == "01" else stage_block(datasets, nn, names, known)
         files[os.path.join(root, d, "README.md")] = {f"results:stage{nn}": block}
+        if nn == "07":
+            files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
     return files
 
 

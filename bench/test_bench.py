@@ -178,6 +178,30 @@ class StageTableTest(unittest.TestCase):
         self.assertEqual(missing, [["MNIST --hidden 128", "02", "no result yet", "", "", "", "", ""]])
 
 
+class TargetsTableTest(unittest.TestCase):
+    """The stage-07 targets: a figure at or under its target is met, one above says by how much."""
+
+    def test_met_and_missed(self):
+        header = ",".join(rc.RESULT_COLUMNS)
+        rows_text = [header,
+                     "07,regression,default,5000000,,,200,0.01,fp32,FIXTURE-GPU,9.0,13.0,13.0,5,2,0.01,3,"
+                     "0.01,0.02,,0.7,0.3,fix0002",
+                     '07,mnist,default,,128,128,10,0.1,fp32,FIXTURE-GPU,9.0,13.0,13.0,200,120,12,20,'
+                     '0.1,0.1,0.97,,,fix0002']
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "fixture-gpu.csv")
+            with open(path, "w") as f:
+                f.write("\n".join(rows_text) + "\n")
+            rows = rc.read_csv(path, rc.RESULT_COLUMNS)
+        block = make_tables.targets_block([("fixture-gpu.csv", rows)])
+        self.assertRegex(block, r"regression 5M points, 200 epochs \| loop ms \| ≤ 3 \| 2\.00? \| met")
+        self.assertIn("missed: 2.0× the target", block)
+        self.assertIn("MNIST --hidden 0 | loop ms per epoch | ≤ 2.5 | no result yet", block)
+
+    def test_no_rows(self):
+        self.assertIn("Not measured yet", make_tables.targets_block([]))
+
+
 class VectorAddTableTest(unittest.TestCase):
     def test_versions_at_the_newest_size(self):
         lines, shown = make_tables.vector_add_lines(fixture_rows())

@@ -7,7 +7,7 @@
 #                             into build-asan/ (kept apart from build/), then every suite as usual
 #   make fuzz                 libFuzzer (clang) on the IDX reader and the flag parser, FUZZ_SECONDS each
 #
-# Knobs: SAN_TOOLS, SAN_JOBS (4), SAN_TIMEOUT (s per run, 180), SAN_VARIANTS=all (every --variant and
+# Knobs: SAN_TOOLS, SAN_JOBS (4), SAN_TIMEOUT (s per run, 300), SAN_VARIANTS=all (every --variant and
 # --precision of each stage, not just its default), SAN_MNIST_DATA (default: a 3000/1000-image cut of
 # data/mnist), COMPUTE_SANITIZER; FUZZ_SECONDS (60), FUZZ_RUNS (a number of executions instead), FUZZ_CC.
 
@@ -42,7 +42,7 @@ COMPUTE_SANITIZER := $(firstword $(wildcard $(CUDA_HOME)/bin/compute-sanitizer $
 endif
 SAN_TOOLS ?= memcheck racecheck synccheck initcheck
 SAN_JOBS ?= 4
-SAN_TIMEOUT ?= 180
+SAN_TIMEOUT ?= 300
 SAN_VARIANTS ?= default
 SAN_DIR := $(BUILD)/sanitize
 # Small runs that still take every path: an odd point count (float4 tails) with 800,002 training
