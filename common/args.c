@@ -6,12 +6,12 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "args.h"
+#include "message.h"
 
 // ----------------------------------------------------------------------------
 // the flag table: which trainer takes which flag
@@ -53,17 +53,6 @@ static int flag_applies(const Flag *flag, TrainerKind trainer) {
 
 static const char *trainer_name(TrainerKind trainer) { return trainer == TRAINER_REGRESSION ? "regression" : "mnist"; }
 
-// The message, kept to one line: a control character quoted from an argument (a newline, a tab, an
-// escape sequence) is shown as '?', so that what the driver prints is always exactly one line.
-static void set_err(char *err, size_t err_len, const char *fmt, ...) {
-    if (!err || err_len == 0) return;
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(err, err_len, fmt, args);
-    va_end(args);
-    for (char *c = err; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
-}
 
 // "--points --epochs ..." for the trainer, for messages that list what is valid.
 static void list_flags(TrainerKind trainer, char *out, size_t out_len) {
@@ -103,12 +92,12 @@ static int parse_ranged(const char *flag, const char *text, int64_t lo, int64_t 
                         size_t err_len) {
     int64_t value;
     if (parse_whole(text, &value) != 0) {
-        set_err(err, err_len, "--%s '%s' is not a whole number (valid: %lld .. %lld)", flag, text, (long long)lo,
+        error_message(err, err_len, "--%s '%s' is not a whole number (valid: %lld .. %lld)", flag, text, (long long)lo,
                 (long long)hi);
         return -1;
     }
     if (value < lo || value > hi) {
-        set_err(err, err_len, "--%s %s is out of range (valid: %lld .. %lld)", flag, text, (long long)lo, (long long)hi);
+        error_message(err, err_len, "--%s %s is out of range (valid: %lld .. %lld)", flag, text, (long long)lo, (long long)hi);
         return -1;
     }
     *out = value;
@@ -126,11 +115,11 @@ static int parse_lr(const char *text, float *out, char *err, size_t err_len) {
     char *end = NULL;
     double value = strtod(text, &end);  // over- and underflow land out of range below
     if (text[0] == '\0' || isspace((unsigned char)text[0]) || *end != '\0') {
-        set_err(err, err_len, "--lr '%s' is not a number (valid: > 0 and <= 100, e.g. 0.01)", text);
+        error_message(err, err_len, "--lr '%s' is not a number (valid: > 0 and <= 100, e.g. 0.01)", text);
         return -1;
     }
     if (!isfinite(value) || value <= 0.0 || value > 100.0 || (float)value <= 0.0f) {
-        set_err(err, err_len, "--lr %s is out of range (valid: finite, > 0 and <= 100)", text);
+        error_message(err, err_len, "--lr %s is out of range (valid: finite, > 0 and <= 100)", text);
         return -1;
     }
     *out = (float)value;
@@ -144,7 +133,7 @@ static int parse_seed(const char *text, uint64_t *out, char *err, size_t err_len
     errno = 0;
     unsigned long long value = digits_only ? strtoull(text, &end, 10) : 0;
     if (!digits_only || errno == ERANGE) {
-        set_err(err, err_len, "--seed '%s' is not a whole number (valid: 0 .. 18446744073709551615)", text);
+        error_message(err, err_len, "--seed '%s' is not a whole number (valid: 0 .. 18446744073709551615)", text);
         return -1;
     }
     *out = (uint64_t)value;
@@ -165,12 +154,12 @@ static int parse_hidden(const char *text, Options *opt, char *err, size_t err_le
         long size = 0;
         while (*c >= '0' && *c <= '9' && size <= 65536) size = size * 10 + (*c++ - '0');
         if (size < 1 || size > 65536 || (*c >= '0' && *c <= '9')) {
-            set_err(err, err_len, "--hidden '%s': each layer size must be 1 .. 65536 (use --hidden 0 for no hidden layer)",
+            error_message(err, err_len, "--hidden '%s': each layer size must be 1 .. 65536 (use --hidden 0 for no hidden layer)",
                     text);
             return -1;
         }
         if (n == max_layers) {
-            set_err(err, err_len, "--hidden '%s' has more than %d layers (valid: 0, or 1 .. %d comma-separated sizes)",
+            error_message(err, err_len, "--hidden '%s' has more than %d layers (valid: 0, or 1 .. %d comma-separated sizes)",
                     text, max_layers, max_layers);
             return -1;
         }
@@ -182,7 +171,7 @@ static int parse_hidden(const char *text, Options *opt, char *err, size_t err_le
         if (*c != ',') break;
         c++;
     }
-    set_err(err, err_len, "--hidden '%s' is not a layer list (valid: 0, or 1 .. %d comma-separated sizes 1 .. 65536, e.g. 128 or 1024,1024)",
+    error_message(err, err_len, "--hidden '%s' is not a layer list (valid: 0, or 1 .. %d comma-separated sizes 1 .. 65536, e.g. 128 or 1024,1024)",
             text, max_layers);
     return -1;
 }
@@ -207,7 +196,7 @@ static int apply_flag(const char *name, const char *value, Options *opt, char *e
 
     // the rest take a name or a path: only an empty one is wrong here
     if (value[0] == '\0') {
-        set_err(err, err_len, "--%s needs a non-empty value", name);
+        error_message(err, err_len, "--%s needs a non-empty value", name);
         return -1;
     }
     if (strcmp(name, "data") == 0) opt->data_dir = value;
@@ -257,7 +246,7 @@ int parse_args(int argc, char **argv, TrainerKind trainer, Options *opt, char *e
             return 1;
         }
         if (strncmp(arg, "--", 2) != 0) {
-            set_err(err, err_len, "unexpected argument '%s': every option is a --flag (see --help)", arg);
+            error_message(err, err_len, "unexpected argument '%s': every option is a --flag (see --help)", arg);
             return -1;
         }
 
@@ -274,20 +263,20 @@ int parse_args(int argc, char **argv, TrainerKind trainer, Options *opt, char *e
         }
         if (!flag) {
             list_flags(trainer, valid, sizeof(valid));
-            set_err(err, err_len, "unknown flag '%.*s'; %s takes: %s", (int)(name_len + 2), arg, trainer_name(trainer),
+            error_message(err, err_len, "unknown flag '%.*s'; %s takes: %s", (int)(name_len + 2), arg, trainer_name(trainer),
                     valid);
             return -1;
         }
         if (!flag_applies(flag, trainer)) {
             list_flags(trainer, valid, sizeof(valid));
-            set_err(err, err_len, "--%s is %s flag; %s takes: %s", name,
+            error_message(err, err_len, "--%s is %s flag; %s takes: %s", name,
                     flag->trainer == FOR_MNIST ? "an MNIST" : "a regression", trainer_name(trainer), valid);
             return -1;
         }
 
         if (!flag->takes_value) {
             if (equals) {
-                set_err(err, err_len, "--%s takes no value (got '%s')", name, arg);
+                error_message(err, err_len, "--%s takes no value (got '%s')", name, arg);
                 return -1;
             }
             if (strcmp(name, "breakdown") == 0) opt->breakdown = 1;
@@ -303,7 +292,7 @@ int parse_args(int argc, char **argv, TrainerKind trainer, Options *opt, char *e
         } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
             value = argv[++i];
         } else {
-            set_err(err, err_len, "--%s needs a value (--%s VALUE or --%s=VALUE; see --help)", name, name, name);
+            error_message(err, err_len, "--%s needs a value (--%s VALUE or --%s=VALUE; see --help)", name, name, name);
             return -1;
         }
         if (apply_flag(name, value, opt, err, err_len) != 0) return -1;
@@ -326,7 +315,7 @@ int args_pick(const char *flag, const char *value, const char *const *names, con
         if (n < 0) break;
         used += (size_t)n;
     }
-    set_err(err, err_len, "%s '%s' is not available in %s; valid: %s", flag, value, context, valid);
+    error_message(err, err_len, "%s '%s' is not available in %s; valid: %s", flag, value, context, valid);
     return -1;
 }
 

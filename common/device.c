@@ -3,11 +3,14 @@
 // Plain C against the CUDA runtime API, compiled by gcc and linked with -lcudart. device_query is the
 // drivers' first CUDA call, so a machine without a GPU or driver gets one clear line here instead of
 // a failure deep inside a trainer. Built into build/common/libcommon.a.
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime_api.h>
 
 #include "device.h"
+#include "exit_codes.h"
 
 // CUDA encodes versions as 1000 * major + 10 * minor: 13000 -> "13.0".
 static void version_string(int version, char *out, size_t len) {
@@ -54,4 +57,28 @@ void host_describe(DeviceInfo *out) {
         break;
     }
     fclose(f);
+}
+
+// The free device memory, or less when CUDA_STAGES_MAX_DEVICE_MB is set (to rehearse a smaller GPU).
+void device_check_memory(double needed, const char *what, const char *advice) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;  // the stage's own checks report it
+    double available = (double)free_bytes;
+    const char *limit = getenv("CUDA_STAGES_MAX_DEVICE_MB");
+    if (limit && limit[0]) {
+        char *end = NULL;
+        errno = 0;
+        long long mb = strtoll(limit, &end, 10);
+        if (*end != '\0' || errno == ERANGE || mb < 1) {
+            fprintf(stderr, "error: CUDA_STAGES_MAX_DEVICE_MB='%.32s' is not a whole number of MB >= 1\n", limit);
+            exit(EXIT_USAGE);
+        }
+        if ((double)mb * (1 << 20) < available) available = (double)mb * (1 << 20);
+    }
+    if (needed > available) {
+        fprintf(stderr, "error: %s needs about %.1f GB of device memory, but the GPU has %.1f GB free%s: %s\n", what,
+                needed / 1e9, available / 1e9, available < (double)free_bytes ? " (CUDA_STAGES_MAX_DEVICE_MB)" : "",
+                advice);
+        exit(EXIT_CUDA);
+    }
 }

@@ -17,6 +17,9 @@ typedef struct {
 
 // Device 0. Without one, prints "error: no CUDA device found ..." on stderr and returns -1.
 int device_query(DeviceInfo *out);
+// Exits with one line (EXIT_CUDA) when `needed` bytes exceed the free device memory, or the cap that
+// CUDA_STAGES_MAX_DEVICE_MB sets to rehearse a smaller GPU: "<what> needs about X GB ...: <advice>".
+void device_check_memory(double needed, const char *what, const char *advice);
 // The host CPU's model name (from /proc/cpuinfo), for rows of the CPU reference.
 void host_describe(DeviceInfo *out);
 

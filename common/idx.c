@@ -17,13 +17,13 @@
 // Built into build/common/libcommon.a by the top Makefile (link with -lz); tested by tests/test_idx.c.
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "idx.h"
+#include "message.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
 #define IDX_MAGIC_LABELS 0x00000801u
@@ -34,16 +34,6 @@
 // ----------------------------------------------------------------------------
 // helpers
 
-// The message, kept to one line: a control character in a path (a newline, say) is shown as '?'.
-static void set_err(char *err, size_t err_len, const char *fmt, ...) {
-    if (!err || err_len == 0) return;
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(err, err_len, fmt, args);
-    va_end(args);
-    for (char *c = err; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
-}
 
 // An open IDX file and the path actually opened (path or path.gz), for messages.
 typedef struct {
@@ -53,14 +43,14 @@ typedef struct {
 
 static int idx_open(const char *path, IdxFile *f, char *err, size_t err_len) {
     if (snprintf(f->path, sizeof(f->path), "%s", path) >= (int)sizeof(f->path)) {
-        set_err(err, err_len, "path too long: %.64s...", path);
+        error_message(err, err_len, "path too long: %.64s...", path);
         return -1;
     }
     errno = 0;
     f->file = gzopen(f->path, "rb");
     if (!f->file && errno == ENOENT) {
         if (snprintf(f->path, sizeof(f->path), "%s.gz", path) >= (int)sizeof(f->path)) {
-            set_err(err, err_len, "path too long: %.64s...", path);
+            error_message(err, err_len, "path too long: %.64s...", path);
             return -1;
         }
         errno = 0;
@@ -68,9 +58,9 @@ static int idx_open(const char *path, IdxFile *f, char *err, size_t err_len) {
     }
     if (!f->file) {
         if (errno == ENOENT) {
-            set_err(err, err_len, "missing %s (and no %s.gz): run `make data` or point --data at an IDX directory", path, path);
+            error_message(err, err_len, "missing %s (and no %s.gz): run `make data` or point --data at an IDX directory", path, path);
         } else {
-            set_err(err, err_len, "cannot open %s: %s", f->path, errno ? strerror(errno) : "out of memory");
+            error_message(err, err_len, "cannot open %s: %s", f->path, errno ? strerror(errno) : "out of memory");
         }
         return -1;
     }
@@ -81,9 +71,9 @@ static void idx_read_error(IdxFile *f, char *err, size_t err_len) {
     int code;
     const char *msg = gzerror(f->file, &code);
     if (code == Z_ERRNO) {
-        set_err(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
     } else {
-        set_err(err, err_len, "corrupt gzip data in %s (%s): delete it and run `make data`", f->path, msg);
+        error_message(err, err_len, "corrupt gzip data in %s (%s): delete it and run `make data`", f->path, msg);
     }
 }
 
@@ -119,7 +109,7 @@ static int idx_read_header(IdxFile *f, uint32_t magic, int n_fields, uint32_t *d
     if (got == 4) {
         uint32_t found = be32(header);
         if (found != magic) {
-            set_err(err, err_len, "bad magic 0x%08x in %s: not an IDX %s file (those start with 0x%08x)", found,
+            error_message(err, err_len, "bad magic 0x%08x in %s: not an IDX %s file (those start with 0x%08x)", found,
                     f->path, what, magic);
             return -1;
         }
@@ -128,7 +118,7 @@ static int idx_read_header(IdxFile *f, uint32_t magic, int n_fields, uint32_t *d
     }
     if (got < 0) return -1;
     if ((size_t)got < header_len) {
-        set_err(err, err_len, "truncated header in %s: %lld of %zu bytes; delete it and run `make data`",
+        error_message(err, err_len, "truncated header in %s: %lld of %zu bytes; delete it and run `make data`",
                 f->path, (long long)got, header_len);
         return -1;
     }
@@ -145,7 +135,7 @@ static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *er
     uint8_t *body = malloc(cap);
     for (;;) {
         if (!body) {
-            set_err(err, err_len, "out of host memory for %zu bytes of %s from %s", cap, what, f->path);
+            error_message(err, err_len, "out of host memory for %zu bytes of %s from %s", cap, what, f->path);
             return NULL;
         }
         int64_t got = idx_read_bytes(f, body + done, cap - done, err, err_len);
@@ -162,7 +152,7 @@ static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *er
         cap = next;
     }
     if (done < len) {
-        set_err(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %zu; delete it and run `make data`",
+        error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %zu; delete it and run `make data`",
                 what, f->path, len, done);
         free(body);
         return NULL;
@@ -172,7 +162,7 @@ static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *er
     int more = gzread(f->file, &extra, 1);
     if (more < 0) idx_read_error(f, err, err_len);
     if (more > 0) {
-        set_err(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
+        error_message(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
                 f->path, len, what);
     }
     if (more != 0) {
@@ -192,11 +182,11 @@ int idx_read_images(const char *path, IdxImages *out, char *err, size_t err_len)
     uint32_t dims[3];  // count, rows, cols
     if (idx_read_header(&f, IDX_MAGIC_IMAGES, 4, dims, "images", err, err_len) != 0) goto fail;
     if (dims[0] == 0) {
-        set_err(err, err_len, "%s holds zero images", f.path);
+        error_message(err, err_len, "%s holds zero images", f.path);
         goto fail;
     }
     if (dims[0] > IDX_MAX_COUNT || dims[1] < 1 || dims[1] > IDX_MAX_DIM || dims[2] < 1 || dims[2] > IDX_MAX_DIM) {
-        set_err(err, err_len, "absurd dimensions in %s: %u images of %ux%u (allowed: up to %u images, 1..%u per side)",
+        error_message(err, err_len, "absurd dimensions in %s: %u images of %ux%u (allowed: up to %u images, 1..%u per side)",
                 f.path, dims[0], dims[1], dims[2], IDX_MAX_COUNT, IDX_MAX_DIM);
         goto fail;
     }
@@ -221,11 +211,11 @@ int idx_read_labels(const char *path, IdxLabels *out, char *err, size_t err_len)
     uint32_t count;
     if (idx_read_header(&f, IDX_MAGIC_LABELS, 2, &count, "labels", err, err_len) != 0) goto fail;
     if (count == 0) {
-        set_err(err, err_len, "%s holds zero labels", f.path);
+        error_message(err, err_len, "%s holds zero labels", f.path);
         goto fail;
     }
     if (count > IDX_MAX_COUNT) {
-        set_err(err, err_len, "absurd count in %s: %u labels (allowed: up to %u)", f.path, count, IDX_MAX_COUNT);
+        error_message(err, err_len, "absurd count in %s: %u labels (allowed: up to %u)", f.path, count, IDX_MAX_COUNT);
         goto fail;
     }
     uint8_t *labels = idx_read_body(&f, count, "labels", err, err_len);
@@ -257,14 +247,14 @@ static int mnist_load_split(const char *dir, const char *images_name, const char
     char images_path[4096], labels_path[4096];
     if (snprintf(images_path, sizeof(images_path), "%s/%s", dir, images_name) >= (int)sizeof(images_path) ||
         snprintf(labels_path, sizeof(labels_path), "%s/%s", dir, labels_name) >= (int)sizeof(labels_path)) {
-        set_err(err, err_len, "data directory path too long: %.64s...", dir);
+        error_message(err, err_len, "data directory path too long: %.64s...", dir);
         return -1;
     }
     IdxImages images;
     IdxLabels labels;
     if (idx_read_images(images_path, &images, err, err_len) != 0) return -1;
     if (images.rows != MNIST_SIDE || images.cols != MNIST_SIDE) {
-        set_err(err, err_len, "%s holds %dx%d images; MNIST-shaped data must be %dx%d", images_path, images.rows,
+        error_message(err, err_len, "%s holds %dx%d images; MNIST-shaped data must be %dx%d", images_path, images.rows,
                 images.cols, MNIST_SIDE, MNIST_SIDE);
         idx_free_images(&images);
         return -1;
@@ -276,20 +266,20 @@ static int mnist_load_split(const char *dir, const char *images_name, const char
     int status = -1;
     float *pixels = NULL;  // (count, 784)
     if (labels.count != images.count) {
-        set_err(err, err_len, "count mismatch: %s holds %d images but %s holds %d labels", images_path,
+        error_message(err, err_len, "count mismatch: %s holds %d images but %s holds %d labels", images_path,
                 images.count, labels_path, labels.count);
         goto done;
     }
     for (int i = 0; i < labels.count; i++) {
         if (labels.labels[i] > 9) {
-            set_err(err, err_len, "label %d at index %d in %s is outside 0..9", labels.labels[i], i, labels_path);
+            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", labels.labels[i], i, labels_path);
             goto done;
         }
     }
     size_t n_pixels = (size_t)images.count * MNIST_SIDE * MNIST_SIDE;
     pixels = malloc(n_pixels * sizeof(float));
     if (!pixels) {
-        set_err(err, err_len, "out of host memory for %d images from %s", images.count, images_path);
+        error_message(err, err_len, "out of host memory for %d images from %s", images.count, images_path);
         goto done;
     }
     for (size_t i = 0; i < n_pixels; i++) pixels[i] = (float)images.pixels[i] / 255.0f;

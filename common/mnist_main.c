@@ -62,30 +62,6 @@ static double mnist_device_bytes(const MnistConfig *cfg, int n_train, int n_test
            (16.0 * cfg->batch + 8.0 * n_test) * widths + 4.0 * steps + (64.0 + 256.0) * (1 << 20);
 }
 
-// The free device memory, or less when CUDA_STAGES_MAX_DEVICE_MB is set (to rehearse a smaller GPU).
-static void check_device_memory(double needed, const char *what, const char *advice) {
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;  // the stage's own checks report it
-    double available = (double)free_bytes;
-    const char *limit = getenv("CUDA_STAGES_MAX_DEVICE_MB");
-    if (limit && limit[0]) {
-        char *end = NULL;
-        errno = 0;
-        long long mb = strtoll(limit, &end, 10);
-        if (*end != '\0' || errno == ERANGE || mb < 1) {
-            fprintf(stderr, "error: CUDA_STAGES_MAX_DEVICE_MB='%.32s' is not a whole number of MB >= 1\n", limit);
-            exit(EXIT_USAGE);
-        }
-        if ((double)mb * (1 << 20) < available) available = (double)mb * (1 << 20);
-    }
-    if (needed > available) {
-        fprintf(stderr, "error: %s needs about %.1f GB of device memory, but the GPU has %.1f GB free%s: %s\n", what,
-                needed / 1e9, available / 1e9, available < (double)free_bytes ? " (CUDA_STAGES_MAX_DEVICE_MB)" : "",
-                advice);
-        exit(EXIT_CUDA);
-    }
-}
-
 // ----------------------------------------------------------------------------
 // --export: the same initial parameters, batch order and settings for the PyTorch baseline in bench/
 
@@ -274,7 +250,7 @@ int main(int argc, char **argv) {
         char what[160];
         snprintf(what, sizeof(what), "this run (--hidden %s, --batch %d, --epochs %d, %d training images)", hidden,
                  cfg.batch, cfg.epochs, set.n_train);
-        check_device_memory(mnist_device_bytes(&cfg, set.n_train, set.n_test), what,
+        device_check_memory(mnist_device_bytes(&cfg, set.n_train, set.n_test), what,
                             "try a smaller --hidden, --batch or --epochs");
     }
 

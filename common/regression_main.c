@@ -51,30 +51,6 @@ static void *alloc_or_die(size_t count, size_t size, const char *what) {
 #define BYTES_PER_POINT 16.0
 #define FIXED_DEVICE_BYTES (256.0 * (1 << 20))
 
-// The free device memory, or less when CUDA_STAGES_MAX_DEVICE_MB is set (to rehearse a smaller GPU).
-static void check_device_memory(double needed, const char *what, const char *advice) {
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;  // the stage's own checks report it
-    double available = (double)free_bytes;
-    const char *limit = getenv("CUDA_STAGES_MAX_DEVICE_MB");
-    if (limit && limit[0]) {
-        char *end = NULL;
-        errno = 0;
-        long long mb = strtoll(limit, &end, 10);
-        if (*end != '\0' || errno == ERANGE || mb < 1) {
-            fprintf(stderr, "error: CUDA_STAGES_MAX_DEVICE_MB='%.32s' is not a whole number of MB >= 1\n", limit);
-            exit(EXIT_USAGE);
-        }
-        if ((double)mb * (1 << 20) < available) available = (double)mb * (1 << 20);
-    }
-    if (needed > available) {
-        fprintf(stderr, "error: %s needs about %.1f GB of device memory, but the GPU has %.1f GB free%s: %s\n", what,
-                needed / 1e9, available / 1e9, available < (double)free_bytes ? " (CUDA_STAGES_MAX_DEVICE_MB)" : "",
-                advice);
-        exit(EXIT_CUDA);
-    }
-}
-
 // ----------------------------------------------------------------------------
 // --export: the same points and settings for the PyTorch baseline in bench/
 
@@ -173,7 +149,7 @@ int main(int argc, char **argv) {
         if (device_query(&device) != 0) return EXIT_CUDA;
         char what[64];
         snprintf(what, sizeof(what), "--points %lld", (long long)opt.points);
-        check_device_memory(BYTES_PER_POINT * (double)opt.points + FIXED_DEVICE_BYTES, what, "try a smaller --points");
+        device_check_memory(BYTES_PER_POINT * (double)opt.points + FIXED_DEVICE_BYTES, what, "try a smaller --points");
     }
 
     RegressionSet set;

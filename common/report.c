@@ -6,20 +6,13 @@
 // Built into build/common/libcommon.a; tested by tests/test_report.c.
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "report.h"
+#include "message.h"
 
-static void set_err(char *err, size_t err_len, const char *fmt, ...) {
-    if (!err || err_len == 0) return;
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(err, err_len, fmt, args);
-    va_end(args);
-}
 
 // ----------------------------------------------------------------------------
 // the row
@@ -74,7 +67,7 @@ void report_print(const ResultRow *row, FILE *out) {
 static FILE *open_csv(const char *path, const char *header, char *err, size_t err_len) {
     FILE *f = fopen(path, "a");
     if (!f) {
-        set_err(err, err_len, "cannot open %s for appending: %s", path, strerror(errno));
+        error_message(err, err_len, "cannot open %s for appending: %s", path, strerror(errno));
         return NULL;
     }
     if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0) fprintf(f, "%s\n", header);
@@ -84,7 +77,7 @@ static FILE *open_csv(const char *path, const char *header, char *err, size_t er
 static int close_csv(FILE *f, const char *path, char *err, size_t err_len) {
     int failed = ferror(f);
     if (fclose(f) != 0) failed = 1;
-    if (failed) set_err(err, err_len, "cannot write %s: %s", path, strerror(errno));
+    if (failed) error_message(err, err_len, "cannot write %s: %s", path, strerror(errno));
     return failed ? -1 : 0;
 }
 
@@ -202,7 +195,7 @@ void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out) {
 static int make_dirs(const char *dir, char *err, size_t err_len) {
     char path[4096];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
-        set_err(err, err_len, "export directory name too long: %.64s...", dir);
+        error_message(err, err_len, "export directory name too long: %.64s...", dir);
         return -1;
     }
     for (char *c = path + 1;; c++) {
@@ -210,7 +203,7 @@ static int make_dirs(const char *dir, char *err, size_t err_len) {
         char saved = *c;
         *c = '\0';
         if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-            set_err(err, err_len, "cannot create directory %s: %s", path, strerror(errno));
+            error_message(err, err_len, "cannot create directory %s: %s", path, strerror(errno));
             return -1;
         }
         *c = saved;
@@ -218,7 +211,7 @@ static int make_dirs(const char *dir, char *err, size_t err_len) {
     }
     struct stat info;
     if (stat(path, &info) != 0 || !S_ISDIR(info.st_mode)) {
-        set_err(err, err_len, "%s is not a directory", dir);
+        error_message(err, err_len, "%s is not a directory", dir);
         return -1;
     }
     return 0;
@@ -228,18 +221,18 @@ int report_write_file(const char *dir, const char *name, const void *data, size_
     if (make_dirs(dir, err, err_len) != 0) return -1;
     char path[4096];
     if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path)) {
-        set_err(err, err_len, "export path too long: %.64s...", dir);
+        error_message(err, err_len, "export path too long: %.64s...", dir);
         return -1;
     }
     FILE *f = fopen(path, "wb");
     if (!f) {
-        set_err(err, err_len, "cannot create %s: %s", path, strerror(errno));
+        error_message(err, err_len, "cannot create %s: %s", path, strerror(errno));
         return -1;
     }
     int failed = fwrite(data, 1, bytes, f) != bytes;
     if (fclose(f) != 0) failed = 1;
     if (failed) {
-        set_err(err, err_len, "cannot write %zu bytes to %s: %s", bytes, path, strerror(errno));
+        error_message(err, err_len, "cannot write %zu bytes to %s: %s", bytes, path, strerror(errno));
         return -1;
     }
     return 0;

@@ -180,13 +180,13 @@ FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Icommon \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
-$(FUZZ_DIR)/fuzz_idx: tests/fuzz/fuzz_idx.c common/idx.c common/idx.h
+$(FUZZ_DIR)/fuzz_idx: tests/fuzz/fuzz_idx.c common/idx.c common/idx.h common/message.c
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_idx.c common/idx.c -lz -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_idx.c common/idx.c common/message.c -lz -o $@
 
-$(FUZZ_DIR)/fuzz_args: tests/fuzz/fuzz_args.c common/args.c common/args.h common/trainer.h
+$(FUZZ_DIR)/fuzz_args: tests/fuzz/fuzz_args.c common/args.c common/args.h common/trainer.h common/message.c
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_args.c common/args.c -lm -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_args.c common/args.c common/message.c -lm -o $@
 
 # Both harnesses at once, each for FUZZ_SECONDS (or FUZZ_RUNS executions); new inputs go to
 # build/fuzz/corpus_*, the seeds in tests/ stay as they are; a finding is saved as build/fuzz/crash-*.
