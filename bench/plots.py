@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/plots.py: the PNG figures of results/, drawn only from the CSV files next to them.
 
-For every result file results/<slug>.csv (with <slug>-curves.csv and <slug>-breakdown.csv when they
+For every result file results/<slug>.csv (with <slug>-curves.csv.gz and <slug>-breakdown.csv when they
 exist) it writes:
 
   <slug>-ladder-regression.png  e2e and loop time per stage (log scale), PyTorch modes as lines
@@ -296,7 +296,7 @@ def plot_file(plt, csv_path, out_dir):
     rows = rc.read_csv(csv_path, rc.RESULT_COLUMNS)
     defaults = rc.variant_defaults(rows, rc.source_default_variants(REPO_ROOT))
     source = f"{rc.device_of(rows)} · {os.path.basename(csv_path)}"
-    curves_path = os.path.join(base, f"{stem}-curves.csv")
+    curves_path = os.path.join(base, f"{stem}-curves.csv.gz")
     breakdown_path = os.path.join(base, f"{stem}-breakdown.csv")
     curve_rows = rc.read_csv(curves_path, rc.CURVE_COLUMNS) if os.path.exists(curves_path) else []
     breakdown_rows = rc.read_csv(breakdown_path, rc.BREAKDOWN_COLUMNS) if os.path.exists(breakdown_path) else []

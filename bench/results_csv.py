@@ -5,11 +5,12 @@ on machines without PyTorch or a GPU.
 
 Three kinds of file live in results/, per GPU (<slug> = the GPU's name, lower case, dashes):
   <slug>.csv            result rows, one per run: RESULT_COLUMNS, the schema of common/report.h
-  <slug>-curves.csv     loss curves in long format: CURVE_COLUMNS
+  <slug>-curves.csv.gz  loss curves in long format: CURVE_COLUMNS (gzip; the run appends to <slug>-curves.csv, then compresses it)
   <slug>-breakdown.csv  per-phase times of --breakdown runs: BREAKDOWN_COLUMNS
 """
 
 import csv
+import gzip
 import math
 import os
 import re
@@ -57,14 +58,36 @@ def gpu_slug(name):
     return slug or "unknown-gpu"
 
 
-def read_header(path):
+def open_text(path):
+    """path for reading as text: gzip-compressed when its name ends in .gz (the committed loss curves)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", newline="")
+    return open(path, newline="")
+
+
+def compress_curves(path):
+    """Folds the plain curve file path into path + ".gz" (created, or extended without a second header)
+    and removes it: a full run's curves are several MB of text, a few hundred KB compressed."""
+    if not os.path.exists(path):
+        return
     with open(path, newline="") as f:
+        lines = f.readlines()
+    if os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rt", newline="") as f:
+            lines = f.readlines() + lines[1:]
+    with gzip.open(path + ".gz", "wt", newline="") as f:
+        f.writelines(lines)
+    os.remove(path)
+
+
+def read_header(path):
+    with open_text(path) as f:
         return tuple(next(csv.reader(f), ()))
 
 
 def read_csv(path, columns):
-    """Every row of path as a dict of strings; SchemaError unless the header equals columns."""
-    with open(path, newline="") as f:
+    """Every row of path (plain or .gz) as a dict of strings; SchemaError unless the header equals columns."""
+    with open_text(path) as f:
         reader = csv.reader(f)
         header = tuple(next(reader, ()))
         if header != tuple(columns):

@@ -523,7 +523,7 @@ class Bench:
 
 def move_aside(results_dir, slug):
     """Moves an earlier run's files for this GPU to build/bench/previous/<time>/: each run starts fresh."""
-    names = [f"{slug}.csv", f"{slug}-curves.csv", f"{slug}-breakdown.csv"]
+    names = [f"{slug}.csv", f"{slug}-curves.csv", f"{slug}-curves.csv.gz", f"{slug}-breakdown.csv"]
     names += [f"{slug}-{figure}.png" for figure in plots.FIGURES]
     old = [n for n in names if os.path.exists(os.path.join(results_dir, n))]
     if not old:
@@ -581,6 +581,7 @@ def main(argv=None):
     for phase in ESSENTIAL + OPTIONAL:
         bench.phase(phase, phases[phase], optional=phase in OPTIONAL)
 
+    rc.compress_curves(bench.curves)
     print(f"\n== run_bench: {args.bench} plan, {bench.budget.elapsed():.0f} s of a {seconds:.0f} s budget")
     print("  measured  planned  phase")
     for phase, estimate, took in bench.phase_seconds:

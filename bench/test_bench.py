@@ -178,6 +178,31 @@ class StageTableTest(unittest.TestCase):
         self.assertEqual(missing, [["MNIST --hidden 128", "02", "no result yet", "", "", "", "", ""]])
 
 
+class CurveFileTest(unittest.TestCase):
+    """The curves are committed gzip-compressed: compressing keeps every row, a second run's rows are
+    added without a second header, and read_csv reads the .gz as it reads plain CSV."""
+
+    def test_compress_and_extend(self):
+        header = ",".join(rc.CURVE_COLUMNS)
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = os.path.join(tmp, "fixture-gpu-curves.csv")
+            with open(plain, "w") as f:
+                f.write(header + "\n07,regression,fused,,train_loss,0,1.5\n")
+            rc.compress_curves(plain)
+            self.assertFalse(os.path.exists(plain))
+            with open(plain, "w") as f:
+                f.write(header + '\n07,mnist,epoch-graph,"1024,1024",step_loss,3,0.25\n')
+            rc.compress_curves(plain)
+            rows = rc.read_csv(plain + ".gz", rc.CURVE_COLUMNS)
+        self.assertEqual([r["value"] for r in rows], ["1.5", "0.25"])
+        self.assertEqual(rows[1]["hidden"], "1024,1024")
+
+    def test_nothing_to_compress(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            rc.compress_curves(os.path.join(tmp, "absent-curves.csv"))
+            self.assertEqual(os.listdir(tmp), [])
+
+
 class TargetsTableTest(unittest.TestCase):
     """The stage-07 targets: a figure at or under its target is met, one above says by how much."""
 
