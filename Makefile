@@ -199,7 +199,7 @@ stage-compare:
 	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv
 	@set -e; for t in $(TRAINER); do for s in $(PREV) $(NN); do \
 	    $(BUILD)/$$s/$$t --quiet --csv $(BUILD)/compare/$(NN).csv $(ARGS); done; done
-	@awk -F, -f common/compare.awk $(BUILD)/compare/$(NN).csv
+	@awk -f common/csv.awk -f common/compare.awk $(BUILD)/compare/$(NN).csv
 
 stage-diff:
 	@if [ -z "$(PREV)" ]; then \

@@ -1,30 +1,11 @@
 # common/compare.awk: the side-by-side table of `make stage N compare`, read from the result rows the
 # two stages appended to build/compare/NN.csv (REPORT_CSV_HEADER first, as common/report.c writes it).
 #
-#     awk -F, -f common/compare.awk build/compare/03.csv
+#     awk -f common/csv.awk -f common/compare.awk build/compare/03.csv
 #
 # Per trainer: one line per run (stage, variant, times, final test loss, and test accuracy or w / b),
-# then the speedup of the last stage over the first. POSIX awk (mawk, gawk, busybox): lines are split
-# here rather than by -F, so that quoted fields with commas (hidden "1024,1024") stay whole.
-
-# Splits a CSV line into f[1..n] (double quotes group, "" inside quotes is a quote); returns n.
-function split_csv(line, f,    n, i, c, field, quoted) {
-    n = 0
-    field = ""
-    quoted = 0
-    for (i = 1; i <= length(line); i++) {
-        c = substr(line, i, 1)
-        if (quoted) {
-            if (c == "\"" && substr(line, i + 1, 1) == "\"") { field = field c; i++ }
-            else if (c == "\"") quoted = 0
-            else field = field c
-        } else if (c == "\"") quoted = 1
-        else if (c == ",") { f[++n] = field; field = "" }
-        else field = field c
-    }
-    f[++n] = field
-    return n
-}
+# then the speedup of the last stage over the first. POSIX awk (mawk, gawk, busybox): lines are split by
+# split_csv (common/csv.awk) rather than by -F, so that quoted fields with commas ("1024,1024") stay whole.
 
 # Milliseconds as report.c prints them: 4 significant digits, no exponent; "-" when absent.
 function ms(x) {

@@ -329,14 +329,7 @@ int main(int argc, char **argv) {
     row.batch = cfg.batch;
     row.epochs = cfg.epochs;
     row.lr = cfg.lr;
-    snprintf(row.device, sizeof(row.device), "%s", device.name);
-    snprintf(row.cc, sizeof(row.cc), "%s", device.cc);
-    snprintf(row.cuda, sizeof(row.cuda), "%s", device.cuda);
-    snprintf(row.driver, sizeof(row.driver), "%s", device.driver);
-    row.e2e_ms = median(e2e_ms, opt.repeat);
-    row.loop_ms = median(loop_ms, opt.repeat);
-    row.h2d_ms = median(h2d_ms, opt.repeat);
-    row.ms_per_epoch = median(per_epoch_ms, opt.repeat);
+    result_row_set_measurements(&row, &device, e2e_ms, loop_ms, h2d_ms, per_epoch_ms, opt.repeat);
     row.train_loss = mean_step_loss(o.step_loss, cfg.epochs - 1, steps);
     row.test_loss = o.test_loss[cfg.epochs - 1];
     row.test_acc = o.test_acc[cfg.epochs - 1];

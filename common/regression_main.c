@@ -223,14 +223,7 @@ int main(int argc, char **argv) {
     row.points = set.n;
     row.epochs = cfg.epochs;
     row.lr = cfg.lr;
-    snprintf(row.device, sizeof(row.device), "%s", device.name);
-    snprintf(row.cc, sizeof(row.cc), "%s", device.cc);
-    snprintf(row.cuda, sizeof(row.cuda), "%s", device.cuda);
-    snprintf(row.driver, sizeof(row.driver), "%s", device.driver);
-    row.e2e_ms = median(e2e_ms, opt.repeat);
-    row.loop_ms = median(loop_ms, opt.repeat);
-    row.h2d_ms = median(h2d_ms, opt.repeat);
-    row.ms_per_epoch = median(per_epoch_ms, opt.repeat);
+    result_row_set_measurements(&row, &device, e2e_ms, loop_ms, h2d_ms, per_epoch_ms, opt.repeat);
     row.train_loss = train_loss[n_logged - 1];
     row.test_loss = out.final_test_loss;
     row.w = out.w;

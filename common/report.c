@@ -237,3 +237,15 @@ int report_write_file(const char *dir, const char *name, const void *data, size_
     }
     return 0;
 }
+
+void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const double *e2e_ms,
+                                 const double *loop_ms, const double *h2d_ms, const double *per_epoch_ms, int runs) {
+    snprintf(row->device, sizeof(row->device), "%s", device->name);
+    snprintf(row->cc, sizeof(row->cc), "%s", device->cc);
+    snprintf(row->cuda, sizeof(row->cuda), "%s", device->cuda);
+    snprintf(row->driver, sizeof(row->driver), "%s", device->driver);
+    row->e2e_ms = median(e2e_ms, runs);
+    row->loop_ms = median(loop_ms, runs);
+    row->h2d_ms = median(h2d_ms, runs);
+    row->ms_per_epoch = median(per_epoch_ms, runs);
+}

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "device.h"
 #include "trainer.h"
 
 #ifdef __cplusplus
@@ -46,6 +47,10 @@ int report_append_curve(const char *path, const ResultRow *row, const char *seri
                         const int *index, int first_index, int count, char *err, size_t err_len);
 // --breakdown: ms and share of each phase, and the note that timing phases adds synchronizations.
 void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out);
+// The columns every driver fills alike: the device, and the medians over `runs` timed runs of e2e,
+// loop, h2d and each run's median epoch.
+void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const double *e2e_ms,
+                                 const double *loop_ms, const double *h2d_ms, const double *per_epoch_ms, int runs);
 // --export: writes bytes to dir/name, creating dir (and its parents) first.
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len);
 

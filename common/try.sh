@@ -241,7 +241,7 @@ try_file() {
     fi
     echo "== verdict for $file (stage $nn $trainer)"
     echo "  correctness: PASS, $tested tests against the CPU reference (output above; kept in $out/suite.log)"
-    awk -v stage="$nn" -v mode=speed -f common/try_report.awk "$out/stage.csv" "$out/candidate.csv"
+    awk -v stage="$nn" -v mode=speed -f common/csv.awk -f common/try_report.awk "$out/stage.csv" "$out/candidate.csv"
 }
 
 # ----------------------------------------------------------------------------
@@ -424,7 +424,7 @@ EOF
         csvs=$(set +f; for f in results/*.csv; do case $f in *-curves.csv | *-breakdown.csv) ;; *) [ -f "$f" ] && echo "$f" ;; esac; done)
         if [ -n "$csvs" ]; then
             # shellcheck disable=SC2086
-            awk -v stage="$nn" -v mode=results -f common/try_report.awk $csvs
+            awk -v stage="$nn" -v mode=results -f common/csv.awk -f common/try_report.awk $csvs
         else
             echo "None yet (\`make bench\` on a GPU machine writes them)."
         fi

@@ -1,27 +1,11 @@
 # common/try_report.awk: the tables of `make stage N try` and `make stage N prompt`, from result rows
-# (REPORT_CSV_HEADER of common/report.h first in every file). POSIX awk; lines are split here, not by -F,
+# (REPORT_CSV_HEADER of common/report.h first in every file). POSIX awk; lines are split by split_csv (common/csv.awk), not by -F,
 # so that quoted fields with commas (hidden "1024,1024") stay whole.
 #
-#   awk -v stage=03 -v mode=speed -f common/try_report.awk build/try/03/stage.csv build/try/03/candidate.csv
+#   awk -v stage=03 -v mode=speed -f common/csv.awk -f common/try_report.awk build/try/03/stage.csv build/try/03/candidate.csv
 #       the stage's row(s), the candidate's row(s), the relative speed, and the closing "try: PASS" line
-#   awk -v stage=03 -v mode=results -f common/try_report.awk results/*.csv
+#   awk -v stage=03 -v mode=results -f common/csv.awk -f common/try_report.awk results/*.csv
 #       a Markdown table of stage 03's rows, the newest of each configuration per file
-
-# Splits a CSV line into f[1..n] (double quotes group, "" inside quotes is one quote); returns n.
-function csv_fields(line, f,    n, i, c, cell, inside) {
-    n = 0
-    cell = ""
-    inside = 0
-    for (i = 1; i <= length(line); i++) {
-        c = substr(line, i, 1)
-        if (inside && c == "\"" && substr(line, i + 1, 1) == "\"") { cell = cell c; i++ }
-        else if (c == "\"") inside = !inside
-        else if (c == "," && !inside) { f[++n] = cell; cell = "" }
-        else cell = cell c
-    }
-    f[++n] = cell
-    return n
-}
 
 function ms(x) { return x == "" ? "-" : (x + 0 >= 1000 ? sprintf("%.0f", x) : sprintf("%.4g", x)) }
 function num(x) { return x == "" ? "-" : sprintf("%.6g", x) }
@@ -39,7 +23,7 @@ function speed(stage_ms, cand_ms,    r) {
 
 FNR == 1 {
     delete col
-    n = csv_fields($0, head)
+    n = split_csv($0, head)
     for (i = 1; i <= n; i++) col[head[i]] = i
     rows_file = ("stage" in col) && ("trainer" in col) && ("loop_ms" in col)
     file_index++
@@ -50,7 +34,7 @@ FNR == 1 {
 
 {
     delete row
-    csv_fields($0, row)
+    split_csv($0, row)
 }
 
 mode == "speed" {
