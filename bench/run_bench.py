@@ -25,8 +25,8 @@ period is stopped. Tables and figures are then made from what was measured. Each
 elapsed seconds, and the summary compares them with the plan's estimates.
 
 Which variant is a stage's default, and which variants and precisions it offers, the stage itself
-says: `build/NN/TRAINER --variant ?` answers "... valid: a, b, c", the first being the default. The
-ladder runs never pass --variant, so they are the default's rows.
+says: `build/NN/TRAINER --list-variants` prints "variant NAME" (and, for MNIST, "precision NAME")
+lines, the default first. The ladder runs never pass --variant, so they are the default's rows.
 
 Output: RESULTS/<slug>.csv, <slug>-curves.csv, <slug>-breakdown.csv (<slug> from the GPU's name);
 files of an earlier run for the same GPU are moved to build/bench/previous/<time>/ first. Exit status
@@ -147,17 +147,12 @@ def budget_seconds(plan, argument=None, environ=os.environ):
     return value
 
 
-VALID_NAMES = re.compile(r"valid: (.+?)\s*$")
-
-
-def parse_valid_names(text):
-    """The names of "... is not available in stage 04 regression; valid: shared, atomic, shuffle" (what
-    common/args.c answers to an unknown --variant or --precision), or None."""
-    for line in text.splitlines():
-        match = VALID_NAMES.search(line)
-        if match:
-            return [name.strip() for name in match.group(1).split(",") if name.strip()]
-    return None
+def parse_listed_names(text, flag):
+    """The names of the "variant NAME" / "precision NAME" lines a driver prints for --list-variants,
+    in order (the default first), or None when there are none."""
+    names = [line.split(None, 1)[1].strip() for line in text.splitlines()
+             if line.startswith(flag + " ") and line.split(None, 1)[1].strip()]
+    return names or None
 
 
 def predict_seconds(first_seconds, last_points, last_seconds, next_points):
@@ -279,18 +274,18 @@ class Bench:
         return proc.returncode, stdout, seconds
 
     def offered(self, stage, trainer, flag):
-        """The names a stage offers for --variant or --precision (MNIST), its default first, from its
-        own answer to an unknown name; None when it gives none."""
+        """The names a stage offers for --variant or --precision (MNIST), its default first, as its
+        --list-variants prints them; None when it lists none."""
         key = (stage, trainer, flag)
         if key not in self.names:
             try:
-                out = subprocess.run([f"build/{stage}/{trainer}", f"--{flag}", "?"], capture_output=True,
+                out = subprocess.run([f"build/{stage}/{trainer}", "--list-variants"], capture_output=True,
                                      text=True, timeout=30)
-                self.names[key] = parse_valid_names(out.stderr)
+                self.names[key] = parse_listed_names(out.stdout, flag)
             except (OSError, subprocess.SubprocessError):
                 self.names[key] = None
             if self.names[key] is None:
-                print(f"-- build/{stage}/{trainer} --{flag} ?: no list of names in its answer", flush=True)
+                print(f"-- build/{stage}/{trainer} --list-variants: no {flag} names in its answer", flush=True)
         return self.names[key]
 
     def c_run(self, stage, trainer, flags, repeat, curve=False, variant=None, precision=None):

@@ -383,12 +383,12 @@ class RunBenchTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 run_bench.budget_seconds(plan, bad, {})
 
-    def test_parse_valid_names(self):
-        text = "error: --variant '?' is not available in stage 04 regression; valid: shared, atomic, shuffle\n"
-        self.assertEqual(run_bench.parse_valid_names(text), ["shared", "atomic", "shuffle"])
-        self.assertEqual(run_bench.parse_valid_names("error: --precision '?' is not available in stage 06 "
-                                                     "mnist; valid: fp32, tf32, bf16"), ["fp32", "tf32", "bf16"])
-        self.assertIsNone(run_bench.parse_valid_names("error: no CUDA device\n"))
+    def test_parse_listed_names(self):
+        text = "variant epoch-graph\nvariant step-graph\nprecision fp32\nprecision bf16\n"
+        self.assertEqual(run_bench.parse_listed_names(text, "variant"), ["epoch-graph", "step-graph"])
+        self.assertEqual(run_bench.parse_listed_names(text, "precision"), ["fp32", "bf16"])
+        self.assertIsNone(run_bench.parse_listed_names("variant shared\n", "precision"))
+        self.assertIsNone(run_bench.parse_listed_names("", "variant"))
 
     def test_variant_runs_cover_the_attribution_rows(self):
         runs = {(stage, trainer, flag): (names, hiddens) for stage, trainer, flag, names, hiddens

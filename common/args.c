@@ -42,6 +42,7 @@ static const Flag FLAGS[] = {
     {"breakdown", FOR_BOTH, 0},
     {"reference", FOR_BOTH, 0},
     {"quiet", FOR_BOTH, 0},
+    {"list-variants", FOR_BOTH, 0},
     {"help", FOR_BOTH, 0},  // also -h; answered before any other flag is looked at
 };
 #define FLAG_COUNT ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
@@ -282,6 +283,7 @@ int parse_args(int argc, char **argv, TrainerKind trainer, Options *opt, char *e
             if (strcmp(name, "breakdown") == 0) opt->breakdown = 1;
             if (strcmp(name, "reference") == 0) opt->reference = 1;
             if (strcmp(name, "quiet") == 0) opt->quiet = 1;
+            if (strcmp(name, "list-variants") == 0) opt->list_variants = 1;
             continue;
         }
 
@@ -357,6 +359,7 @@ void print_usage(TrainerKind trainer, const char *program, FILE *out) {
             "  --curve FILE     append the loss curve to FILE as long-format CSV, for plots\n"
             "  --export DIR     write the data set, initial parameters and config the PyTorch baselines read, then exit\n"
             "  --quiet          print only the result line\n"
+            "  --list-variants  print the stage's variants (and MNIST precisions), the default first, then exit\n"
             "  --help, -h       this text\n"
             "\n"
             "Both --flag value and --flag=value work. Exit codes: 0 ok, 2 bad flag, 3 bad data, 4 CUDA, 5 diverged.\n");

@@ -31,6 +31,7 @@ typedef struct {
     int breakdown;                 // --breakdown
     int reference;                 // --reference: train with the CPU reference instead of the GPU
     int quiet;                     // --quiet: only the result line
+    int list_variants;             // --list-variants: print "variant NAME" (and "precision NAME") lines, exit
     int warmup;                    // --warmup N (1): untimed 1-epoch runs before the timed ones
     int repeat;                    // --repeat N (1): timed runs; the report gives medians
 } Options;

@@ -193,6 +193,12 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
 
+    if (opt.list_variants) {
+        for (int v = 0; MNIST_VARIANTS[v]; v++) printf("variant %s\n", MNIST_VARIANTS[v]);
+        for (int p = 0; MNIST_PRECISIONS[p]; p++) printf("precision %s\n", MNIST_PRECISIONS[p]);
+        return EXIT_OK;
+    }
+
     // the CPU reference has one version: the stage's default, in fp32 inputs (computed in double)
     const char *const default_only[] = {MNIST_VARIANTS[0], NULL};
     const char *const fp32_only[] = {PRECISION_NAMES[PRECISION_FP32], NULL};

@@ -131,6 +131,11 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
 
+    if (opt.list_variants) {
+        for (int v = 0; REGRESSION_VARIANTS[v]; v++) printf("variant %s\n", REGRESSION_VARIANTS[v]);
+        return EXIT_OK;
+    }
+
     // the CPU reference has one version: the stage's default
     const char *const default_only[] = {REGRESSION_VARIANTS[0], NULL};
     int variant = args_pick("--variant", opt.variant, opt.reference ? default_only : REGRESSION_VARIANTS,

@@ -46,6 +46,7 @@ expect "mnist: batch out of range"         2 "batch"            -- "$stage_build
 expect "mnist: unknown variant"            2 "variant"          -- "$stage_build/mnist" --variant nope
 expect "mnist: missing value"              2 "needs a value"    -- "$stage_build/mnist" --data
 expect "regression: --help"                0 ""                 -- "$stage_build/regression" --help
+expect "mnist: --list-variants"            0 ""                 -- "$stage_build/mnist" --list-variants
 
 # ----------------------------------------------------------------------------
 # data: exit 3 (a tiny MNIST-shaped set in $tmp, broken one way at a time)

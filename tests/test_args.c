@@ -221,6 +221,15 @@ Test(args, help_returns_one, .init = cr_redirect_stdout) {
     cr_assert_eq(MNIST("-h"), 1);
 }
 
+Test(args, list_variants_flag) {
+    cr_assert_eq(REGRESSION("--list-variants"), 0);
+    cr_assert_eq(opt.list_variants, 1);
+    cr_assert_eq(MNIST("--quiet"), 0);
+    cr_assert_eq(opt.list_variants, 0);
+    cr_assert_eq(MNIST("--list-variants=yes"), -1);
+    cr_assert_not_null(strstr(err, "takes no value"));
+}
+
 Test(args, usage_per_trainer) {
     char *text = NULL;
     size_t len = 0;
