@@ -32,7 +32,7 @@ static void *xmalloc(size_t bytes, const char *what) {
     if (!p) {
         fprintf(stderr, "error: out of host memory for the CPU reference's %s (%zu bytes): try a smaller "
                         "--points or --hidden\n", what, bytes);
-        exit(EXIT_USAGE);
+        exit(EXIT_HOST_MEMORY);
     }
     return p;
 }

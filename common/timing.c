@@ -20,7 +20,7 @@ void train_clock_init(TrainClock *clock, int epochs, int breakdown) {
     clock->epoch_end = malloc(sizeof(cudaEvent_t) * (size_t)epochs);
     if (!clock->epoch_end) {
         fprintf(stderr, "error: out of host memory for %d epoch events\n", epochs);
-        exit(EXIT_CUDA);
+        exit(EXIT_HOST_MEMORY);
     }
     for (int e = 0; e < epochs; e++) cudaCheck(cudaEventCreate(&clock->epoch_end[e]));
 }
