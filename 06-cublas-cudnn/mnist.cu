@@ -222,6 +222,16 @@ static void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precisi
     pick_fastest_algo(lt, plan, candidates, found, stream);
 }
 
+// cudaMalloc, then zero: the GEMM plans time their candidate algorithms in setup, on the buffers they
+// are bound to, before any upload or step has written them. Zeros make those reads defined
+// (compute-sanitizer's initcheck reports every read of unwritten memory).
+static void *device_zeros(size_t bytes) {
+    void *buffer;
+    cudaCheck(cudaMalloc(&buffer, bytes));
+    cudaCheck(cudaMemset(buffer, 0, bytes));
+    return buffer;
+}
+
 static void destroy_matmul(MatmulPlan *plan) {
     cublasCheck(cublasLtMatmulDescDestroy(plan->desc));
     cublasCheck(cublasLtMatrixLayoutDestroy(plan->a_layout));
@@ -494,26 +504,27 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     __nv_bfloat16 *d_dact16[MNIST_MAX_LAYERS + 1] = {NULL};      // [l], l >= 1: (batch, sizes[l])
     __nv_bfloat16 *d_test_act16[MNIST_MAX_LAYERS + 1] = {NULL};  // [l], l < n_layers: (n_test, sizes[l])
     void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream
-    cudaCheck(cudaMalloc(&d_params, n_params * sizeof(float)));
-    cudaCheck(cudaMalloc(&d_snapshot, n_params * sizeof(float)));
+    d_params = (float *)device_zeros(n_params * sizeof(float));
+    d_snapshot = (float *)device_zeros(n_params * sizeof(float));
     cudaCheck(cudaMalloc(&d_train_images, (size_t)n_train * pixels * sizeof(float)));
     cudaCheck(cudaMalloc(&d_train_labels, n_train));
     cudaCheck(cudaMalloc(&d_order, (size_t)cfg->epochs * n_train * sizeof(int32_t)));
     d_dact[0] = NULL;
     for (int l = 0; l <= n_layers; l++) {
-        cudaCheck(cudaMalloc(&d_act[l], (size_t)batch * cfg->sizes[l] * sizeof(float)));
-        if (l > 0) cudaCheck(cudaMalloc(&d_dact[l], (size_t)batch * cfg->sizes[l] * sizeof(float)));
-        cudaCheck(cudaMalloc(&d_test_act[l], (size_t)n_test * cfg->sizes[l] * sizeof(float)));
-        if (l > 0 && l < n_layers) cudaCheck(cudaMalloc(&d_relu_mask[l], relu_mask_ld(cfg->sizes[l]) / 8 * batch));
+        d_act[l] = (float *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(float));
+        if (l > 0) d_dact[l] = (float *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(float));
+        d_test_act[l] = (float *)device_zeros((size_t)n_test * cfg->sizes[l] * sizeof(float));
+        if (l > 0 && l < n_layers) d_relu_mask[l] = (uint8_t *)device_zeros(relu_mask_ld(cfg->sizes[l]) / 8 * batch);
         if (!bf16) continue;
-        if (l < n_layers) cudaCheck(cudaMalloc(&d_act16[l], (size_t)batch * cfg->sizes[l] * sizeof(__nv_bfloat16)));
-        if (l > 0) cudaCheck(cudaMalloc(&d_dact16[l], (size_t)batch * cfg->sizes[l] * sizeof(__nv_bfloat16)));
         if (l < n_layers)
-            cudaCheck(cudaMalloc(&d_test_act16[l], (size_t)n_test * cfg->sizes[l] * sizeof(__nv_bfloat16)));
+            d_act16[l] = (__nv_bfloat16 *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(__nv_bfloat16));
+        if (l > 0) d_dact16[l] = (__nv_bfloat16 *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(__nv_bfloat16));
+        if (l < n_layers)
+            d_test_act16[l] = (__nv_bfloat16 *)device_zeros((size_t)n_test * cfg->sizes[l] * sizeof(__nv_bfloat16));
     }
     if (bf16) {
-        cudaCheck(cudaMalloc(&d_params16, n_params * sizeof(__nv_bfloat16)));
-        cudaCheck(cudaMalloc(&d_snapshot16, n_params * sizeof(__nv_bfloat16)));
+        d_params16 = (__nv_bfloat16 *)device_zeros(n_params * sizeof(__nv_bfloat16));
+        d_snapshot16 = (__nv_bfloat16 *)device_zeros(n_params * sizeof(__nv_bfloat16));
     }
     cudaCheck(cudaMalloc(&d_probs, (size_t)batch * classes * sizeof(float)));
     cudaCheck(cudaMalloc(&d_workspace, WORKSPACE_BYTES));

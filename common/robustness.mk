@@ -152,8 +152,8 @@ sanitize stage-sanitize:
 	        case $$stage-$$trainer in 01-vector_add) ;; 01-*|*-vector_add) continue ;; esac; \
 	        variants=- precisions=-; \
 	        if [ "$(SAN_VARIANTS)" = all ] && [ $$stage != 01 ]; then \
-	            variants=$$($(BUILD)/$$stage/$$trainer --variant '?' 2>&1 | sed -n 's/.*; valid: //p' | tr -d ,); \
-	            [ $$trainer = regression ] || precisions=$$($(BUILD)/$$stage/$$trainer --precision '?' 2>&1 | sed -n 's/.*; valid: //p' | tr -d ,); \
+	            variants=$$($(BUILD)/$$stage/$$trainer --list-variants | sed -n 's/^variant //p'); \
+	            [ $$trainer = regression ] || precisions=$$($(BUILD)/$$stage/$$trainer --list-variants | sed -n 's/^precision //p'); \
 	        fi; \
 	        for v in $$variants; do for p in $$precisions; do \
 	            echo "$$stage $$trainer $$v $$p $$tool" >>$(SAN_DIR)/jobs; done; done; \
