@@ -11,6 +11,10 @@ file and the device it comes from. The tables go between markers, and nothing ou
                    versions)
   07-*/README.md   <!-- targets:stage07 begin --> ... <!-- targets:stage07 end -->  (the issue's targets for
                    the last stage against its measured rows)
+  README.md        <!-- sanitize:summary begin --> ... <!-- sanitize:summary end -->  (the compute-sanitizer
+                   table of the last full `make sanitize`, results/<gpu>-sanitize.txt, as it printed it)
+  NN-*/README.md   <!-- sanitize:stageNN begin --> ... <!-- sanitize:stageNN end -->  (that table's rows
+                   of stage NN)
 
 A stage counts in the ladder and the stage-vs-stage tables in its default variant (the first name of
 its REGRESSION_VARIANTS / MNIST_VARIANTS), at fp32 and bf16; its other variants and precisions (the
@@ -18,7 +22,7 @@ attribution rows make bench measures) fill its variants table.
 
 A file without its markers is left untouched. Standard library only.
 
-  python3 bench/make_tables.py                   update the READMEs from results/*.csv
+  python3 bench/make_tables.py                   update the READMEs from results/
   python3 bench/make_tables.py --print           print the tables, change nothing
   python3 bench/make_tables.py --check           exit 1 if a README is not what results/ gives
 """
@@ -329,6 +333,49 @@ def targets_block(datasets, known=None):
     return "\n\n".join(blocks) if blocks else "*Not measured yet: run `make bench` on a GPU machine.*"
 
 
+# ----------------------------------------------------------------------------
+# compute-sanitizer: the summaries `make sanitize` records, shown as printed
+
+SANITIZE_SUFFIX = "-sanitize.txt"
+ALL_VARIANTS_SUFFIX = "-sanitize-all-variants.txt"
+
+
+def sanitize_summaries(results_dir):
+    """[(file name, lines)] of the full-matrix summaries in results_dir (sorted by name)."""
+    if not os.path.isdir(results_dir):
+        return []
+    found = []
+    for name in sorted(os.listdir(results_dir)):
+        if name.endswith(SANITIZE_SUFFIX):
+            with open(os.path.join(results_dir, name), encoding="utf-8") as f:
+                found.append((name, [line.rstrip() for line in f.read().rstrip("\n").split("\n")]))
+    return found
+
+
+def sanitize_block(summaries, results_dir, stage=None):
+    """The text between the sanitize markers: each summary's source line (its first line: tool version,
+    device, time), then its table as a code block, all of it or only stage's rows and the verdict."""
+    blocks = []
+    for name, lines in summaries:
+        if len(lines) < 3:
+            continue
+        header, table = lines[1], lines[2:]
+        if stage is not None:
+            table = [line for line in table if line.split()[:1] == [stage]]
+            if not table:
+                continue
+        text = f"`results/{name}`: {lines[0]}\n\n```\n" + "\n".join([header] + table) + "\n```"
+        if stage is None:
+            variants = name[:-len(SANITIZE_SUFFIX)] + ALL_VARIANTS_SUFFIX
+            path = os.path.join(results_dir, variants)
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    last = f.read().rstrip("\n").split("\n")[-1]
+                text += f"\n\nEvery variant and precision (`SAN_VARIANTS=all`): `results/{variants}`, which ends: *{last}*"
+        blocks.append(text)
+    return "\n\n".join(blocks) if blocks else "*Not run yet: run `make sanitize` on a GPU machine.*"
+
+
 def replace_between(text, name, content):
     """text with the part between <!-- name begin --> and <!-- name end --> replaced by content, or
     None when the file has neither marker."""
@@ -375,25 +422,28 @@ def load_datasets(results_dir, root):
     return datasets
 
 
-def all_blocks(datasets, root):
+def all_blocks(datasets, root, results_dir):
     """{file: {marker name: content}} for the top README and every stage README."""
     dirs = stage_dirs(root)
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
+    summaries = sanitize_summaries(results_dir)
     files = {os.path.join(root, "README.md"): {
         "ladder:regression": ladder_block(datasets, "regression", names, known),
         "ladder:mnist": ladder_block(datasets, "mnist", names, known),
+        "sanitize:summary": sanitize_block(summaries, results_dir),
     }}
     for nn, d in dirs.items():
         block = vector_add_block(datasets) if nn == "01" else stage_block(datasets, nn, names, known)
-        files[os.path.join(root, d, "README.md")] = {f"results:stage{nn}": block}
+        files[os.path.join(root, d, "README.md")] = {f"results:stage{nn}": block,
+                                                     f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
         if nn == "07":
             files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
     return files
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Write the README result tables from results/*.csv.")
+    parser = argparse.ArgumentParser(description="Write the README result tables from results/.")
     parser.add_argument("--root", default=".", help="repository root (default: .)")
     parser.add_argument("--results", help="folder of result CSV files (default: ROOT/results)")
     mode = parser.add_mutually_exclusive_group()
@@ -404,7 +454,7 @@ def main(argv=None):
 
     try:
         datasets = load_datasets(results_dir, args.root)
-        files = all_blocks(datasets, args.root)
+        files = all_blocks(datasets, args.root, results_dir)
         if args.print:
             for blocks in files.values():
                 for name, content in blocks.items():

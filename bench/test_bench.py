@@ -596,5 +596,46 @@ class SourceDefaultsTest(unittest.TestCase):
                     self.assertRegex(found.get((match.group(1), trainer), ""), r"^[\w.-]+$", f"{name}/{trainer}.cu")
 
 
+class SanitizeBlockTest(unittest.TestCase):
+    SUMMARY = ("compute-sanitizer 1.0 on FIXTURE-GPU, commit abc, 4 runs at a time, 9 s in all\n"
+               "stage  trainer    memcheck    racecheck   \n"
+               "05     mnist      clean 2s    clean 9s    \n"
+               "05     regression clean 1s    clean 3s    \n"
+               "06     mnist      clean 4s    2 errors (library) 5s\n"
+               "sanitize: 1 of 6 runs not clean: logs in build/sanitize/logs/\n")
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+        with open(os.path.join(self.dir, "fixture-gpu-sanitize.txt"), "w") as f:
+            f.write(self.SUMMARY)
+
+    def test_whole_table_as_printed_without_trailing_blanks(self):
+        block = make_tables.sanitize_block(make_tables.sanitize_summaries(self.dir), self.dir)
+        self.assertIn("`results/fixture-gpu-sanitize.txt`: compute-sanitizer 1.0 on FIXTURE-GPU", block)
+        self.assertIn("06     mnist      clean 4s    2 errors (library) 5s\n", block)
+        self.assertIn("sanitize: 1 of 6 runs not clean", block)
+        self.assertNotRegex(block, r" \n")
+        self.assertNotIn("SAN_VARIANTS=all", block)
+
+    def test_stage_rows_only(self):
+        block = make_tables.sanitize_block(make_tables.sanitize_summaries(self.dir), self.dir, "05")
+        self.assertIn("stage  trainer    memcheck    racecheck\n05     mnist", block)
+        self.assertIn("05     regression", block)
+        self.assertNotIn("06     mnist", block)
+        self.assertNotIn("sanitize: 1 of 6", block)
+
+    def test_all_variants_summary_is_named_with_its_verdict(self):
+        with open(os.path.join(self.dir, "fixture-gpu-sanitize-all-variants.txt"), "w") as f:
+            f.write(self.SUMMARY.replace("1 of 6", "3 of 20"))
+        block = make_tables.sanitize_block(make_tables.sanitize_summaries(self.dir), self.dir)
+        self.assertIn("`results/fixture-gpu-sanitize-all-variants.txt`, which ends: *sanitize: 3 of 20 runs", block)
+
+    def test_no_summary_and_no_rows_of_a_stage(self):
+        self.assertIn("Not run yet", make_tables.sanitize_block([], self.dir))
+        summaries = make_tables.sanitize_summaries(self.dir)
+        self.assertIn("Not run yet", make_tables.sanitize_block(summaries, self.dir, "02"))
+
+
 if __name__ == "__main__":
     unittest.main()

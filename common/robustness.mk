@@ -10,6 +10,8 @@
 # Knobs: SAN_TOOLS, SAN_JOBS (4), SAN_TIMEOUT (s per run, 300), SAN_VARIANTS=all (every --variant and
 # --precision of each stage, not just its default), SAN_MNIST_DATA (default: a 3000/1000-image cut of
 # data/mnist), COMPUTE_SANITIZER; FUZZ_SECONDS (60), FUZZ_RUNS (a number of executions instead), FUZZ_CC.
+# Racecheck over cuBLASLt's tf32 and bf16 kernels can hold over 40 GB of host memory per run (the
+# out-of-memory killer's report on an H100 host): with SAN_VARIANTS=all, use a small SAN_JOBS.
 
 .PHONY: sanitize stage-sanitize fuzz
 
@@ -78,8 +80,9 @@ stage-sanitize: $(if $(filter 01,$(NN)),,$(SAN_MNIST_CUT))
 
 # One run: sh -c "$SAN_JOB" sh STAGE TRAINER VARIANT PRECISION TOOL (VARIANT, PRECISION: - = default).
 # It appends one line to results: the row label, the tool, the verdict and the seconds taken.
-# Verdicts: clean; N errors / N warnings (racecheck's hazards of either kind); TIMEOUT; FAILED (exit
-# N) when the program failed with nothing reported, or no sanitizer summary was written at all.
+# Verdicts: clean; N errors / N warnings (racecheck's hazards of either kind), "(library)" added when
+# every report is inside a library's kernel; TIMEOUT; KILLED (exit N) when the program died of a
+# signal; FAILED (exit N) when it failed with nothing reported, or no sanitizer summary was written.
 define SAN_JOB_SCRIPT
 stage=$$1 trainer=$$2 variant=$$3 precision=$$4 tool=$$5
 bin=$(BUILD)/$$stage/$$trainer
@@ -107,10 +110,17 @@ errors=$$(sed -n 's/.*ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p' "$$log.log" 2
 warnings=0
 races=$$(sed -n 's/.*RACECHECK SUMMARY: .*(\([0-9][0-9]*\) errors*, \([0-9][0-9]*\) warnings*).*/\1 \2/p' "$$log.log" 2>/dev/null | tail -n 1)
 [ -z "$$races" ] || { errors=$${races% *}; warnings=$${races#* }; }
+# The kernels the reports name ("at KERNEL+0x..", "access at KERNEL+0x.."): some, and none of them
+# defined in the stage's own .cu files, means every report is inside a library's kernel (cuBLASLt, cuDNN)
+kernels=$$(sed -n -e 's/^=========  *at \(void \)\{0,1\}\([A-Za-z_][A-Za-z_0-9:]*\).*/\2/p' \
+    -e 's/.* access at \(void \)\{0,1\}\([A-Za-z_][A-Za-z_0-9:]*\).*/\2/p' "$$log.log" 2>/dev/null | sort -u)
+whose=""; [ -z "$$kernels" ] || whose=" (library)"
+for kernel in $$kernels; do grep -q "__global__ void $$kernel(" $$stage-*/*.cu 2>/dev/null && whose=""; done
 if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then verdict="TIMEOUT"
+elif grep -q "process didn't terminate successfully" "$$log.log" 2>/dev/null; then verdict="KILLED (exit $$rc)"
 elif [ -z "$$errors" ]; then verdict="FAILED (exit $$rc)"
-elif [ "$$errors" -gt 0 ]; then verdict="$$errors errors"
-elif [ "$$warnings" -gt 0 ]; then verdict="$$warnings warnings"
+elif [ "$$errors" -gt 0 ]; then verdict="$$errors errors$$whose"
+elif [ "$$warnings" -gt 0 ]; then verdict="$$warnings warnings$$whose"
 elif [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"
 else verdict="clean"
 fi
@@ -126,18 +136,30 @@ BEGIN { ntools = split(tools, tool, " ") }
     verdict = $$5; for (i = 6; i <= NF; i++) verdict = verdict " " $$i
     cell[row, $$3] = verdict " " $$4 "s"; runs++
     if (verdict != "clean") bad++
+    if (verdict ~ /\(library\)/) library++
+    if (verdict ~ /^KILLED/) killed++
 }
 END {
-    printf "%-5s  %-24s", "stage", "trainer"; for (t = 1; t <= ntools; t++) printf "  %-20s", tool[t]; printf "\n"
+    printf "%-5s  %-24s", "stage", "trainer"; for (t = 1; t <= ntools; t++) printf "  %-24s", tool[t]; printf "\n"
     for (r = 1; r <= nrows; r++) {
         printf "%s", rows[r]
-        for (t = 1; t <= ntools; t++) printf "  %-20s", ((rows[r], tool[t]) in cell) ? cell[rows[r], tool[t]] : "-"
+        for (t = 1; t <= ntools; t++) printf "  %-24s", ((rows[r], tool[t]) in cell) ? cell[rows[r], tool[t]] : "-"
         printf "\n"
     }
+    if (library) printf "(library): every report of that run is inside a closed library kernel (cuBLASLt, cuDNN), none in this repository's kernels\n"
+    if (killed) printf "KILLED: most often the host's out-of-memory killer (dmesg says): racecheck of the bf16 GEMMs takes tens of GB each; lower SAN_JOBS\n"
     if (bad) printf "sanitize: %d of %d runs not clean: logs in %s/logs/\n", bad, runs, dir
     else printf "sanitize: all %d runs clean\n", runs
 }
 endef
+
+# A full matrix (every stage, all four tools, the default sizes) is a result worth keeping: its summary
+# is copied to results/<gpu>-sanitize.txt (-sanitize-all-variants.txt with SAN_VARIANTS=all), where
+# bench/make_tables.py finds it for the READMEs.
+SAN_DEFAULT_RUN := $(and $(filter file,$(origin SAN_REGRESSION_ARGS) $(origin SAN_MNIST_ARGS)),$(filter file,$(origin SAN_VECTOR_ADD_ARGS) $(origin SAN_MNIST_DATA)),$(filter-out command line,$(origin SAN_STAGES)))
+SAN_ALL_TOOLS := $(filter 4,$(words $(sort $(filter memcheck racecheck synccheck initcheck,$(SAN_TOOLS)))))
+sanitize: SAN_RESULT := $(if $(and $(SAN_DEFAULT_RUN),$(SAN_ALL_TOOLS)),sanitize$(if $(filter all,$(SAN_VARIANTS)),-all-variants))
+stage-sanitize: SAN_RESULT :=
 
 sanitize stage-sanitize: export SAN_JOB = $(SAN_JOB_SCRIPT)
 sanitize stage-sanitize: export SAN_TABLE = $(SAN_TABLE_SCRIPT)
@@ -163,11 +185,16 @@ sanitize stage-sanitize:
 	@start=$$(date +%s); \
 	xargs -P $(SAN_JOBS) -L 1 sh -c "$$SAN_JOB" sh <$(SAN_DIR)/jobs; \
 	{ echo "compute-sanitizer $$("$(COMPUTE_SANITIZER)" --version 2>/dev/null | sed -n 's/.*Version //p' | head -n 1)" \
-	       "on $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)," \
+	       "on $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), commit $(GIT_COMMIT_ID)," \
 	       "$(SAN_JOBS) runs at a time, $$(($$(date +%s) - start)) s in all"; \
 	  sort -k1,1 -k2,2 $(SAN_DIR)/results | awk -v tools="$(SAN_TOOLS)" -v dir="$(SAN_DIR)" "$$SAN_TABLE"; \
 	} >$(SAN_DIR)/summary.txt
 	@echo; cat $(SAN_DIR)/summary.txt
+	@if [ -n "$(SAN_RESULT)" ]; then \
+	    gpu=$$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | tr 'A-Z ' 'a-z-'); \
+	    mkdir -p results; cp $(SAN_DIR)/summary.txt results/$${gpu:-unknown-gpu}-$(SAN_RESULT).txt; \
+	    echo "sanitize: summary recorded in results/$${gpu:-unknown-gpu}-$(SAN_RESULT).txt"; \
+	fi
 	@tail -n 1 $(SAN_DIR)/summary.txt | grep -q "all .* runs clean"
 
 # ----------------------------------------------------------------------------

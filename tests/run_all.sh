@@ -46,6 +46,11 @@ line=$(grep -a "^try: [0-9]* passed" "$log" | tail -n1)
 passed=$((passed + $(sed -n 's/try: \([0-9]*\) passed.*/\1/p' <<<"$line")))
 failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
 
+run "make sanitize's verdicts (a stand-in compute-sanitizer)" bash tests/sanitize_smoke.sh "$build"
+line=$(grep -a "^sanitize: [0-9]* passed" "$log" | tail -n1)
+passed=$((passed + $(sed -n 's/sanitize: \([0-9]*\) passed.*/\1/p' <<<"$line")))
+failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
+
 for suite in "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done); do
     run "GPU suite $suite" "$suite"
     tally_criterion
