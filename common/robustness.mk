@@ -156,9 +156,9 @@ endef
 # A full matrix (every stage, all four tools, the default sizes) is a result worth keeping: its summary
 # is copied to results/<gpu>-sanitize.txt (-sanitize-all-variants.txt with SAN_VARIANTS=all), where
 # bench/make_tables.py finds it for the READMEs.
-SAN_DEFAULT_RUN := $(and $(filter file,$(origin SAN_REGRESSION_ARGS) $(origin SAN_MNIST_ARGS)),$(filter file,$(origin SAN_VECTOR_ADD_ARGS) $(origin SAN_MNIST_DATA)),$(filter-out command line,$(origin SAN_STAGES)))
-SAN_ALL_TOOLS := $(filter 4,$(words $(sort $(filter memcheck racecheck synccheck initcheck,$(SAN_TOOLS)))))
-sanitize: SAN_RESULT := $(if $(and $(SAN_DEFAULT_RUN),$(SAN_ALL_TOOLS)),sanitize$(if $(filter all,$(SAN_VARIANTS)),-all-variants))
+SAN_SIZES_CHANGED := $(filter-out file,$(foreach v,SAN_REGRESSION_ARGS SAN_MNIST_ARGS SAN_VECTOR_ADD_ARGS SAN_MNIST_DATA,$(origin $(v))))
+SAN_FULL_MATRIX := $(if $(SAN_SIZES_CHANGED)$(filter command line,$(origin SAN_STAGES)),,$(filter 4,$(words $(sort $(filter memcheck racecheck synccheck initcheck,$(SAN_TOOLS))))))
+sanitize: SAN_RESULT := $(if $(SAN_FULL_MATRIX),sanitize$(if $(filter all,$(SAN_VARIANTS)),-all-variants))
 stage-sanitize: SAN_RESULT :=
 
 sanitize stage-sanitize: export SAN_JOB = $(SAN_JOB_SCRIPT)
