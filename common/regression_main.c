@@ -208,23 +208,12 @@ int main(int argc, char **argv) {
 
     const char *bad = NULL;
     int bad_epoch = first_bad_epoch(&cfg, &out, &bad);
-    int status = EXIT_OK;
-    if (bad_epoch >= 0) {
-        fprintf(stderr, "error: loss became %s at epoch %d (try a smaller --lr)\n", bad, bad_epoch);
-        status = EXIT_DIVERGED;
-        goto done;
-    }
-
-    if (!opt.quiet && out.timing.setup_ms > 0)
-        printf("setup (untimed: handles, graph instantiation): %.3f ms\n", out.timing.setup_ms);
-    if (opt.breakdown) report_print_breakdown(out.timing.phase_ms, stdout);
+    int status = report_training_outcome(bad_epoch, bad, &out.timing, opt.quiet, opt.breakdown);
+    if (status != EXIT_OK) goto done;
 
     ResultRow row;
     result_row_init(&row);
-    snprintf(row.stage, sizeof(row.stage), "%s", opt.reference ? "cpu-reference" : STAGE_NAME);
-    snprintf(row.trainer, sizeof(row.trainer), "regression");
-    snprintf(row.variant, sizeof(row.variant), "%s", opt.reference ? "" : REGRESSION_VARIANTS[variant]);
-    snprintf(row.precision, sizeof(row.precision), "%s", opt.reference ? "fp64" : "fp32");
+    result_row_name(&row, opt.reference, STAGE_NAME, "regression", REGRESSION_VARIANTS[variant], "fp32");
     row.points = set.n;
     row.epochs = cfg.epochs;
     row.lr = cfg.lr;

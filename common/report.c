@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "report.h"
+#include "exit_codes.h"
 #include "message.h"
 
 
@@ -236,6 +237,25 @@ int report_write_file(const char *dir, const char *name, const void *data, size_
         return -1;
     }
     return 0;
+}
+
+void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,
+                     const char *precision) {
+    snprintf(row->stage, sizeof(row->stage), "%s", reference ? "cpu-reference" : stage);
+    snprintf(row->trainer, sizeof(row->trainer), "%s", trainer);
+    snprintf(row->variant, sizeof(row->variant), "%s", reference ? "" : variant);
+    snprintf(row->precision, sizeof(row->precision), "%s", reference ? "fp64" : precision);
+}
+
+int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *timing, int quiet, int breakdown) {
+    if (bad_epoch >= 0) {
+        fprintf(stderr, "error: loss became %s at epoch %d (try a smaller --lr)\n", bad, bad_epoch);
+        return EXIT_DIVERGED;
+    }
+    if (!quiet && timing->setup_ms > 0)
+        printf("setup (untimed: handles, graph instantiation): %.3f ms\n", timing->setup_ms);
+    if (breakdown) report_print_breakdown(timing->phase_ms, stdout);
+    return EXIT_OK;
 }
 
 void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const double *e2e_ms,

@@ -51,6 +51,14 @@ void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out);
 // loop, h2d and each run's median epoch.
 void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const double *e2e_ms,
                                  const double *loop_ms, const double *h2d_ms, const double *per_epoch_ms, int runs);
+// The columns that name a run: stage (cpu-reference for the reference), trainer, variant and precision
+// (empty and fp64 for the reference).
+void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,
+                     const char *precision);
+// What every driver prints once training is over. A loss that became NaN or inf (bad_epoch >= 0, bad:
+// "NaN" or "inf"): one error line on stderr, and EXIT_DIVERGED. Otherwise the untimed setup time
+// (unless quiet) and, with breakdown, the phase table; EXIT_OK.
+int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *timing, int quiet, int breakdown);
 // --export: writes bytes to dir/name, creating dir (and its parents) first.
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len);
 
