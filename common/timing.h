@@ -8,7 +8,7 @@
 //     ... upload ...
 //     train_clock_loop_start(&clock, stream);                   // data on the device
 //     for (epoch ...) {
-//         train_clock_phase_begin(&clock, stream); forward(...); train_clock_phase_end(&clock, PHASE_FORWARD, stream);
+//         TIMED_PHASE(&clock, PHASE_FORWARD, stream) forward(...);
 //         ...
 //         train_clock_epoch_end(&clock, epoch, stream);
 //     }
@@ -45,6 +45,11 @@ void train_clock_e2e_stop(TrainClock *clock, cudaStream_t stream);
 // No-ops unless breakdown was asked for; phase_end waits for the phase to finish.
 void train_clock_phase_begin(TrainClock *clock, cudaStream_t stream);
 void train_clock_phase_end(TrainClock *clock, Phase phase, cudaStream_t stream);
+// One timed phase in one line: the statement (or block) after it is timed as `phase` with --breakdown.
+//     TIMED_PHASE(&clock, PHASE_FORWARD, stream) mlp_forward(...);
+#define TIMED_PHASE(clock, phase, stream)                                                     \
+    for (int timed_phase_once_ = (train_clock_phase_begin((clock), (stream)), 1); timed_phase_once_; \
+         timed_phase_once_ = 0, train_clock_phase_end((clock), (phase), (stream)))
 // Waits for e2e_stop, writes e2e, loop, h2d, per-epoch and phase figures, destroys the events.
 // setup_ms is left as the trainer set it.
 void train_clock_finish(TrainClock *clock, TrainTiming *timing);
