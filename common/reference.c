@@ -10,6 +10,7 @@
 // The MLP's matrix products are plain loops in i-k-j order over row-major arrays, so the innermost loop
 // walks contiguous memory and the compiler can vectorize it.
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,31 @@ void reference_train_regression(const RegressionConfig *cfg, const RegressionDat
 }
 
 // ----------------------------------------------------------------------------
+// GEMM precision. With --precision tf32 or bf16 the GPU's GEMMs read their two inputs rounded to 10 or 7
+// mantissa bits and accumulate in fp32; everything else stays fp32. The reference rounds the same operands
+// the same way (to float, then to nearest, ties to even: __float2bfloat16's rounding) and keeps double
+// accumulation, so what separates it from a GPU is summation order, not the precision itself.
+
+static double round_mantissa(double v, int dropped_bits) {
+    float f = (float)v;
+    if (!isfinite(f)) return f;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    uint32_t half = 1u << (dropped_bits - 1), lowest_kept = (bits >> dropped_bits) & 1u;
+    bits = (bits + half - 1 + lowest_kept) & ~((1u << dropped_bits) - 1);
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+// out[i] = in[i] as the GEMM reads it; returns in itself (nothing copied) for fp32
+static const double *gemm_operand(const double *in, double *out, size_t n, Precision precision) {
+    if (precision == PRECISION_FP32) return in;
+    int dropped_bits = precision == PRECISION_TF32 ? 13 : 16;
+    for (size_t i = 0; i < n; i++) out[i] = round_mantissa(in[i], dropped_bits);
+    return out;
+}
+
+// ----------------------------------------------------------------------------
 // MLP building blocks. A layer maps in (n, fan_in) to out (n, fan_out) with W (fan_in, fan_out).
 // Rows of the input that are exactly zero (most MNIST pixels, about half the ReLU outputs) are skipped:
 // adding 0 * w changes nothing while the weights are finite.
@@ -127,17 +153,19 @@ static void linear_forward(const double *restrict in, const double *restrict wei
     }
 }
 
-// dW = in^T @ delta, db = column sums of delta. k runs outermost so that one row of dW stays in cache
-// while the (n, fan_out) delta, small enough for L2, streams past it.
-static void linear_backward_params(const double *restrict in, const double *restrict delta, double *restrict dweight,
-                                   double *restrict dbias, int n, int fan_in, int fan_out) {
+// dW = in^T @ delta_gemm, db = column sums of delta (delta_gemm: delta as the weight GEMM reads it). k runs
+// outermost so that one row of dW stays in cache while the (n, fan_out) delta, small enough for L2,
+// streams past it.
+static void linear_backward_params(const double *restrict in, const double *restrict delta_gemm,
+                                   const double *restrict delta, double *restrict dweight, double *restrict dbias,
+                                   int n, int fan_in, int fan_out) {
     for (int k = 0; k < fan_in; k++) {
         double *dw_row = dweight + (size_t)k * fan_out;
         for (int j = 0; j < fan_out; j++) dw_row[j] = 0.0;
         for (int i = 0; i < n; i++) {
             double a = in[(size_t)i * fan_in + k];
             if (a == 0.0) continue;
-            const double *d_row = delta + (size_t)i * fan_out;
+            const double *d_row = delta_gemm + (size_t)i * fan_out;
             for (int j = 0; j < fan_out; j++) dw_row[j] += a * d_row[j];
         }
     }
@@ -203,6 +231,10 @@ typedef struct {
                                             // the images); act[n_layers]: the logits, then the probabilities
     double *delta, *delta_next;             // (rows, widest layer) gradient w.r.t. a layer's output
     double *weight_t;                       // (largest W) one hidden layer's W transposed
+    // tf32/bf16 only (NULL for fp32): the GEMM operands, rounded (gemm_operand)
+    double *act_gemm[MNIST_MAX_LAYERS];     // act_gemm[l]: (rows, sizes[l]) act[l] as layer l's GEMMs read it
+    double *weight_gemm;                    // (largest W) one W or W^T as a GEMM reads it
+    double *delta_gemm;                     // (rows, widest layer) delta as a GEMM reads it
 } Workspace;
 
 static void workspace_alloc(Workspace *ws, const MnistConfig *cfg, int rows) {
@@ -214,11 +246,15 @@ static void workspace_alloc(Workspace *ws, const MnistConfig *cfg, int rows) {
         if (w_size > largest_w) largest_w = w_size;
     }
     memset(ws, 0, sizeof(*ws));
-    ws->rows = rows;
+    ws->rows = rows;  // act_gemm etc. stay NULL for fp32
     for (int l = 0; l <= cfg->n_layers; l++) ws->act[l] = xmalloc(sizeof(double) * rows * cfg->sizes[l], "activations");
     ws->delta = xmalloc(sizeof(double) * rows * widest, "gradients");
     ws->delta_next = xmalloc(sizeof(double) * rows * widest, "gradients");
     ws->weight_t = xmalloc(sizeof(double) * largest_w, "transposed weights");
+    if (cfg->precision == PRECISION_FP32) return;
+    for (int l = 0; l < cfg->n_layers; l++) ws->act_gemm[l] = xmalloc(sizeof(double) * rows * cfg->sizes[l], "activations");
+    ws->weight_gemm = xmalloc(sizeof(double) * largest_w, "rounded weights");
+    ws->delta_gemm = xmalloc(sizeof(double) * rows * widest, "rounded gradients");
 }
 
 static void workspace_free(Workspace *ws, const MnistConfig *cfg) {
@@ -226,6 +262,9 @@ static void workspace_free(Workspace *ws, const MnistConfig *cfg) {
     free(ws->delta);
     free(ws->delta_next);
     free(ws->weight_t);
+    for (int l = 0; l < cfg->n_layers; l++) free(ws->act_gemm[l]);
+    free(ws->weight_gemm);
+    free(ws->delta_gemm);
 }
 
 // images: (n, sizes[0]), labels: (n,), n <= ws->rows. Returns the summed cross-entropy over the n rows and
@@ -234,10 +273,15 @@ static double mlp_loss_sum(const MnistConfig *cfg, const double *params, const f
                            int n, double *grad, int *n_correct, Workspace *ws) {
     const int *sizes = cfg->sizes;
     int last = cfg->n_layers;
+    Precision precision = cfg->precision;
+    const double *act_gemm[MNIST_MAX_LAYERS];  // act[l] as layer l's GEMMs read it
     for (size_t i = 0; i < (size_t)n * sizes[0]; i++) ws->act[0][i] = images[i];
     for (int l = 0; l < last; l++) {
-        linear_forward(ws->act[l], params + mnist_weight_offset(cfg, l), params + mnist_bias_offset(cfg, l),
-                       ws->act[l + 1], n, sizes[l], sizes[l + 1], l < last - 1);
+        size_t w_size = (size_t)sizes[l] * sizes[l + 1];
+        act_gemm[l] = gemm_operand(ws->act[l], ws->act_gemm[l], (size_t)n * sizes[l], precision);
+        const double *weight = gemm_operand(params + mnist_weight_offset(cfg, l), ws->weight_gemm, w_size, precision);
+        linear_forward(act_gemm[l], weight, params + mnist_bias_offset(cfg, l), ws->act[l + 1], n, sizes[l],
+                       sizes[l + 1], l < last - 1);
     }
     double loss_sum = softmax_cross_entropy(ws->act[last], labels, n, sizes[last], n_correct);
     if (!grad) return loss_sum;
@@ -251,14 +295,16 @@ static double mlp_loss_sum(const MnistConfig *cfg, const double *params, const f
     }
     for (int l = last - 1; l >= 0; l--) {
         int fan_in = sizes[l], fan_out = sizes[l + 1];
-        linear_backward_params(ws->act[l], ws->delta, grad + mnist_weight_offset(cfg, l),
+        const double *delta_gemm = gemm_operand(ws->delta, ws->delta_gemm, (size_t)n * fan_out, precision);
+        linear_backward_params(act_gemm[l], delta_gemm, ws->delta, grad + mnist_weight_offset(cfg, l),
                                grad + mnist_bias_offset(cfg, l), n, fan_in, fan_out);
         if (l == 0) break;  // no gradient is needed for the images
         const double *weight = params + mnist_weight_offset(cfg, l);
         for (int k = 0; k < fan_in; k++) {
             for (int j = 0; j < fan_out; j++) ws->weight_t[(size_t)j * fan_in + k] = weight[(size_t)k * fan_out + j];
         }
-        linear_backward_input(ws->delta, ws->weight_t, ws->act[l], ws->delta_next, n, fan_in, fan_out);
+        const double *weight_t = gemm_operand(ws->weight_t, ws->weight_gemm, (size_t)fan_in * fan_out, precision);
+        linear_backward_input(delta_gemm, weight_t, ws->act[l], ws->delta_next, n, fan_in, fan_out);
         double *swap = ws->delta;
         ws->delta = ws->delta_next;
         ws->delta_next = swap;

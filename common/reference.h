@@ -13,7 +13,8 @@ extern "C" {
 // Fills everything a GPU trainer fills; timings come from the host clock (e2e = loop, no h2d).
 void reference_train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out);
 
-// max_steps < 0 trains every epoch; otherwise training stops after max_steps steps in total: step_loss
+// cfg->precision tf32 or bf16 rounds the GEMMs' inputs as the GPU's GEMMs read them (reference.c, "GEMM
+// precision"); the accumulation stays double. max_steps < 0 trains every epoch; otherwise training stops after max_steps steps in total: step_loss
 // is filled up to there, and test_loss/test_acc only for the epochs that completed.
 void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out, int max_steps);
 

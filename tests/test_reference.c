@@ -585,3 +585,51 @@ Test(reference, mnist_uniform_logits_through_the_trainer) {
     free(zeros);
     mnist_run_free(&run);
 }
+
+// ----------------------------------------------------------------------------
+// GEMM precision: tf32 and bf16 round the GEMM inputs (10 and 7 mantissa bits, to nearest, ties to even)
+
+static double one_weight_loss(Precision precision, double w) {
+    MnistConfig cfg = mlp_config(1, (const int[]){1, 2});
+    cfg.precision = precision;
+    double params[4] = {w, 0.0, 0.0, 0.0};  // W (1, 2), b (2,)
+    float image = 1.0f;
+    uint8_t label = 0;
+    return reference_mnist_loss(&cfg, params, &image, &label, 1, NULL);
+}
+
+Test(reference, bf16_rounds_gemm_inputs_to_nearest_even) {
+    // 1 + 2^-8 lies halfway between the bf16 neighbours 1 and 1 + 2^-7: the even one is 1
+    cr_expect_eq(one_weight_loss(PRECISION_BF16, 1.0 + 0x1p-8), one_weight_loss(PRECISION_FP32, 1.0));
+    // 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: the even one is 1 + 2^-6
+    cr_expect_eq(one_weight_loss(PRECISION_BF16, 1.0 + 0x3p-8), one_weight_loss(PRECISION_FP32, 1.0 + 0x1p-6));
+    // just above the halfway point rounds up
+    cr_expect_eq(one_weight_loss(PRECISION_BF16, 1.0 + 0x1p-8 + 0x1p-20), one_weight_loss(PRECISION_FP32, 1.0 + 0x1p-7));
+    // tf32 keeps 2^-10, drops 2^-12 (a tie at 2^-11 goes to the even 1)
+    cr_expect_eq(one_weight_loss(PRECISION_TF32, 1.0 + 0x1p-10), one_weight_loss(PRECISION_FP32, 1.0 + 0x1p-10));
+    cr_expect_eq(one_weight_loss(PRECISION_TF32, 1.0 + 0x1p-11), one_weight_loss(PRECISION_FP32, 1.0));
+    cr_expect_neq(one_weight_loss(PRECISION_FP32, 1.0 + 0x1p-12), one_weight_loss(PRECISION_FP32, 1.0));
+}
+
+// Softmax regression whose weights are k/64 + 2^-12 with 16 <= |k| < 32: exact in tf32 (ulp 2^-12 there),
+// not in bf16 (ulp 2^-9), with images exact in both: tf32 must equal fp32 bit for bit, bf16 must not.
+Test(reference, gemm_precision_rounds_only_what_it_must) {
+    MlpProblem pb = mlp_problem(1, (const int[]){MNIST_PIXELS, MNIST_CLASSES}, 16, 5);
+    Rng rng;
+    rng_seed(&rng, 11);
+    for (int64_t p = 0; p < pb.n_params; p++) {
+        int k = 16 + (int)(rng_next(&rng) % 16);
+        pb.params[p] = (rng_next(&rng) % 2 ? -1.0 : 1.0) * (k / 64.0 + 0x1p-12);
+    }
+    for (int i = 0; i < pb.n * MNIST_PIXELS; i++) pb.images[i] = (float)(rng_next(&rng) % 64) / 64.0f;
+    double loss[PRECISION_COUNT];
+    for (int p = 0; p < PRECISION_COUNT; p++) {
+        pb.cfg.precision = (Precision)p;
+        loss[p] = reference_mnist_loss(&pb.cfg, pb.params, pb.images, pb.labels, pb.n, NULL);
+    }
+    cr_expect_eq(loss[PRECISION_TF32], loss[PRECISION_FP32], "tf32 %.17g vs fp32 %.17g", loss[PRECISION_TF32],
+                 loss[PRECISION_FP32]);
+    cr_expect_neq(loss[PRECISION_BF16], loss[PRECISION_FP32], "bf16 rounded nothing");
+    cr_expect(fabs(loss[PRECISION_BF16] - loss[PRECISION_FP32]) < 1e-2 * loss[PRECISION_FP32]);
+    mlp_problem_free(&pb);
+}
