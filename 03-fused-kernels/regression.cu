@@ -1,21 +1,10 @@
-/*
-Stage 03, regression: forward, loss and gradient fused into one kernel. Stage 02 wrote every
-prediction to memory and read it back twice, in three launches; here one thread per point computes
-r = w x + b - y in a register and adds r^2, r x and r to the sums at once. The prediction buffers are
-gone, x and y are read once an epoch, and the test loss runs the same kernel without its gradient half.
-Everything else is stage 02's: one atomicAdd per point and sum, the update kernel, the host waiting for
-the loss after every epoch.
-
-Build and run from the repository root:
-    make stage 3 run TRAINER=regression            (or: make build/03/regression && build/03/regression)
-    make stage 3 test                              (agreement with common/reference.c)
-    make stage 3 diff                              (this stage against stage 02)
-*/
+// Stage 03, regression: kernel fusion. One thread per point keeps r = w x + b - y in a register and adds r^2, r x
+// and r to the sums in one kernel: no prediction buffers, x and y read once an epoch. Otherwise stage 02.
 #include <stdint.h>
-#include <time.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "host.h"
 #include "timing.h"
 #include "trainer.h"
 
@@ -25,7 +14,7 @@ const char *const REGRESSION_VARIANTS[] = {"fused", NULL};
 
 // ----------------------------------------------------------------------------
 // forward, loss and gradient: one pass over the points, the residual never leaves a register.
-// Every sum is still built with one atomicAdd per point into a single address (stage 04 removes them).
+// Every sum is still built with one atomicAdd per point into a single address.
 // The sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the low
 // bits of every ~1e-2 term and ends up ~0.5% off; a double holds all of them (atomicAdd on double
 // needs sm_60, older than anything this repository builds for).
@@ -38,6 +27,8 @@ const char *const REGRESSION_VARIANTS[] = {"fused", NULL};
 // (the gradient of the MSE is 2/n times the grad sums; the update applies the factor)
 __global__ void forward_loss_backward_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
                                              const float *params, int64_t n) {
+    // EXERCISE(fused-kernel) begin: one thread per point, none past n: r = w x + b - y in a register (float),
+    //: then atomicAdd r^2 to *loss_sum and, unless grad_sum is NULL (the test set), r x and r to grad_sum[0], [1].
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float xi = x[i];
@@ -46,6 +37,7 @@ __global__ void forward_loss_backward_kernel(double *loss_sum, double *grad_sum,
     if (grad_sum == NULL) return;
     atomicAdd(&grad_sum[0], (double)(residual * xi));
     atomicAdd(&grad_sum[1], (double)residual);
+    // EXERCISE end
 }
 
 // ----------------------------------------------------------------------------
@@ -59,11 +51,11 @@ __global__ void sgd_update_kernel(float *params, const double *grad_sum, float l
 }
 
 // ----------------------------------------------------------------------------
-// launchers: one launch each, one thread per point
+// launchers
 
 static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
 
-// loss_sum and grad_sum are zeroed first; grad_sum NULL: the loss alone
+// grad_sum NULL: the loss alone (the test set)
 static void forward_loss_backward(double *loss_sum, double *grad_sum, const float *x, const float *y,
                                   const float *params, int64_t n) {
     cudaCheck(cudaMemset(loss_sum, 0, sizeof(double)));
@@ -85,19 +77,13 @@ static float test_loss_now(double *loss_sum, const float *x, const float *y, con
     return (float)(sum / (double)n);
 }
 
-static double host_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
 // ----------------------------------------------------------------------------
 // training
 
 int train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out) {
     int64_t n_train = data->n_train, n_test = data->n_test;
 
-    // setup (not timed): device buffers
+    // setup (not timed): buffers, and everything else made once before e2e starts
     double setup_start_ms = host_ms();
     float *d_x_train, *d_y_train;  // (n_train,)
     float *d_x_test, *d_y_test;    // (n_test,)
@@ -120,58 +106,50 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     // e2e starts with the data in host memory: pageable copies, each one waits for itself
     cudaStream_t stream = 0;
     train_clock_e2e_start(&clock, stream);
-    train_clock_phase_begin(&clock, stream);
     float params_init[2] = {data->w_init, data->b_init};
-    cudaCheck(cudaMemcpy(d_x_train, data->x_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_y_train, data->y_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_x_test, data->x_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_y_test, data->y_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_params, params_init, 2 * sizeof(float), cudaMemcpyHostToDevice));
-    train_clock_phase_end(&clock, PHASE_H2D, stream);
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        cudaCheck(cudaMemcpy(d_x_train, data->x_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_y_train, data->y_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_x_test, data->x_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_y_test, data->y_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_params, params_init, 2 * sizeof(float), cudaMemcpyHostToDevice));
+    }
     train_clock_loop_start(&clock, stream);
 
     int logged = 0;
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
-        int is_logged = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every);
+        int log_slot = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every) ? logged++ : -1;
 
         // test loss with the parameters at the start of the epoch, before they are updated
-        if (is_logged) {
-            train_clock_phase_begin(&clock, stream);
-            out->test_loss[logged] = test_loss_now(d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
-            train_clock_phase_end(&clock, PHASE_EVAL, stream);
-        }
+        if (log_slot >= 0) TIMED_PHASE(&clock, PHASE_EVAL, stream)
+            out->test_loss[log_slot] = test_loss_now(d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
 
-        // forward, loss and backward are one kernel now: --breakdown reports it as "loss"
-        train_clock_phase_begin(&clock, stream);
-        forward_loss_backward(d_loss_sum, d_grad_sum, d_x_train, d_y_train, d_params, n_train);
-        train_clock_phase_end(&clock, PHASE_LOSS, stream);
+        // forward, loss and backward together: --breakdown reports them as "loss"
+        TIMED_PHASE(&clock, PHASE_LOSS, stream)
+            forward_loss_backward(d_loss_sum, d_grad_sum, d_x_train, d_y_train, d_params, n_train);
+        TIMED_PHASE(&clock, PHASE_UPDATE, stream) sgd_update(d_params, d_grad_sum, cfg->lr, n_train);
 
-        train_clock_phase_begin(&clock, stream);
-        sgd_update(d_params, d_grad_sum, cfg->lr, n_train);
-        train_clock_phase_end(&clock, PHASE_UPDATE, stream);
-
-        // wait for the epoch, then read its loss back, as a progress print would
-        train_clock_phase_begin(&clock, stream);
-        cudaCheck(cudaDeviceSynchronize());
+        // read the epoch's loss back, as a progress print would: cudaMemcpy waits for the epoch first
         double loss_sum = 0.0;
-        cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost));
-        train_clock_phase_end(&clock, PHASE_D2H, stream);
-        if (is_logged) out->train_loss[logged++] = (float)(loss_sum / (double)n_train);
+        TIMED_PHASE(&clock, PHASE_D2H, stream)
+            cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost));
+        if (log_slot >= 0) out->train_loss[log_slot] = (float)(loss_sum / (double)n_train);
 
-        train_clock_epoch_end(&clock, epoch, stream);
+        if (epoch < cfg->epochs - 1) train_clock_epoch_end(&clock, epoch, stream);  // the last one: below
     }
 
-    train_clock_phase_begin(&clock, stream);
-    float params_trained[2];
-    cudaCheck(cudaMemcpy(params_trained, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost));
-    train_clock_phase_end(&clock, PHASE_D2H, stream);
+    // the test loss of the trained parameters, the last evaluation: the last epoch (and loop) ends after it
+    TIMED_PHASE(&clock, PHASE_EVAL, stream)
+        out->final_test_loss = test_loss_now(d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
+    train_clock_epoch_end(&clock, cfg->epochs - 1, stream);
+
+    float h_params[2];  // the trained w, b
+    TIMED_PHASE(&clock, PHASE_D2H, stream)
+        cudaCheck(cudaMemcpy(h_params, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost));
     train_clock_e2e_stop(&clock, stream);
     train_clock_finish(&clock, &out->timing);
-    out->w = params_trained[0];
-    out->b = params_trained[1];
-
-    // reported, not timed: the test loss of the trained parameters
-    out->final_test_loss = test_loss_now(d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
+    out->w = h_params[0];
+    out->b = h_params[1];
 
     cudaCheck(cudaFree(d_x_train));
     cudaCheck(cudaFree(d_y_train));

@@ -1,108 +1,51 @@
-/*
-Stage 04, MNIST: stage 03's fused trainer with its three GEMMs (forward, input gradient, weight gradient)
-tiled through shared memory. A block of threads computes one square tile of the output; it walks the
-shared dimension K in slices, copies each slice of both operands into shared memory once with coalesced
-loads (issued one slice ahead, so they travel while the current slice is computed), and every thread then
-reads its operands from there and accumulates a small square of outputs in registers. Each value loaded
-from global memory is reused by a whole row or column of the tile instead of by one thread. The fused
-epilogues of stage 03 (bias + ReLU, ReLU mask, SGD update) are kept, applied to the registers before the
-tile is stored. Four tile shapes are offered as variants (tile16 = default, picked by measurement on an H200; tile16-2x2, tile32, tile64:
---variant NAME); everything outside the GEMMs is stage 03's.
-
-Build and run from the repository root (make data fetches MNIST once):
-    make stage 4 run TRAINER=mnist                 (or: make build/04/mnist && build/04/mnist --hidden 128)
-    build/04/mnist --variant tile64                (another tile shape)
-    make stage 4 diff                              (what this stage changed, against stage 03)
-    make stage 4 test                              (agreement with common/reference.c, every variant)
-*/
+// Stage 04, MNIST: stage 03's fused trainer with shared memory. A GEMM block computes a 16 x 16 tile from
+// slices of its operands staged in shared memory, so a float loaded from global memory serves 16 threads, not
+// one; the loss kernel gives each row a warp that reduces with shuffles, and the bias gradient sums each column
+// in 8 parts that meet in shared memory. The fused epilogues and everything else are stage 03's.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "host.h"
 #include "timing.h"
 #include "trainer.h"
 
-const char *const MNIST_VARIANTS[] = {"tile16", "tile16-2x2", "tile32", "tile64", NULL};  // order of GEMM_VARIANTS
+const char *const MNIST_VARIANTS[] = {"tiled", NULL};
 const char *const MNIST_PRECISIONS[] = {"fp32", NULL};
 
 #define BLOCK_SIZE 256
 #define WARP_SIZE 32
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
-#define GEMM_THREADS 256     // the most threads a tiled GEMM block runs (16 x 16)
-#define MICRO_MAX 4          // the largest per-thread square of outputs (tile64)
-#define TILE_K 32            // the slice of the shared dimension K staged in shared memory per step
-#define SLICE_LOADS_MAX 8    // the most floats of one operand's slice a thread copies (tile * TILE_K / threads)
+#define TILE 16    // GEMMs: a block of TILE x TILE threads computes a TILE x TILE tile of the output
+#define TILE_K 32  // GEMMs: the slice of the shared dimension K staged in shared memory per step
+#define SLICE_LOADS (TILE * TILE_K / (TILE * TILE))  // floats of each operand's slice that a thread copies
 
 // ----------------------------------------------------------------------------
 // tiled GEMM: C (M, N) = A (M, K) @ B (K, N), either operand possibly stored transposed
 //
-// A block of t x t threads owns one tile x tile square of C, tile = t * micro. It walks K in slices
-// of TILE_K: each step copies A's (tile, TILE_K) slice and B's (TILE_K, tile) slice into shared memory,
-// every element loaded once by one thread with neighbouring threads on neighbouring addresses; then each
-// thread accumulates its micro x micro outputs from shared memory. Per slice a block loads
-// 2 * tile * TILE_K floats and does tile * tile * TILE_K FMAs: each loaded float feeds tile FMAs, where
-// the naive kernel loaded two floats for every FMA. Larger tiles reuse more but make fewer blocks: a
-// (128, 128) output is 64 tiles of 16 but only 4 of 64, on a GPU with 132 SMs.
-//
-// Shared memory has its own limit: per k a thread reads micro floats of A and micro of B to do micro^2
-// FMAs, 2 shared loads per FMA at micro 1, 1 at 2 x 2, 1/2 at 4 x 4, and an SM serves one warp-wide
-// shared load per cycle against four warp-wide FMAs. The variants (t, micro): tile16-2x2 (8, 2),
-// tile16 (16, 1), tile32 (16, 2), tile64 (16, 4). tile16-2x2 keeps tile16's many blocks with half its
-// shared loads per FMA, on a quarter of the threads.
-//
-// Thread (tx, ty) owns the outputs at rows ty + t r and columns tx + t c (r, c < micro): strided, not a
-// contiguous square, so that for every (r, c) the t threads of a row of the block store t neighbouring
-// floats (one coalesced store) and read t neighbouring floats of B's slice.
-//
-// Prefetch: the loads of the next slice are issued into registers before the FMAs of the current one
-// and stored into shared memory after them, so the round trip to L2 (hundreds of cycles) runs during
-// the FMAs instead of before them. The first-layer forward at batch 128 walks K = 784 in 25 slices one
-// after another, on one block per SM: without it, every slice waited for its loads with nothing to do.
-//
-// Each slice is stored in shared memory in the layout it has in global memory, so the copy is a plain
-// coalesced row-by-row copy. The reads then go down a column of the slice when that operand is stored
-// transposed (B^T, as W in din = dout @ W^T): the t threads of a row of the block read t floats one row,
-// TILE_K = 32 floats, apart. Shared memory has 32 banks of 4 bytes, float i in bank i % 32, and a bank
-// serves one address per cycle: all t reads fall into the same bank, a t-way conflict. One float of
-// padding per row (rows of 33 floats) puts them in t different banks. The A slice (M, K) has the same
-// problem, milder: a warp's 32 / t rows of threads read rows 32 floats apart, a 2-way (t = 16) or 4-way
-// (t = 8) conflict without the padding. Every slice is padded the same way; where reads run along rows it
-// costs nothing.
+// A block of TILE x TILE threads owns a TILE x TILE tile of C and walks K in slices of TILE_K, copied into
+// shared memory (coalesced): each float loaded from global memory feeds TILE threads, where the naive kernel
+// loaded two floats per FMA. As measured in gemm_ladder.cu, the next slices' loads are issued before this
+// slice's FMAs (prefetch), and slice rows are padded by one float, so that the threads reading down a column
+// hit different shared-memory banks. A and B^T are X (outer, K), stored (outer, K) row-major or, if k_major
+// (A with a_trans, B without b_trans), (K, outer); a slice keeps that layout, (TILE, TILE_K) or (TILE_K, TILE).
 
-// The row and the column of C that a thread's output (r, c) lands on.
-__device__ __forceinline__ int tile_row(int r, int t, int micro) {
-    return blockIdx.y * t * micro + threadIdx.y + t * r;
-}
-__device__ __forceinline__ int tile_col(int c, int t, int micro) {
-    return blockIdx.x * t * micro + threadIdx.x + t * c;
+// X(outer, k), from its slice
+__device__ __forceinline__ float slice_at(const float *slice, int outer, int k, int k_major) {
+    return k_major ? slice[k * (TILE + 1) + outer] : slice[outer * (TILE_K + 1) + k];
 }
 
-// Shared memory a block needs for one slice of each operand, padded as above.
-static size_t gemm_smem_bytes(int tile) { return 2 * (size_t)(tile + 1) * (TILE_K + 1) * sizeof(float); }
-
-// Both operands as X (outer, K), outer being M for A and N for B, stored row-major as (outer_dim, k_dim)
-// or, if k_major, as (k_dim, outer_dim) (A^T for a_trans, B for not b_trans). A slice keeps the stored
-// layout: (tile, TILE_K), or (TILE_K, tile) if k_major, rows padded to one float more than they hold.
-
-// X(outer, k) in a slice
-__device__ __forceinline__ float slice_at(const float *slice, int outer, int k, int k_major, int tile) {
-    return k_major ? slice[k * (tile + 1) + outer] : slice[outer * (TILE_K + 1) + k];
-}
-
-// A thread's share of the slice of X at outer indices outer0.. and K indices k0..: the elements tid,
-// tid + t * t, ... of the slice counted row by row (neighbouring threads, neighbouring addresses), into
-// registers, zeros outside X (so partial tiles and a partial last slice add nothing).
-__device__ __forceinline__ void fetch_slice(float regs[SLICE_LOADS_MAX], const float *x, int outer_dim, int k_dim,
-                                            int outer0, int k0, int k_major, int t, int micro) {
-    int tile = t * micro, cols = k_major ? tile : TILE_K, tid = threadIdx.y * t + threadIdx.x;
-#pragma unroll
-    for (int e = 0; e < tile * TILE_K / (t * t); e++) {
-        int idx = tid + e * t * t, r = idx / cols, c = idx % cols;
+// This thread's share of the slice of X at (outer0, k0): elements tid, tid + TILE^2, ... of the slice counted
+// row by row (neighbouring threads, neighbouring addresses), into registers, zeros outside X.
+__device__ __forceinline__ void fetch_slice(float regs[SLICE_LOADS], const float *x, int outer_dim, int k_dim,
+                                            int outer0, int k0, int k_major) {
+    int cols = k_major ? TILE : TILE_K, tid = threadIdx.y * TILE + threadIdx.x;
+    for (int e = 0; e < SLICE_LOADS; e++) {
+        int idx = tid + e * TILE * TILE, r = idx / cols, c = idx % cols;
         int outer = outer0 + (k_major ? c : r), k = k0 + (k_major ? r : c);
         size_t at = k_major ? (size_t)k * outer_dim + outer : (size_t)outer * k_dim + k;
         regs[e] = outer < outer_dim && k < k_dim ? x[at] : 0.0f;
@@ -110,117 +53,70 @@ __device__ __forceinline__ void fetch_slice(float regs[SLICE_LOADS_MAX], const f
 }
 
 // ... and the same elements from the registers into the slice in shared memory
-__device__ __forceinline__ void store_slice(float *slice, const float regs[SLICE_LOADS_MAX], int k_major, int t,
-                                            int micro) {
-    int tile = t * micro, cols = k_major ? tile : TILE_K, tid = threadIdx.y * t + threadIdx.x;
-#pragma unroll
-    for (int e = 0; e < tile * TILE_K / (t * t); e++) {
-        int idx = tid + e * t * t;
+__device__ __forceinline__ void store_slice(float *slice, const float regs[SLICE_LOADS], int k_major) {
+    int cols = k_major ? TILE : TILE_K, tid = threadIdx.y * TILE + threadIdx.x;
+    for (int e = 0; e < SLICE_LOADS; e++) {
+        int idx = tid + e * TILE * TILE;
         slice[idx / cols * (cols + 1) + idx % cols] = regs[e];
     }
 }
 
-// acc[r][c] = sum_k A(tile_row(r), k) * B(k, tile_col(c)) for r, c < micro (0 outside C).
-// a_trans: A is stored (K, M) row-major, else (M, K); b_trans: B is stored (N, K), else (K, N).
-// t, micro, a_trans and b_trans are literal constants at every call: the function is inlined into each
-// small __global__ kernel below, which so gets its own fully unrolled copy with acc in registers (C has
-// no templates; this is how the tile shape stays a compile-time constant).
-__device__ __forceinline__ void gemm_tile(float acc[MICRO_MAX][MICRO_MAX], const float *a, const float *b, int m_dim,
-                                          int n_dim, int k_dim, int a_trans, int b_trans, int t, int micro) {
-    extern __shared__ float smem[];
-    int tile = t * micro;
-    float *a_slice = smem;                               // A(m, k) at [m][k] (tile, TILE_K + 1), or at
-                                                         // [k][m] (TILE_K, tile + 1) if a_trans
-    float *b_slice = smem + (tile + 1) * (TILE_K + 1);  // B(k, n) at [k][n] (TILE_K, tile + 1), or at
-                                                         // [n][k] (tile, TILE_K + 1) if b_trans
-    int row0 = blockIdx.y * tile, col0 = blockIdx.x * tile;
-    float a_next[SLICE_LOADS_MAX], b_next[SLICE_LOADS_MAX];  // this thread's share of the next slices
-#pragma unroll
-    for (int r = 0; r < micro; r++) {
-#pragma unroll
-        for (int c = 0; c < micro; c++) acc[r][c] = 0.0f;
-    }
-
-    fetch_slice(a_next, a, m_dim, k_dim, row0, 0, a_trans, t, micro);
-    fetch_slice(b_next, b, n_dim, k_dim, col0, 0, !b_trans, t, micro);
+// sum_k A(row, k) * B(k, col) for this thread's (row, col) = (blockIdx.y * TILE + threadIdx.y, blockIdx.x *
+// TILE + threadIdx.x), 0 outside C. A is stored (M, K) row-major, or (K, M) if a_trans; B (K, N), or (N, K)
+// if b_trans (literal constants at every call: each kernel inlines its own copy). Every thread must call it.
+__device__ __forceinline__ float gemm_tile(const float *a, const float *b, int m_dim, int n_dim, int k_dim, int a_trans,
+                                           int b_trans) {
+    float acc = 0.0f;
+    // EXERCISE(gemm-shared-tile) begin: walk K in slices of TILE_K: store_slice this thread's share of A's and
+    //: B's slices (fetch_slice, one slice ahead) into a_slice and b_slice, __syncthreads, fetch the next ones,
+    //: add its TILE_K products slice_at(a_slice, threadIdx.y, k) * slice_at(b_slice, threadIdx.x, k), sync.
+    __shared__ float a_slice[(TILE + 1) * (TILE_K + 1)];  // A(m, k) at [m][k], or at [k][m] if a_trans
+    __shared__ float b_slice[(TILE + 1) * (TILE_K + 1)];  // B(k, n) at [k][n], or at [n][k] if b_trans
+    int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
+    float a_next[SLICE_LOADS], b_next[SLICE_LOADS];  // this thread's share of the next slices
+    fetch_slice(a_next, a, m_dim, k_dim, row0, 0, a_trans);
+    fetch_slice(b_next, b, n_dim, k_dim, col0, 0, !b_trans);
     for (int k0 = 0; k0 < k_dim; k0 += TILE_K) {
-        store_slice(a_slice, a_next, a_trans, t, micro);
-        store_slice(b_slice, b_next, !b_trans, t, micro);
-        __syncthreads();  // the slices are complete
-
+        store_slice(a_slice, a_next, a_trans);
+        store_slice(b_slice, b_next, !b_trans);
+        __syncthreads();            // the slices are complete
         if (k0 + TILE_K < k_dim) {  // the next slices' loads: in flight during the FMAs below
-            fetch_slice(a_next, a, m_dim, k_dim, row0, k0 + TILE_K, a_trans, t, micro);
-            fetch_slice(b_next, b, n_dim, k_dim, col0, k0 + TILE_K, !b_trans, t, micro);
+            fetch_slice(a_next, a, m_dim, k_dim, row0, k0 + TILE_K, a_trans);
+            fetch_slice(b_next, b, n_dim, k_dim, col0, k0 + TILE_K, !b_trans);
         }
 #pragma unroll
-        for (int k = 0; k < TILE_K; k++) {
-            float a_frag[MICRO_MAX], b_frag[MICRO_MAX];
-#pragma unroll
-            for (int r = 0; r < micro; r++) a_frag[r] = slice_at(a_slice, threadIdx.y + t * r, k, a_trans, tile);
-#pragma unroll
-            for (int c = 0; c < micro; c++) b_frag[c] = slice_at(b_slice, threadIdx.x + t * c, k, !b_trans, tile);
-#pragma unroll
-            for (int r = 0; r < micro; r++) {
-#pragma unroll
-                for (int c = 0; c < micro; c++) acc[r][c] += a_frag[r] * b_frag[c];
-            }
-        }
+        for (int k = 0; k < TILE_K; k++)
+            acc += slice_at(a_slice, threadIdx.y, k, a_trans) * slice_at(b_slice, threadIdx.x, k, !b_trans);
         __syncthreads();  // everyone is done with the slices before the next store overwrites them
     }
+    // EXERCISE end
+    return acc;
 }
 
 // ----------------------------------------------------------------------------
-// forward: out = in @ W + b, then ReLU, as one tiled GEMM with the bias and ReLU applied to the
-// registers before the store
+// forward: out = in @ W + b, then ReLU, in one kernel (one thread per output element)
 
 // for i < rows, j < out_dim: out[i][j] = sum_k in[i][k] * weight[k][j] + bias[j], then max(., 0) if relu
-__device__ __forceinline__ void matmul_forward(float *out, const float *in, const float *weight, const float *bias,
-                                               int rows, int in_dim, int out_dim, int relu, int t, int micro) {
-    float acc[MICRO_MAX][MICRO_MAX];
-    gemm_tile(acc, in, weight, rows, out_dim, in_dim, 0, 0, t, micro);
-#pragma unroll
-    for (int r = 0; r < micro; r++) {
-#pragma unroll
-        for (int c = 0; c < micro; c++) {
-            int i = tile_row(r, t, micro), j = tile_col(c, t, micro);
-            if (i >= rows || j >= out_dim) continue;
-            float value = acc[r][c] + bias[j];
-            out[(size_t)i * out_dim + j] = relu ? fmaxf(value, 0.0f) : value;
-        }
-    }
-}
-
-// One kernel per tile shape: the variants of this stage (t x t threads, tile = t micro).
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_forward_tile16_2x2_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
-                                     int in_dim, int out_dim, int relu) {
-    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 8, 2);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_forward_tile16_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
-                                 int in_dim, int out_dim, int relu) {
-    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 16, 1);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_forward_tile32_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
-                                 int in_dim, int out_dim, int relu) {
-    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 16, 2);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_forward_tile64_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
-                                 int in_dim, int out_dim, int relu) {
-    matmul_forward(out, in, weight, bias, rows, in_dim, out_dim, relu, 16, 4);
+// (applied to the sum in a register: stage 02 stored it, then two more kernels read and stored it again)
+__global__ void matmul_forward_kernel(float *out, const float *in, const float *weight, const float *bias, int rows,
+                                      int in_dim, int out_dim, int relu) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    float sum = gemm_tile(in, weight, rows, out_dim, in_dim, 0, 0);  // before the return: all threads copy
+    if (i >= rows || j >= out_dim) return;
+    float value = sum + bias[j];
+    out[(size_t)i * out_dim + j] = relu ? fmaxf(value, 0.0f) : value;
 }
 
 // ----------------------------------------------------------------------------
 // loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one warp per row.
 // Every row is shifted by its largest logit before exp, so exp never overflows.
 //
-// A row is 10 logits. One thread per row would walk its row three times in series, and a batch of 128
-// rows would be 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of
-// the row's warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each,
-// and a batch of 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared
-// memory: one atomic per block, not per row.
+// A row is 10 logits. Stage 03's one thread per row walks its row three times in series, and a batch of 128
+// rows is 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of the row's
+// warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each, and a batch of
+// 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared memory: one atomic
+// per block, not per row.
 
 // The sum over the warp's 32 lanes, in every lane. Each step adds the value of the lane `offset` away
 // (xor: a butterfly), so every lane ends with the same total.
@@ -300,47 +196,18 @@ __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, in
 
 // ----------------------------------------------------------------------------
 // backward and update: for out = in @ W + b, given dout, compute din (through the ReLU), then apply
-// SGD to W and b in place. No gradient buffer: the thread that sums one element of dW subtracts
-// lr times the sum from that weight at once.
+// SGD to W and b in place. No gradient buffer: the thread that sums one element of dW or db subtracts
+// lr times the sum from that parameter at once.
 
-// for k < in_dim, j < out_dim: weight[k][j] -= lr * sum_i in[i][k] * dout[i][j], i.e. W -= lr * in^T @ dout
-// (A = in read transposed). In place is safe within the kernel: each thread writes only its own weights
-// and no thread reads a weight. Across kernels, the launcher orders it after the one kernel that needs
-// this layer's pre-update W (the din GEMM).
-__device__ __forceinline__ void matmul_backward_weight_sgd(float *weight, const float *in, const float *dout, float lr,
-                                                           int rows, int in_dim, int out_dim, int t, int micro) {
-    float acc[MICRO_MAX][MICRO_MAX];
-    gemm_tile(acc, in, dout, in_dim, out_dim, rows, 1, 0, t, micro);
-#pragma unroll
-    for (int r = 0; r < micro; r++) {
-#pragma unroll
-        for (int c = 0; c < micro; c++) {
-            int k = tile_row(r, t, micro), j = tile_col(c, t, micro);
-            if (k >= in_dim || j >= out_dim) continue;
-            weight[(size_t)k * out_dim + j] -= lr * acc[r][c];
-        }
-    }
-}
-
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_backward_weight_sgd_tile16_2x2_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
-                                                 int in_dim, int out_dim) {
-    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 8, 2);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_backward_weight_sgd_tile16_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
-                                             int in_dim, int out_dim) {
-    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 16, 1);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_backward_weight_sgd_tile32_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
-                                             int in_dim, int out_dim) {
-    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 16, 2);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_backward_weight_sgd_tile64_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
-                                             int in_dim, int out_dim) {
-    matmul_backward_weight_sgd(weight, in, dout, lr, rows, in_dim, out_dim, 16, 4);
+// for k < in_dim, j < out_dim: weight[k][j] -= lr * sum_i in[i][k] * dout[i][j]
+// (in place: each thread touches only its own weight, and the launcher runs it after din, which reads W)
+__global__ void matmul_backward_weight_sgd_kernel(float *weight, const float *in, const float *dout, float lr, int rows,
+                                                  int in_dim, int out_dim) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int k = blockIdx.y * blockDim.y + threadIdx.y;
+    float sum = gemm_tile(in, dout, in_dim, out_dim, rows, 1, 0);  // A = in^T, read from in (rows, in_dim)
+    if (k >= in_dim || j >= out_dim) return;
+    weight[(size_t)k * out_dim + j] -= lr * sum;
 }
 
 // for j < dim: bias[j] -= lr * sum_i dout[i][j]
@@ -348,8 +215,8 @@ __global__ void __launch_bounds__(GEMM_THREADS)
 // atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed buffer and a
 // second kernel). A block of 32 x 8 threads owns 32 columns: thread (x, y) sums rows y, y + 8, ... of
 // column x (a warp reads 32 neighbouring floats of a row), and thread (x, 0) adds the 8 partial sums
-// from shared memory in a fixed order, so every run sums alike. (One thread per column would add a batch
-// of 128 rows in series, all in one block.)
+// from shared memory in a fixed order, so every run sums alike. (Stage 03's one thread per column adds a
+// batch of 128 rows in series, all in one block.)
 __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float lr, int rows, int dim) {
     __shared__ float partial[WARPS_PER_BLOCK][WARP_SIZE];  // [y][x]: thread (x, y)'s share of its column
     int j = blockIdx.x * WARP_SIZE + threadIdx.x;
@@ -364,45 +231,16 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
     bias[j] -= lr * sum;
 }
 
-// for i < rows, k < in_dim: din[i][k] = act[i][k] > 0 ? sum_j dout[i][j] * weight[k][j] : 0, i.e.
-// din = (dout @ W^T) * (act > 0) (B = W read transposed: the padded slice of the notes above)
-// (act is the layer's input, a ReLU output: positive exactly where its pre-activation was)
-__device__ __forceinline__ void matmul_backward_input(float *din, const float *dout, const float *weight,
-                                                      const float *act, int rows, int in_dim, int out_dim, int t,
-                                                      int micro) {
-    float acc[MICRO_MAX][MICRO_MAX];
-    gemm_tile(acc, dout, weight, rows, in_dim, out_dim, 0, 1, t, micro);
-#pragma unroll
-    for (int r = 0; r < micro; r++) {
-#pragma unroll
-        for (int c = 0; c < micro; c++) {
-            int i = tile_row(r, t, micro), k = tile_col(c, t, micro);
-            if (i >= rows || k >= in_dim) continue;
-            size_t idx = (size_t)i * in_dim + k;
-            din[idx] = act[idx] > 0.0f ? acc[r][c] : 0.0f;
-        }
-    }
-}
-
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_backward_input_tile16_2x2_kernel(float *din, const float *dout, const float *weight, const float *act,
-                                            int rows, int in_dim, int out_dim) {
-    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 8, 2);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_backward_input_tile16_kernel(float *din, const float *dout, const float *weight, const float *act, int rows,
-                                        int in_dim, int out_dim) {
-    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 16, 1);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_backward_input_tile32_kernel(float *din, const float *dout, const float *weight, const float *act, int rows,
-                                        int in_dim, int out_dim) {
-    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 16, 2);
-}
-__global__ void __launch_bounds__(GEMM_THREADS)
-    matmul_backward_input_tile64_kernel(float *din, const float *dout, const float *weight, const float *act, int rows,
-                                        int in_dim, int out_dim) {
-    matmul_backward_input(din, dout, weight, act, rows, in_dim, out_dim, 16, 4);
+// for i < rows, k < in_dim: din[i][k] = act[i][k] > 0 ? sum_j dout[i][j] * weight[k][j] : 0
+// (act, a ReLU output, is positive where its input was; stage 02 masked din in a kernel of its own)
+__global__ void matmul_backward_input_kernel(float *din, const float *dout, const float *weight, const float *act,
+                                             int rows, int in_dim, int out_dim) {
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    float sum = gemm_tile(dout, weight, rows, in_dim, out_dim, 0, 1);  // B = W^T, read from W (in_dim, out_dim)
+    if (i >= rows || k >= in_dim) return;
+    size_t idx = (size_t)i * in_dim + k;
+    din[idx] = act[idx] > 0.0f ? sum : 0.0f;
 }
 
 // ----------------------------------------------------------------------------
@@ -413,87 +251,43 @@ static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZ
 // bias_backward_sgd_kernel: a block of WARP_SIZE x WARPS_PER_BLOCK threads per WARP_SIZE columns
 static unsigned int column_blocks(int dim) { return (unsigned int)((dim + WARP_SIZE - 1) / WARP_SIZE); }
 
-// One tile shape: its three GEMM kernels (in MNIST_VARIANTS order, so cfg->variant indexes the table)
-typedef struct {
-    int t, micro;  // a block of t x t threads computes a (t micro) x (t micro) tile of C
-    void (*forward)(float *, const float *, const float *, const float *, int, int, int, int);
-    void (*backward_input)(float *, const float *, const float *, const float *, int, int, int);
-    void (*backward_weight_sgd)(float *, const float *, const float *, float, int, int, int);
-} GemmVariant;
-
-static const GemmVariant GEMM_VARIANTS[] = {
-    {16, 1, matmul_forward_tile16_kernel, matmul_backward_input_tile16_kernel,
-     matmul_backward_weight_sgd_tile16_kernel},
-    {8, 2, matmul_forward_tile16_2x2_kernel, matmul_backward_input_tile16_2x2_kernel,
-     matmul_backward_weight_sgd_tile16_2x2_kernel},
-    {16, 2, matmul_forward_tile32_kernel, matmul_backward_input_tile32_kernel,
-     matmul_backward_weight_sgd_tile32_kernel},
-    {16, 4, matmul_forward_tile64_kernel, matmul_backward_input_tile64_kernel,
-     matmul_backward_weight_sgd_tile64_kernel},
-};
-
-// one block per tile of the (rows, cols) output
-static dim3 grid_tiles(const GemmVariant *gemm, int rows, int cols) {
-    int tile = gemm->t * gemm->micro;
-    return dim3((cols + tile - 1) / tile, (rows + tile - 1) / tile);
-}
+static dim3 grid_2d(int rows, int cols) { return dim3((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE); }
 
 // act[l]: (rows, sizes[l]); act[0] is the input, act[n_layers] receives the logits
-static void mlp_forward(const MnistConfig *cfg, const float *params, float *const *act, int rows) {
-    const GemmVariant *gemm = &GEMM_VARIANTS[cfg->variant];
-    dim3 block(gemm->t, gemm->t);
-    size_t smem = gemm_smem_bytes(gemm->t * gemm->micro);
+static void mlp_forward(const MnistConfig *cfg, const float *params, float *const *act, int rows, cudaStream_t stream) {
+    dim3 block(TILE, TILE);
     for (int l = 0; l < cfg->n_layers; l++) {
         int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1];
         const float *weight = params + mnist_weight_offset(cfg, l);
         const float *bias = params + mnist_bias_offset(cfg, l);
         int relu = l < cfg->n_layers - 1;  // no ReLU on the logits
-        gemm->forward<<<grid_tiles(gemm, rows, out_dim), block, smem>>>(act[l + 1], act[l], weight, bias, rows, in_dim,
-                                                                        out_dim, relu);
+        matmul_forward_kernel<<<grid_2d(rows, out_dim), block, 0, stream>>>(act[l + 1], act[l], weight, bias, rows,
+                                                                            in_dim, out_dim, relu);
         launchCheck();
     }
 }
 
-// dact[l]: (rows, sizes[l]) for l >= 1, dact[n_layers] holds dlogits. Updates params in place.
-// Every gradient must come from the pre-update params, as in the reference. Layer l's din needs W_l,
-// so it runs before W_l's update; layer l's updates touch only W_l and b_l, and every later launch of the
-// step works on the layers below l, which read their own W, never W_l. Launches on one stream run in
-// order, so this launch order is the whole guarantee.
-static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const *act, float *const *dact, int rows) {
-    const GemmVariant *gemm = &GEMM_VARIANTS[cfg->variant];
-    dim3 block(gemm->t, gemm->t);
-    size_t smem = gemm_smem_bytes(gemm->t * gemm->micro);
+// dact[l]: (rows, sizes[l]) for l >= 1, dact[n_layers] holds dlogits. Updates params in place, yet every
+// gradient comes from the pre-update params, as in the reference: layer l's din (which needs W_l) runs before
+// W_l's update, and the layers below l never read W_l. One stream runs launches in order: that is the guarantee.
+static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const *act, float *const *dact, int rows,
+                             cudaStream_t stream) {
+    dim3 block(TILE, TILE);
     for (int l = cfg->n_layers - 1; l >= 0; l--) {
         int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1];
         float *weight = params + mnist_weight_offset(cfg, l);
         if (l > 0) {  // the images need no gradient
-            gemm->backward_input<<<grid_tiles(gemm, rows, in_dim), block, smem>>>(dact[l], dact[l + 1], weight, act[l],
-                                                                                  rows, in_dim, out_dim);
+            matmul_backward_input_kernel<<<grid_2d(rows, in_dim), block, 0, stream>>>(dact[l], dact[l + 1], weight,
+                                                                                      act[l], rows, in_dim, out_dim);
             launchCheck();
         }
-        gemm->backward_weight_sgd<<<grid_tiles(gemm, in_dim, out_dim), block, smem>>>(weight, act[l], dact[l + 1],
-                                                                                      cfg->lr, rows, in_dim, out_dim);
+        matmul_backward_weight_sgd_kernel<<<grid_2d(in_dim, out_dim), block, 0, stream>>>(
+            weight, act[l], dact[l + 1], cfg->lr, rows, in_dim, out_dim);
         launchCheck();
-        bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK)>>>(
+        bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK), 0, stream>>>(
             params + mnist_bias_offset(cfg, l), dact[l + 1], cfg->lr, rows, out_dim);
         launchCheck();
     }
-}
-
-static double host_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static void *host_malloc(size_t bytes) {
-    void *p = malloc(bytes);
-    if (!p) {
-        fprintf(stderr, "error: out of host memory for the MNIST batch buffer (%zu bytes): try a smaller --batch\n",
-                bytes);
-        exit(EXIT_USAGE);
-    }
-    return p;
 }
 
 // ----------------------------------------------------------------------------
@@ -528,90 +322,85 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaMalloc(&d_loss_sum, sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_loss_sum, sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_correct, sizeof(int)));
-    float *batch_images = (float *)host_malloc((size_t)batch * pixels * sizeof(float));  // (batch, pixels) pageable
-    uint8_t *batch_labels = (uint8_t *)host_malloc(batch);                               // (batch,)
+    float *batch_images = (float *)host_malloc((size_t)batch * pixels * sizeof(float), "the batch images");  // pageable
+    uint8_t *batch_labels = (uint8_t *)host_malloc(batch, "the batch labels");                               // (batch,)
     TrainClock clock;
     train_clock_init(&clock, cfg->epochs, cfg->breakdown);
     out->timing.setup_ms = host_ms() - setup_start_ms;
 
     // e2e starts with the data in host memory; before the loop only what never changes goes up
-    cudaStream_t stream = 0;
+    cudaStream_t stream = 0;  // the legacy default stream: every launch and copy runs on it, in order
     train_clock_e2e_start(&clock, stream);
-    train_clock_phase_begin(&clock, stream);
-    cudaCheck(cudaMemcpy(d_params, data->init_params, n_params * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(
-        cudaMemcpy(d_test_act[0], data->test_images, (size_t)n_test * pixels * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_test_labels, data->test_labels, n_test, cudaMemcpyHostToDevice));
-    train_clock_phase_end(&clock, PHASE_H2D, stream);
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        cudaCheck(cudaMemcpy(d_params, data->init_params, n_params * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_test_act[0], data->test_images, (size_t)n_test * pixels * sizeof(float),
+                             cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_test_labels, data->test_labels, n_test, cudaMemcpyHostToDevice));
+    }
     train_clock_loop_start(&clock, stream);
 
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         for (int step = 0; step < steps; step++) {
             // gather the batch's rows on the host, then copy it up from pageable memory
-            train_clock_phase_begin(&clock, stream);
             const int32_t *rows = data->batch_order + (int64_t)epoch * data->n_train + (int64_t)step * batch;
-            for (int i = 0; i < batch; i++) {
-                if (rows[i] < 0 || rows[i] >= data->n_train) {
-                    fprintf(stderr, "error: batch order entry %d of epoch %d is %d, outside 0..%d\n", step * batch + i,
-                            epoch, rows[i], data->n_train - 1);
-                    exit(EXIT_DATA);
+            TIMED_PHASE(&clock, PHASE_H2D, stream) {
+                for (int i = 0; i < batch; i++) {
+                    if (rows[i] < 0 || rows[i] >= data->n_train) {
+                        fprintf(stderr, "error: batch order entry %d of epoch %d is %d, outside 0..%d\n",
+                                step * batch + i, epoch, rows[i], data->n_train - 1);
+                        exit(EXIT_DATA);
+                    }
+                    memcpy(batch_images + (size_t)i * pixels, data->train_images + (size_t)rows[i] * pixels,
+                           pixels * sizeof(float));
+                    batch_labels[i] = data->train_labels[rows[i]];
                 }
-                memcpy(batch_images + (size_t)i * pixels, data->train_images + (size_t)rows[i] * pixels,
-                       pixels * sizeof(float));
-                batch_labels[i] = data->train_labels[rows[i]];
+                cudaCheck(
+                    cudaMemcpy(d_act[0], batch_images, (size_t)batch * pixels * sizeof(float), cudaMemcpyHostToDevice));
+                cudaCheck(cudaMemcpy(d_labels, batch_labels, batch, cudaMemcpyHostToDevice));
             }
-            cudaCheck(
-                cudaMemcpy(d_act[0], batch_images, (size_t)batch * pixels * sizeof(float), cudaMemcpyHostToDevice));
-            cudaCheck(cudaMemcpy(d_labels, batch_labels, batch, cudaMemcpyHostToDevice));
-            train_clock_phase_end(&clock, PHASE_H2D, stream);
 
-            train_clock_phase_begin(&clock, stream);
-            mlp_forward(cfg, d_params, d_act, batch);
-            train_clock_phase_end(&clock, PHASE_FORWARD, stream);
+            TIMED_PHASE(&clock, PHASE_FORWARD, stream) mlp_forward(cfg, d_params, d_act, batch, stream);
 
-            train_clock_phase_begin(&clock, stream);
-            cudaCheck(cudaMemset(d_loss_sum, 0, sizeof(float)));
-            softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE>>>(
-                d_dact[n_layers], d_loss_sum, NULL, d_act[n_layers], d_labels, batch, classes);
-            launchCheck();
-            train_clock_phase_end(&clock, PHASE_LOSS, stream);
+            TIMED_PHASE(&clock, PHASE_LOSS, stream) {
+                cudaCheck(cudaMemset(d_loss_sum, 0, sizeof(float)));
+                softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE, 0, stream>>>(
+                    d_dact[n_layers], d_loss_sum, NULL, d_act[n_layers], d_labels, batch, classes);
+                launchCheck();
+            }
 
             // the update is fused into the backward pass: its time is reported as backward
-            train_clock_phase_begin(&clock, stream);
-            mlp_backward_sgd(cfg, d_params, d_act, d_dact, batch);
-            train_clock_phase_end(&clock, PHASE_BACKWARD, stream);
+            TIMED_PHASE(&clock, PHASE_BACKWARD, stream) mlp_backward_sgd(cfg, d_params, d_act, d_dact, batch, stream);
 
             // wait for the step, then read its loss back, as a progress print would
-            train_clock_phase_begin(&clock, stream);
-            cudaCheck(cudaDeviceSynchronize());
             float loss_sum = 0.0f;
-            cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
-            train_clock_phase_end(&clock, PHASE_D2H, stream);
+            TIMED_PHASE(&clock, PHASE_D2H, stream) {
+                cudaCheck(cudaDeviceSynchronize());
+                cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
+            }
             out->step_loss[(int64_t)epoch * steps + step] = loss_sum / (float)batch;
         }
 
         // test loss and accuracy after the epoch, the whole test set in one pass
-        train_clock_phase_begin(&clock, stream);
-        mlp_forward(cfg, d_params, d_test_act, n_test);
-        cudaCheck(cudaMemset(d_test_loss_sum, 0, sizeof(float)));
-        cudaCheck(cudaMemset(d_test_correct, 0, sizeof(int)));
-        softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE>>>(
-            NULL, d_test_loss_sum, d_test_correct, d_test_act[n_layers], d_test_labels, n_test, classes);
-        launchCheck();
         float test_loss_sum = 0.0f;
         int test_correct = 0;
-        cudaCheck(cudaMemcpy(&test_loss_sum, d_test_loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(&test_correct, d_test_correct, sizeof(int), cudaMemcpyDeviceToHost));
-        train_clock_phase_end(&clock, PHASE_EVAL, stream);
+        TIMED_PHASE(&clock, PHASE_EVAL, stream) {
+            mlp_forward(cfg, d_params, d_test_act, n_test, stream);
+            cudaCheck(cudaMemset(d_test_loss_sum, 0, sizeof(float)));
+            cudaCheck(cudaMemset(d_test_correct, 0, sizeof(int)));
+            softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE, 0, stream>>>(
+                NULL, d_test_loss_sum, d_test_correct, d_test_act[n_layers], d_test_labels, n_test, classes);
+            launchCheck();
+            cudaCheck(cudaMemcpy(&test_loss_sum, d_test_loss_sum, sizeof(float), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(&test_correct, d_test_correct, sizeof(int), cudaMemcpyDeviceToHost));
+        }
         out->test_loss[epoch] = test_loss_sum / (float)n_test;
         out->test_acc[epoch] = (float)test_correct / (float)n_test;
 
         train_clock_epoch_end(&clock, epoch, stream);
     }
 
-    train_clock_phase_begin(&clock, stream);
-    cudaCheck(cudaMemcpy(out->params, d_params, n_params * sizeof(float), cudaMemcpyDeviceToHost));
-    train_clock_phase_end(&clock, PHASE_D2H, stream);
+    TIMED_PHASE(&clock, PHASE_D2H, stream)
+        cudaCheck(cudaMemcpy(out->params, d_params, n_params * sizeof(float), cudaMemcpyDeviceToHost));
     train_clock_e2e_stop(&clock, stream);
     train_clock_finish(&clock, &out->timing);
 

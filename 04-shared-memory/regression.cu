@@ -1,68 +1,28 @@
-/*
-Stage 04, regression: a block reduction instead of one global atomic per point. Each thread sums its
-own share of the points in registers (a grid-stride loop over float4 loads), warp shuffles add up the
-32 lanes of a warp, shared memory collects the warps of a block, and one thread per block adds the
-block's three sums to global memory: one atomicAdd per block and sum instead of one per point and sum.
-The grid is one wave (as many blocks as the GPU keeps resident), not one thread per point.
-
-Three variants, so that one run measures where the time went (--variant NAME):
-    shared   (default) threads -> warp shuffles -> shared memory -> 1 atomicAdd per block and sum
-    atomic   stage 03's kernel, kept: 1 atomicAdd per point and sum
-    shuffle  threads -> warp shuffles -> 1 atomicAdd per warp and sum (no shared memory)
-Everything else is stage 03's: the memsets, the update kernel, the host waiting after every epoch.
-
-Build and run from the repository root:
-    make stage 4 run TRAINER=regression            (or: make build/04/regression && build/04/regression)
-    make stage 4 test                              (agreement with common/reference.c, every variant)
-    make stage 4 diff                              (this stage against stage 03)
-    build/04/regression --variant atomic           (one variant)
-*/
+// Stage 04, regression: a block reduction. One wave of blocks; each thread sums its points in registers, warp
+// shuffles and shared memory add up a block, and one atomicAdd per block and sum is left. Otherwise stage 03.
 #include <stdint.h>
-#include <time.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "host.h"
 #include "timing.h"
 #include "trainer.h"
 
-const char *const REGRESSION_VARIANTS[] = {"shared", "atomic", "shuffle", NULL};
-enum { VARIANT_SHARED, VARIANT_ATOMIC, VARIANT_SHUFFLE };  // indices into REGRESSION_VARIANTS
+const char *const REGRESSION_VARIANTS[] = {"shared", NULL};
 
 #define BLOCK_SIZE 256  // a multiple of WARP_SIZE: the reductions below assume full warps
 #define WARP_SIZE 32
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)
 
 // ----------------------------------------------------------------------------
-// forward, loss and gradient, "atomic": stage 03's kernel, one atomicAdd per point and sum.
+// forward, loss and gradient: one pass over the points, reduced on chip. The three sums are built bottom-up:
+// a thread's points in registers, a warp's 32 threads with shuffles, a block's warps through shared memory,
+// and only then one atomicAdd per block and sum into the double sums in global memory.
 // The sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the low
 // bits of every ~1e-2 term and ends up ~0.5% off; a double holds all of them (atomicAdd on double
 // needs sm_60, older than anything this repository builds for).
-
-// for (i = 0; i < n; i++) {
-//     r = w * x[i] + b - y[i];
-//     loss_sum += r^2;
-//     grad_sum[0] += r * x[i]; grad_sum[1] += r;   (skipped when grad_sum is NULL: the test set)
-// }
-// (the gradient of the MSE is 2/n times the grad sums; the update applies the factor)
-__global__ void forward_loss_backward_atomic_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
-                                                    const float *params, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float xi = x[i];
-    float residual = params[0] * xi + params[1] - y[i];
-    atomicAdd(loss_sum, (double)(residual * residual));
-    if (grad_sum == NULL) return;
-    atomicAdd(&grad_sum[0], (double)(residual * xi));
-    atomicAdd(&grad_sum[1], (double)residual);
-}
-
-// ----------------------------------------------------------------------------
-// forward, loss and gradient, reduced on chip. The same three sums, built bottom-up: a thread's points
-// in registers, a warp's 32 threads with shuffles, a block's warps through shared memory, and only then
-// one atomicAdd per block (per warp in "shuffle") into the double sums in global memory.
-// Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (15 at the
-// canonical size on an H100), and the warp and block levels are trees of depth 5 and 3. The long sum,
-// across blocks, is the double one.
+// Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (15 at 5M points
+// on an H100), the warp and block levels are trees of depth 5 and 3; the long sum, across blocks, is double.
 
 typedef struct {
     float r2, rx, r;  // sums of r^2, r x and r over some points
@@ -96,60 +56,49 @@ __device__ Sums thread_sums(const float *x, const float *y, const float *params,
     return s;
 }
 
-// Lane 0 ends up with the sum of v over the warp's 32 lanes: each step adds the value `offset` lanes up,
-// register to register, no memory involved. Every lane of the warp must take part (full mask).
-__device__ float warp_sum(float v) {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-    return v;
-}
-
+// Every lane ends up with the sums over the warp's 32 lanes: each step adds the values of lane (lane ^ offset),
+// register to register, no memory involved. All 32 lanes must take part (full mask).
 __device__ Sums warp_sums(Sums s) {
-    s.r2 = warp_sum(s.r2);
-    s.rx = warp_sum(s.rx);
-    s.r = warp_sum(s.r);
+    // EXERCISE(warp-sums) begin: five steps (offset 16, 8, 4, 2, 1), each adding __shfl_xor_sync of every sum
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        s.r2 += __shfl_xor_sync(0xffffffffu, s.r2, offset);
+        s.rx += __shfl_xor_sync(0xffffffffu, s.rx, offset);
+        s.r += __shfl_xor_sync(0xffffffffu, s.r, offset);
+    }
+    // EXERCISE end
     return s;
 }
 
-// one atomicAdd per sum; grad_sum NULL: the loss alone (the test set)
-__device__ void add_to_global(double *loss_sum, double *grad_sum, Sums s) {
-    atomicAdd(loss_sum, (double)s.r2);
-    if (grad_sum == NULL) return;
-    atomicAdd(&grad_sum[0], (double)s.rx);
-    atomicAdd(&grad_sum[1], (double)s.r);
-}
-
-// "shuffle": lane 0 of every warp adds its warp's sums to global memory
-__global__ void forward_loss_backward_shuffle_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
-                                                     const float *params, int64_t n) {
-    Sums s = warp_sums(thread_sums(x, y, params, n));
-    if (threadIdx.x % WARP_SIZE == 0) add_to_global(loss_sum, grad_sum, s);
-}
-
-// "shared": lane 0 of every warp leaves its warp's sums in shared memory; warp 0 adds them up with one
-// more round of shuffles and its lane 0 adds the block's sums to global memory.
-__global__ void forward_loss_backward_shared_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
-                                                    const float *params, int64_t n) {
-    // One row per sum, one column per warp: warp 0's lane i reads word i of a row, so its 32 lanes hit
-    // 32 different banks (no bank conflicts); the writes are one lane per warp.
-    __shared__ float warp_partials[3][WARPS_PER_BLOCK];
+// for (i = 0; i < n; i++) {
+//     r = w * x[i] + b - y[i];
+//     loss_sum += r^2;
+//     grad_sum[0] += r * x[i]; grad_sum[1] += r;   (skipped when grad_sum is NULL: the test set)
+// }
+// (the gradient of the MSE is 2/n times the grad sums; the update applies the factor)
+// Lane 0 of every warp leaves its warp's sums in shared memory; warp 0 adds them up with one more round of
+// shuffles, and its lane 0 adds the block's sums to global memory.
+__global__ void forward_loss_backward_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
+                                             const float *params, int64_t n) {
+    // EXERCISE(block-reduction) begin: lane 0 of each warp writes warp_sums(thread_sums(...)) to shared memory;
+    //: after __syncthreads(), warp 0 adds the warps' sums with warp_sums() and its lane 0 atomicAdds them.
+    // One Sums per warp: warp 0's lane i reads words 3i, 3i + 1, 3i + 2, and as 3 is odd no two lanes hit the
+    // same bank (no bank conflicts); the writes are one lane per warp.
+    __shared__ Sums warp_partials[WARPS_PER_BLOCK];
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
 
     Sums s = warp_sums(thread_sums(x, y, params, n));
-    if (lane == 0) {
-        warp_partials[0][warp] = s.r2;
-        warp_partials[1][warp] = s.rx;
-        warp_partials[2][warp] = s.r;
-    }
+    if (lane == 0) warp_partials[warp] = s;
     __syncthreads();
     if (warp != 0) return;
     Sums block = {0.0f, 0.0f, 0.0f};
-    if (lane < WARPS_PER_BLOCK) {
-        block.r2 = warp_partials[0][lane];
-        block.rx = warp_partials[1][lane];
-        block.r = warp_partials[2][lane];
-    }
+    if (lane < WARPS_PER_BLOCK) block = warp_partials[lane];
     block = warp_sums(block);
-    if (lane == 0) add_to_global(loss_sum, grad_sum, block);
+    if (lane != 0) return;
+    atomicAdd(loss_sum, (double)block.r2);
+    if (grad_sum == NULL) return;
+    atomicAdd(&grad_sum[0], (double)block.rx);
+    atomicAdd(&grad_sum[1], (double)block.r);
+    // EXERCISE end
 }
 
 // ----------------------------------------------------------------------------
@@ -163,42 +112,35 @@ __global__ void sgd_update_kernel(float *params, const double *grad_sum, float l
 }
 
 // ----------------------------------------------------------------------------
-// launchers: one launch each; "atomic" one thread per point, the reductions one wave of blocks
+// launchers
 
-static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
-
-// The largest grid that runs in one wave: SMs × the blocks of the variant's kernel one SM holds at once.
-// Once every thread loops, more blocks only queue behind the first wave (each adding its atomics), and
-// fewer leave SMs without enough loads in flight to keep memory busy.
-static int wave_blocks(int variant) {
+// The largest grid that runs in one wave: SMs × the blocks of the kernel one SM holds at once. Once every
+// thread loops, more blocks only queue behind the first wave (each adding its atomics), and fewer leave SMs
+// without enough loads in flight to keep memory busy. Asked once (in setup), then remembered.
+static int wave_blocks(void) {
+    static int blocks = 0;  // one device per process
+    if (blocks > 0) return blocks;
     int device, sm_count, per_sm;
-    const void *kernel = variant == VARIANT_SHUFFLE ? (const void *)forward_loss_backward_shuffle_kernel
-                                                    : (const void *)forward_loss_backward_shared_kernel;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_SIZE, 0));
-    return sm_count * per_sm;
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)forward_loss_backward_kernel,
+                                                            BLOCK_SIZE, 0));
+    blocks = sm_count * per_sm;
+    return blocks;
 }
 
 // a wave, or fewer blocks when n is small: at least one float4 per thread
-static unsigned int wave_for(int max_blocks, int64_t n) {
+static unsigned int wave_for(int64_t n) {
     int64_t needed = (n + 4 * BLOCK_SIZE - 1) / (4 * BLOCK_SIZE);
-    return (unsigned int)(needed < max_blocks ? needed : max_blocks);
+    return (unsigned int)(needed < wave_blocks() ? needed : wave_blocks());
 }
 
-// loss_sum and grad_sum are zeroed first; grad_sum NULL: the loss alone
-static void forward_loss_backward(int variant, int max_blocks, double *loss_sum, double *grad_sum, const float *x,
-                                  const float *y, const float *params, int64_t n) {
+// grad_sum NULL: the loss alone (the test set)
+static void forward_loss_backward(double *loss_sum, double *grad_sum, const float *x, const float *y,
+                                  const float *params, int64_t n) {
     cudaCheck(cudaMemset(loss_sum, 0, sizeof(double)));
     if (grad_sum != NULL) cudaCheck(cudaMemset(grad_sum, 0, 2 * sizeof(double)));
-    unsigned int grid = variant == VARIANT_ATOMIC ? blocks_for(n) : wave_for(max_blocks, n);
-    if (variant == VARIANT_ATOMIC) {
-        forward_loss_backward_atomic_kernel<<<grid, BLOCK_SIZE>>>(loss_sum, grad_sum, x, y, params, n);
-    } else if (variant == VARIANT_SHUFFLE) {
-        forward_loss_backward_shuffle_kernel<<<grid, BLOCK_SIZE>>>(loss_sum, grad_sum, x, y, params, n);
-    } else {
-        forward_loss_backward_shared_kernel<<<grid, BLOCK_SIZE>>>(loss_sum, grad_sum, x, y, params, n);
-    }
+    forward_loss_backward_kernel<<<wave_for(n), BLOCK_SIZE>>>(loss_sum, grad_sum, x, y, params, n);
     launchCheck();
 }
 
@@ -208,18 +150,11 @@ static void sgd_update(float *params, const double *grad_sum, float lr, int64_t 
 }
 
 // test MSE with the parameters now on the device (waits for the GPU)
-static float test_loss_now(int variant, int max_blocks, double *loss_sum, const float *x, const float *y,
-                           const float *params, int64_t n) {
-    forward_loss_backward(variant, max_blocks, loss_sum, NULL, x, y, params, n);
+static float test_loss_now(double *loss_sum, const float *x, const float *y, const float *params, int64_t n) {
+    forward_loss_backward(loss_sum, NULL, x, y, params, n);
     double sum = 0.0;
     cudaCheck(cudaMemcpy(&sum, loss_sum, sizeof(double), cudaMemcpyDeviceToHost));
     return (float)(sum / (double)n);
-}
-
-static double host_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
 // ----------------------------------------------------------------------------
@@ -228,7 +163,7 @@ static double host_ms(void) {
 int train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out) {
     int64_t n_train = data->n_train, n_test = data->n_test;
 
-    // setup (not timed): device buffers, the size of a wave
+    // setup (not timed): buffers, and everything else made once before e2e starts
     double setup_start_ms = host_ms();
     float *d_x_train, *d_y_train;  // (n_train,)
     float *d_x_test, *d_y_test;    // (n_test,)
@@ -244,7 +179,7 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     cudaCheck(cudaMalloc(&d_loss_sum, sizeof(double)));
     cudaCheck(cudaMalloc(&d_test_loss_sum, sizeof(double)));
     cudaCheck(cudaMalloc(&d_grad_sum, 2 * sizeof(double)));
-    int max_blocks = wave_blocks(cfg->variant);
+    wave_blocks();
     TrainClock clock;
     train_clock_init(&clock, cfg->epochs, cfg->breakdown);
     out->timing.setup_ms = host_ms() - setup_start_ms;
@@ -252,61 +187,50 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     // e2e starts with the data in host memory: pageable copies, each one waits for itself
     cudaStream_t stream = 0;
     train_clock_e2e_start(&clock, stream);
-    train_clock_phase_begin(&clock, stream);
     float params_init[2] = {data->w_init, data->b_init};
-    cudaCheck(cudaMemcpy(d_x_train, data->x_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_y_train, data->y_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_x_test, data->x_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_y_test, data->y_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_params, params_init, 2 * sizeof(float), cudaMemcpyHostToDevice));
-    train_clock_phase_end(&clock, PHASE_H2D, stream);
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        cudaCheck(cudaMemcpy(d_x_train, data->x_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_y_train, data->y_train, n_train * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_x_test, data->x_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_y_test, data->y_test, n_test * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_params, params_init, 2 * sizeof(float), cudaMemcpyHostToDevice));
+    }
     train_clock_loop_start(&clock, stream);
 
     int logged = 0;
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
-        int is_logged = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every);
+        int log_slot = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every) ? logged++ : -1;
 
         // test loss with the parameters at the start of the epoch, before they are updated
-        if (is_logged) {
-            train_clock_phase_begin(&clock, stream);
-            out->test_loss[logged] =
-                test_loss_now(cfg->variant, max_blocks, d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
-            train_clock_phase_end(&clock, PHASE_EVAL, stream);
-        }
+        if (log_slot >= 0) TIMED_PHASE(&clock, PHASE_EVAL, stream)
+            out->test_loss[log_slot] = test_loss_now(d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
 
-        // forward, loss and backward are one kernel now: --breakdown reports it as "loss"
-        train_clock_phase_begin(&clock, stream);
-        forward_loss_backward(cfg->variant, max_blocks, d_loss_sum, d_grad_sum, d_x_train, d_y_train, d_params,
-                              n_train);
-        train_clock_phase_end(&clock, PHASE_LOSS, stream);
+        // forward, loss and backward together: --breakdown reports them as "loss"
+        TIMED_PHASE(&clock, PHASE_LOSS, stream)
+            forward_loss_backward(d_loss_sum, d_grad_sum, d_x_train, d_y_train, d_params, n_train);
+        TIMED_PHASE(&clock, PHASE_UPDATE, stream) sgd_update(d_params, d_grad_sum, cfg->lr, n_train);
 
-        train_clock_phase_begin(&clock, stream);
-        sgd_update(d_params, d_grad_sum, cfg->lr, n_train);
-        train_clock_phase_end(&clock, PHASE_UPDATE, stream);
-
-        // wait for the epoch, then read its loss back, as a progress print would
-        train_clock_phase_begin(&clock, stream);
-        cudaCheck(cudaDeviceSynchronize());
+        // read the epoch's loss back, as a progress print would: cudaMemcpy waits for the epoch first
         double loss_sum = 0.0;
-        cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost));
-        train_clock_phase_end(&clock, PHASE_D2H, stream);
-        if (is_logged) out->train_loss[logged++] = (float)(loss_sum / (double)n_train);
+        TIMED_PHASE(&clock, PHASE_D2H, stream)
+            cudaCheck(cudaMemcpy(&loss_sum, d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost));
+        if (log_slot >= 0) out->train_loss[log_slot] = (float)(loss_sum / (double)n_train);
 
-        train_clock_epoch_end(&clock, epoch, stream);
+        if (epoch < cfg->epochs - 1) train_clock_epoch_end(&clock, epoch, stream);  // the last one: below
     }
 
-    train_clock_phase_begin(&clock, stream);
-    float params_trained[2];
-    cudaCheck(cudaMemcpy(params_trained, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost));
-    train_clock_phase_end(&clock, PHASE_D2H, stream);
+    // the test loss of the trained parameters, the last evaluation: the last epoch (and loop) ends after it
+    TIMED_PHASE(&clock, PHASE_EVAL, stream)
+        out->final_test_loss = test_loss_now(d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
+    train_clock_epoch_end(&clock, cfg->epochs - 1, stream);
+
+    float h_params[2];  // the trained w, b
+    TIMED_PHASE(&clock, PHASE_D2H, stream)
+        cudaCheck(cudaMemcpy(h_params, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost));
     train_clock_e2e_stop(&clock, stream);
     train_clock_finish(&clock, &out->timing);
-    out->w = params_trained[0];
-    out->b = params_trained[1];
-
-    // reported, not timed: the test loss of the trained parameters
-    out->final_test_loss =
-        test_loss_now(cfg->variant, max_blocks, d_test_loss_sum, d_x_test, d_y_test, d_params, n_test);
+    out->w = h_params[0];
+    out->b = h_params[1];
 
     cudaCheck(cudaFree(d_x_train));
     cudaCheck(cudaFree(d_y_train));

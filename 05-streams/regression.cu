@@ -1,81 +1,34 @@
-/*
-Stage 05, regression: asynchrony. Stage 04 wrapped every epoch's ~10 µs of GPU work in a host round trip
-(memsets, launches, a sync, a copy). Here the host only enqueues, and the GPU runs ahead:
-- the training set goes up in 1 MiB chunks through a small ring of pinned staging buffers, on a copy
-  stream; epoch 0's partial sums for chunk k start (on the compute stream) as soon as chunk k has
-  arrived, while chunk k + 1 is on its way;
-- the update kernel also keeps the logged epochs' loss and starting parameters in device arrays and
-  zeroes the sums for the next epoch (no memsets, no read-back per epoch);
-- the test set goes up on a third stream while the training runs, and the test losses are computed
-  there, each from its logged epoch's parameter snapshot, ordered by events;
-- every loss comes back in one copy at the end. No host sync inside the epoch loop.
-Timing: loop_start is recorded when the last training chunk is on the device; epoch 0's partial sums
-for the chunks before it overlap the upload and count in h2d_ms.
-
-Stage 04's three reductions, still selectable (--variant NAME):
-    shared   (default) threads -> warp shuffles -> shared memory -> 1 atomicAdd per block and sum
-    atomic   stage 03's kernel: 1 atomicAdd per point and sum
-    shuffle  threads -> warp shuffles -> 1 atomicAdd per warp and sum (no shared memory)
-
-Build and run from the repository root:
-    make stage 5 run TRAINER=regression            (or: make build/05/regression && build/05/regression)
-    make stage 5 test                              (agreement with common/reference.c, every variant)
-    make stage 5 diff                              (this stage against stage 04)
-    nsys profile build/05/regression --epochs 20   (see the copies, the sums and the eval overlap)
-*/
+// Stage 05, regression: streams; the host only enqueues. Uploads go through pinned staging buffers, the update
+// kernel logs and zeroes the sums, the test losses run on a second stream, every loss comes back at the end.
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "host.h"
 #include "timing.h"
 #include "trainer.h"
 
-const char *const REGRESSION_VARIANTS[] = {"shared", "atomic", "shuffle", NULL};
-enum { VARIANT_SHARED, VARIANT_ATOMIC, VARIANT_SHUFFLE };  // indices into REGRESSION_VARIANTS
+const char *const REGRESSION_VARIANTS[] = {"shared", NULL};
 
 #define BLOCK_SIZE 256  // a multiple of WARP_SIZE: the reductions below assume full warps
 #define WARP_SIZE 32
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)
 // Uploads go in chunks through a ring of pinned buffers: the copy engine can read only pinned memory, so a
 // pageable array is first copied by the host into a pinned slot, and while the copy engine drains that
-// slot the host fills the next. A chunk is a multiple of 4 floats, so every chunk starts float4-aligned.
+// slot the host fills the next.
 #define CHUNK_POINTS (1 << 18)  // floats per chunk: 1 MiB
 #define STAGING_SLOTS 4         // 4 MiB of pinned memory in all
 
 // ----------------------------------------------------------------------------
-// forward, loss and gradient, "atomic": stage 03's kernel, one atomicAdd per point and sum.
+// forward, loss and gradient: one pass over the points, reduced on chip. The three sums are built bottom-up:
+// a thread's points in registers, a warp's 32 threads with shuffles, a block's warps through shared memory,
+// and only then one atomicAdd per block and sum into the double sums in global memory.
 // The sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the low
 // bits of every ~1e-2 term and ends up ~0.5% off; a double holds all of them (atomicAdd on double
 // needs sm_60, older than anything this repository builds for).
-
-// for (i = 0; i < n; i++) {
-//     r = w * x[i] + b - y[i];
-//     loss_sum += r^2;
-//     grad_sum[0] += r * x[i]; grad_sum[1] += r;   (skipped when grad_sum is NULL: the test set)
-// }
-// (the gradient of the MSE is 2/n times the grad sums; the update applies the factor)
-__global__ void forward_loss_backward_atomic_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
-                                                    const float *params, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float xi = x[i];
-    float residual = params[0] * xi + params[1] - y[i];
-    atomicAdd(loss_sum, (double)(residual * residual));
-    if (grad_sum == NULL) return;
-    atomicAdd(&grad_sum[0], (double)(residual * xi));
-    atomicAdd(&grad_sum[1], (double)residual);
-}
-
-// ----------------------------------------------------------------------------
-// forward, loss and gradient, reduced on chip. The same three sums, built bottom-up: a thread's points
-// in registers, a warp's 32 threads with shuffles, a block's warps through shared memory, and only then
-// one atomicAdd per block (per warp in "shuffle") into the double sums in global memory.
-// Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (15 at the
-// canonical size on an H100), and the warp and block levels are trees of depth 5 and 3. The long sum,
-// across blocks, is the double one.
+// Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (15 at 5M points
+// on an H100), the warp and block levels are trees of depth 5 and 3; the long sum, across blocks, is double.
 
 typedef struct {
     float r2, rx, r;  // sums of r^2, r x and r over some points
@@ -109,70 +62,55 @@ __device__ Sums thread_sums(const float *x, const float *y, const float *params,
     return s;
 }
 
-// Lane 0 ends up with the sum of v over the warp's 32 lanes: each step adds the value `offset` lanes up,
-// register to register, no memory involved. Every lane of the warp must take part (full mask).
-__device__ float warp_sum(float v) {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-    return v;
-}
-
+// Every lane ends up with the sums over the warp's 32 lanes: each step adds the values of lane (lane ^ offset),
+// register to register, no memory involved. All 32 lanes must take part (full mask).
 __device__ Sums warp_sums(Sums s) {
-    s.r2 = warp_sum(s.r2);
-    s.rx = warp_sum(s.rx);
-    s.r = warp_sum(s.r);
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        s.r2 += __shfl_xor_sync(0xffffffffu, s.r2, offset);
+        s.rx += __shfl_xor_sync(0xffffffffu, s.rx, offset);
+        s.r += __shfl_xor_sync(0xffffffffu, s.r, offset);
+    }
     return s;
 }
 
-// one atomicAdd per sum; grad_sum NULL: the loss alone (the test set)
-__device__ void add_to_global(double *loss_sum, double *grad_sum, Sums s) {
-    atomicAdd(loss_sum, (double)s.r2);
-    if (grad_sum == NULL) return;
-    atomicAdd(&grad_sum[0], (double)s.rx);
-    atomicAdd(&grad_sum[1], (double)s.r);
-}
-
-// "shuffle": lane 0 of every warp adds its warp's sums to global memory
-__global__ void forward_loss_backward_shuffle_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
-                                                     const float *params, int64_t n) {
-    Sums s = warp_sums(thread_sums(x, y, params, n));
-    if (threadIdx.x % WARP_SIZE == 0) add_to_global(loss_sum, grad_sum, s);
-}
-
-// "shared": lane 0 of every warp leaves its warp's sums in shared memory; warp 0 adds them up with one
-// more round of shuffles and its lane 0 adds the block's sums to global memory.
-__global__ void forward_loss_backward_shared_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
-                                                    const float *params, int64_t n) {
-    // One row per sum, one column per warp: warp 0's lane i reads word i of a row, so its 32 lanes hit
-    // 32 different banks (no bank conflicts); the writes are one lane per warp.
-    __shared__ float warp_partials[3][WARPS_PER_BLOCK];
+// for (i = 0; i < n; i++) {
+//     r = w * x[i] + b - y[i];
+//     loss_sum += r^2;
+//     grad_sum[0] += r * x[i]; grad_sum[1] += r;   (skipped when grad_sum is NULL: the test set)
+// }
+// (the gradient of the MSE is 2/n times the grad sums; the update applies the factor)
+// Lane 0 of every warp leaves its warp's sums in shared memory; warp 0 adds them up with one more round of
+// shuffles, and its lane 0 adds the block's sums to global memory.
+__global__ void forward_loss_backward_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
+                                             const float *params, int64_t n) {
+    // One Sums per warp: warp 0's lane i reads words 3i, 3i + 1, 3i + 2, and as 3 is odd no two lanes hit the
+    // same bank (no bank conflicts); the writes are one lane per warp.
+    __shared__ Sums warp_partials[WARPS_PER_BLOCK];
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
 
     Sums s = warp_sums(thread_sums(x, y, params, n));
-    if (lane == 0) {
-        warp_partials[0][warp] = s.r2;
-        warp_partials[1][warp] = s.rx;
-        warp_partials[2][warp] = s.r;
-    }
+    if (lane == 0) warp_partials[warp] = s;
     __syncthreads();
     if (warp != 0) return;
     Sums block = {0.0f, 0.0f, 0.0f};
-    if (lane < WARPS_PER_BLOCK) {
-        block.r2 = warp_partials[0][lane];
-        block.rx = warp_partials[1][lane];
-        block.r = warp_partials[2][lane];
-    }
+    if (lane < WARPS_PER_BLOCK) block = warp_partials[lane];
     block = warp_sums(block);
-    if (lane == 0) add_to_global(loss_sum, grad_sum, block);
+    if (lane != 0) return;
+    atomicAdd(loss_sum, (double)block.r2);
+    if (grad_sum == NULL) return;
+    atomicAdd(&grad_sum[0], (double)block.rx);
+    atomicAdd(&grad_sum[1], (double)block.r);
 }
 
 // ----------------------------------------------------------------------------
-// update: one thread, two parameters, and the bookkeeping the host used to do between epochs
+// update: one thread, two parameters
 
-// At the end of an epoch: a logged epoch (log_slot >= 0) leaves its loss sum and the parameters it started
-// from in the logs; then w -= lr * 2/n * sum(r x), b -= lr * 2/n * sum(r); then the sums are zeroed for
-// the next epoch (instead of two memsets before it).
+// A logged epoch (log_slot >= 0) leaves its loss sum and starting parameters in the logs; then
+// w -= lr * 2/n * sum(r x), b -= lr * 2/n * sum(r); then the sums are zeroed for the next epoch (no memsets).
 __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_sum, double *loss_log, float *param_log,
                                   int log_slot, float lr, int64_t n) {
+    // EXERCISE(epoch-bookkeeping) begin: a logged epoch keeps its loss sum and starting w, b in loss_log and
+    //: param_log at log_slot; then stage 04's update; then the sums are zeroed for the next epoch (no memsets).
     if (log_slot >= 0) {
         loss_log[log_slot] = *loss_sum;
         param_log[2 * log_slot] = params[0];
@@ -184,43 +122,37 @@ __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_
     *loss_sum = 0.0;
     grad_sum[0] = 0.0;
     grad_sum[1] = 0.0;
+    // EXERCISE end
 }
 
 // ----------------------------------------------------------------------------
-// launchers: one launch each; "atomic" one thread per point, the reductions one wave of blocks
+// launchers
 
-static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
-
-// The largest grid that runs in one wave: SMs × the blocks of the variant's kernel one SM holds at once.
-// Once every thread loops, more blocks only queue behind the first wave (each adding its atomics), and
-// fewer leave SMs without enough loads in flight to keep memory busy.
-static int wave_blocks(int variant) {
+// The largest grid that runs in one wave: SMs × the blocks of the kernel one SM holds at once. Once every
+// thread loops, more blocks only queue behind the first wave (each adding its atomics), and fewer leave SMs
+// without enough loads in flight to keep memory busy. Asked once (in setup), then remembered.
+static int wave_blocks(void) {
+    static int blocks = 0;  // one device per process
+    if (blocks > 0) return blocks;
     int device, sm_count, per_sm;
-    const void *kernel = variant == VARIANT_SHUFFLE ? (const void *)forward_loss_backward_shuffle_kernel
-                                                    : (const void *)forward_loss_backward_shared_kernel;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK_SIZE, 0));
-    return sm_count * per_sm;
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)forward_loss_backward_kernel,
+                                                            BLOCK_SIZE, 0));
+    blocks = sm_count * per_sm;
+    return blocks;
 }
 
 // a wave, or fewer blocks when n is small: at least one float4 per thread
-static unsigned int wave_for(int max_blocks, int64_t n) {
+static unsigned int wave_for(int64_t n) {
     int64_t needed = (n + 4 * BLOCK_SIZE - 1) / (4 * BLOCK_SIZE);
-    return (unsigned int)(needed < max_blocks ? needed : max_blocks);
+    return (unsigned int)(needed < wave_blocks() ? needed : wave_blocks());
 }
 
-// adds to loss_sum and grad_sum (zeroed by the update kernel); grad_sum NULL: the loss alone
-static void forward_loss_backward(int variant, int max_blocks, double *loss_sum, double *grad_sum, const float *x,
-                                  const float *y, const float *params, int64_t n, cudaStream_t stream) {
-    unsigned int grid = variant == VARIANT_ATOMIC ? blocks_for(n) : wave_for(max_blocks, n);
-    if (variant == VARIANT_ATOMIC) {
-        forward_loss_backward_atomic_kernel<<<grid, BLOCK_SIZE, 0, stream>>>(loss_sum, grad_sum, x, y, params, n);
-    } else if (variant == VARIANT_SHUFFLE) {
-        forward_loss_backward_shuffle_kernel<<<grid, BLOCK_SIZE, 0, stream>>>(loss_sum, grad_sum, x, y, params, n);
-    } else {
-        forward_loss_backward_shared_kernel<<<grid, BLOCK_SIZE, 0, stream>>>(loss_sum, grad_sum, x, y, params, n);
-    }
+// grad_sum NULL: the loss alone (the test set)
+static void forward_loss_backward(double *loss_sum, double *grad_sum, const float *x, const float *y,
+                                  const float *params, int64_t n, cudaStream_t stream) {
+    forward_loss_backward_kernel<<<wave_for(n), BLOCK_SIZE, 0, stream>>>(loss_sum, grad_sum, x, y, params, n);
     launchCheck();
 }
 
@@ -239,73 +171,39 @@ typedef struct {
     int next;                            // the slot to fill next
 } StagingRing;
 
-static void staging_ring_create(StagingRing *ring) {
-    for (int s = 0; s < STAGING_SLOTS; s++) {
-        cudaCheck(cudaMallocHost(&ring->slot[s], CHUNK_POINTS * sizeof(float)));
-        cudaCheck(cudaEventCreateWithFlags(&ring->drained[s], cudaEventDisableTiming));
-    }
-    ring->next = 0;
-}
-
-static void staging_ring_destroy(StagingRing *ring) {
-    for (int s = 0; s < STAGING_SLOTS; s++) {
-        cudaCheck(cudaFreeHost(ring->slot[s]));
-        cudaCheck(cudaEventDestroy(ring->drained[s]));
-    }
-}
-
-// n <= CHUNK_POINTS floats from src to dst, enqueued on stream. The host waits only when the slot it is
-// about to refill has not been drained yet (never-recorded events count as done): a wait for the copy
-// engine, never for a kernel.
-static void staged_copy(StagingRing *ring, float *dst, const float *src, int64_t n, cudaStream_t stream) {
-    int s = ring->next;
-    ring->next = (s + 1) % STAGING_SLOTS;
-    cudaCheck(cudaEventSynchronize(ring->drained[s]));
-    memcpy(ring->slot[s], src, (size_t)n * sizeof(float));
-    cudaCheck(cudaMemcpyAsync(dst, ring->slot[s], (size_t)n * sizeof(float), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaEventRecord(ring->drained[s], stream));
-}
-
-static int64_t chunk_length(int64_t start, int64_t n) { return n - start < CHUNK_POINTS ? n - start : CHUNK_POINTS; }
-
-// any n, chunk by chunk
+// n floats from src to dst, enqueued on stream chunk by chunk. The host waits only when the slot it is about
+// to refill has not been drained yet (never-recorded events count as done): a wait for the copy engine, never
+// for a kernel.
 static void staged_upload(StagingRing *ring, float *dst, const float *src, int64_t n, cudaStream_t stream) {
-    for (int64_t start = 0; start < n; start += CHUNK_POINTS)
-        staged_copy(ring, dst + start, src + start, chunk_length(start, n), stream);
-}
-
-static double host_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+    for (int64_t start = 0; start < n; start += CHUNK_POINTS) {
+        int s = ring->next;
+        ring->next = (s + 1) % STAGING_SLOTS;
+        // EXERCISE(staged-copy) begin: wait until slot s is drained, memcpy the chunk into it, enqueue its copy to
+        //: dst on stream, record ring->drained[s] after it. Why the wait? Why not copy from src directly?
+        size_t bytes = (size_t)(n - start < CHUNK_POINTS ? n - start : CHUNK_POINTS) * sizeof(float);
+        cudaCheck(cudaEventSynchronize(ring->drained[s]));
+        memcpy(ring->slot[s], src + start, bytes);
+        cudaCheck(cudaMemcpyAsync(dst + start, ring->slot[s], bytes, cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaEventRecord(ring->drained[s], stream));
+        // EXERCISE end
+    }
 }
 
 // ----------------------------------------------------------------------------
 // training
 
-static void *host_alloc_or_die(size_t bytes) {
-    void *p = malloc(bytes);
-    if (p == NULL) {
-        fprintf(stderr, "error: out of host memory (%zu bytes)\n", bytes);
-        exit(EXIT_CUDA);
-    }
-    return p;
-}
-
 int train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out) {
     int64_t n_train = data->n_train, n_test = data->n_test;
     int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
 
-    // setup (not timed): device buffers, the size of a wave, streams, events, pinned buffers
+    // setup (not timed): buffers, and everything else made once before e2e starts
     double setup_start_ms = host_ms();
     float *d_x_train, *d_y_train;  // (n_train,)
     float *d_x_test, *d_y_test;    // (n_test,)
     float *d_params;               // (2,) w, b
-    double *d_loss_sum;            // (1,) train sum of squared residuals of the running epoch
-    double *d_grad_sum;            // (2,) sum of r x, sum of r of the running epoch
+    double *d_loss_sum;            // (1,) train sum of squared residuals
+    double *d_grad_sum;            // (2,) sum of r x, sum of r
     float *d_param_log;            // (n_logged, 2) w, b at the start of each logged epoch
-    double *d_loss_log;            // (2 * n_logged + 1,) sums of squared residuals: the logged epochs' train
-                                   // sums, then their test sums, then the test sum of the trained parameters
     cudaCheck(cudaMalloc(&d_x_train, n_train * sizeof(float)));
     cudaCheck(cudaMalloc(&d_y_train, n_train * sizeof(float)));
     cudaCheck(cudaMalloc(&d_x_test, n_test * sizeof(float)));
@@ -314,117 +212,78 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     cudaCheck(cudaMalloc(&d_loss_sum, sizeof(double)));
     cudaCheck(cudaMalloc(&d_grad_sum, 2 * sizeof(double)));
     cudaCheck(cudaMalloc(&d_param_log, 2 * n_logged * sizeof(float)));
-    cudaCheck(cudaMalloc(&d_loss_log, (2 * n_logged + 1) * sizeof(double)));
-    double *d_train_loss_log = d_loss_log;            // (n_logged,)
-    double *d_test_loss_log = d_loss_log + n_logged;  // (n_logged + 1,)
-    float *h_params;                                  // (2,) pinned: the trained w, b come back here
-    double *h_loss_log;                               // (2 * n_logged + 1,) pinned: d_loss_log comes back here
-    cudaCheck(cudaMallocHost(&h_params, 2 * sizeof(float)));
-    cudaCheck(cudaMallocHost(&h_loss_log, (2 * n_logged + 1) * sizeof(double)));
-    int max_blocks = wave_blocks(cfg->variant);
-
-    // stream: the epochs; copy_stream: the training set; eval_stream: the test set and the test losses
-    cudaStream_t stream, copy_stream, eval_stream;
+    cudaCheck(cudaMemset(d_loss_sum, 0, sizeof(double)));  // once: then the update kernel zeroes the sums
+    cudaCheck(cudaMemset(d_grad_sum, 0, 2 * sizeof(double)));
+    // (2 n_logged + 1,) sums of squared residuals: the logged epochs' train sums, then their test sums, then the
+    // test sum of the trained parameters
+    double *d_loss_log = (double *)device_zeros((2 * n_logged + 1) * sizeof(double));
+    double *h_loss_log = (double *)host_malloc((2 * n_logged + 1) * sizeof(double), "the losses");
+    wave_blocks();
+    StagingRing ring = {{NULL}, {NULL}, 0};
+    for (int s = 0; s < STAGING_SLOTS; s++) {
+        ring.slot[s] = (float *)host_pinned(CHUNK_POINTS * sizeof(float), "a staging buffer");
+        cudaCheck(cudaEventCreateWithFlags(&ring.drained[s], cudaEventDisableTiming));
+    }
+    // stream: the training set and the epochs; eval_stream: the test set and the test losses
+    cudaStream_t stream, eval_stream;
     cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaCheck(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
     cudaCheck(cudaStreamCreateWithFlags(&eval_stream, cudaStreamNonBlocking));
-    cudaEvent_t forked;       // the other streams start after e2e_start and the zeroing on stream
-    cudaEvent_t chunk_ready;  // the latest training chunk is on the device
-    cudaEvent_t trained;      // the last update is done
-    cudaEvent_t eval_done;    // every test loss is in d_test_loss_log
-    cudaEvent_t *logged_ready = (cudaEvent_t *)host_alloc_or_die(n_logged * sizeof(cudaEvent_t));  // [n_logged]
-    cudaCheck(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&chunk_ready, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&trained, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&eval_done, cudaEventDisableTiming));
-    for (int k = 0; k < n_logged; k++) cudaCheck(cudaEventCreateWithFlags(&logged_ready[k], cudaEventDisableTiming));
-    StagingRing ring;
-    staging_ring_create(&ring);
+    // [n_logged + 1]: logged epoch k's parameters are in d_param_log; the last: the trained parameters are final
+    cudaEvent_t *logged_ready = (cudaEvent_t *)host_malloc((n_logged + 1) * sizeof(cudaEvent_t), "events");
+    for (int k = 0; k <= n_logged; k++) cudaCheck(cudaEventCreateWithFlags(&logged_ready[k], cudaEventDisableTiming));
+    cudaCheck(cudaDeviceSynchronize());  // the memsets ran on the default stream, which the streams do not wait for
     TrainClock clock;
     train_clock_init(&clock, cfg->epochs, cfg->breakdown);
     out->timing.setup_ms = host_ms() - setup_start_ms;
 
-    // e2e starts with the data in host memory
+    // e2e starts with the data in host memory. From here the host only enqueues: it never waits for a kernel
+    // (the staging ring waits for the copy engine). With --breakdown every phase waits for itself instead.
     train_clock_e2e_start(&clock, stream);
     float params_init[2] = {data->w_init, data->b_init};
-    staged_copy(&ring, d_params, params_init, 2, stream);
-    cudaCheck(cudaMemsetAsync(d_loss_sum, 0, sizeof(double), stream));
-    cudaCheck(cudaMemsetAsync(d_grad_sum, 0, 2 * sizeof(double), stream));
-    cudaCheck(cudaMemsetAsync(d_test_loss_log, 0, (n_logged + 1) * sizeof(double), stream));
-    cudaCheck(cudaEventRecord(forked, stream));
-    cudaCheck(cudaStreamWaitEvent(copy_stream, forked, 0));
-    cudaCheck(cudaStreamWaitEvent(eval_stream, forked, 0));
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        staged_upload(&ring, d_x_train, data->x_train, n_train, stream);
+        staged_upload(&ring, d_y_train, data->y_train, n_train, stream);
+        staged_upload(&ring, d_params, params_init, 2, stream);
+    }
+    train_clock_loop_start(&clock, stream);
 
-    // The loop only enqueues work: the host never waits for a kernel. (The staging ring may wait for the
-    // copy engine during epoch 0, when it is full.) With --breakdown every phase waits for itself, so the
-    // overlaps below disappear from the breakdown run.
     int logged = 0;
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         int log_slot = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every) ? logged++ : -1;
 
-        if (epoch == 0) {
-            // Epoch 0 rides on the upload: the sums of chunk k start as soon as chunk k is on the device,
-            // while the copy engine moves chunk k + 1. The loop clock starts when the last chunk is in.
-            for (int64_t start = 0; start < n_train; start += CHUNK_POINTS) {
-                int64_t count = chunk_length(start, n_train);
-                train_clock_phase_begin(&clock, copy_stream);
-                staged_copy(&ring, d_x_train + start, data->x_train + start, count, copy_stream);
-                staged_copy(&ring, d_y_train + start, data->y_train + start, count, copy_stream);
-                cudaCheck(cudaEventRecord(chunk_ready, copy_stream));
-                train_clock_phase_end(&clock, PHASE_H2D, copy_stream);
-                cudaCheck(cudaStreamWaitEvent(stream, chunk_ready, 0));
-                if (start + count == n_train) train_clock_loop_start(&clock, stream);
-
-                train_clock_phase_begin(&clock, stream);
-                forward_loss_backward(cfg->variant, max_blocks, d_loss_sum, d_grad_sum, d_x_train + start,
-                                      d_y_train + start, d_params, count, stream);
-                train_clock_phase_end(&clock, PHASE_LOSS, stream);
-            }
-        } else {
-            // forward, loss and backward are one kernel: --breakdown reports it as "loss"
-            train_clock_phase_begin(&clock, stream);
-            forward_loss_backward(cfg->variant, max_blocks, d_loss_sum, d_grad_sum, d_x_train, d_y_train, d_params,
-                                  n_train, stream);
-            train_clock_phase_end(&clock, PHASE_LOSS, stream);
-        }
-
-        train_clock_phase_begin(&clock, stream);
-        sgd_update(d_params, d_loss_sum, d_grad_sum, d_train_loss_log, d_param_log, log_slot, cfg->lr, n_train, stream);
-        train_clock_phase_end(&clock, PHASE_UPDATE, stream);
+        // forward, loss and backward together: --breakdown reports them as "loss"
+        TIMED_PHASE(&clock, PHASE_LOSS, stream)
+            forward_loss_backward(d_loss_sum, d_grad_sum, d_x_train, d_y_train, d_params, n_train, stream);
+        TIMED_PHASE(&clock, PHASE_UPDATE, stream)
+            sgd_update(d_params, d_loss_sum, d_grad_sum, d_loss_log, d_param_log, log_slot, cfg->lr, n_train, stream);
         if (log_slot >= 0) cudaCheck(cudaEventRecord(logged_ready[log_slot], stream));
 
-        train_clock_epoch_end(&clock, epoch, stream);
+        if (epoch < cfg->epochs - 1) train_clock_epoch_end(&clock, epoch, stream);  // the last one: below
     }
-    cudaCheck(cudaEventRecord(trained, stream));
+    cudaCheck(cudaEventRecord(logged_ready[n_logged], stream));
 
-    // The test set goes up on the eval stream while the epochs run (enqueued after them, so that the host
-    // memcpy into the staging ring does not delay their launches), then each logged epoch's test loss runs
-    // from its parameter snapshot as soon as that exists, lagging the training as far as it likes.
-    train_clock_phase_begin(&clock, eval_stream);
-    staged_upload(&ring, d_x_test, data->x_test, n_test, eval_stream);
-    staged_upload(&ring, d_y_test, data->y_test, n_test, eval_stream);
-    train_clock_phase_end(&clock, PHASE_H2D, eval_stream);
-    train_clock_phase_begin(&clock, eval_stream);
-    for (int k = 0; k < n_logged; k++) {
+    // The test set goes up on the eval stream beside the epochs (enqueued after them, so that its host memcpy
+    // does not delay their launches); each test loss runs as soon as its parameters exist. The eval stream
+    // waits for the trained parameters last: it ends the last epoch (and the loop) and the run.
+    TIMED_PHASE(&clock, PHASE_H2D, eval_stream) {
+        staged_upload(&ring, d_x_test, data->x_test, n_test, eval_stream);
+        staged_upload(&ring, d_y_test, data->y_test, n_test, eval_stream);
+    }
+    TIMED_PHASE(&clock, PHASE_EVAL, eval_stream) for (int k = 0; k <= n_logged; k++) {
+        const float *params = k < n_logged ? d_param_log + 2 * k : d_params;
         cudaCheck(cudaStreamWaitEvent(eval_stream, logged_ready[k], 0));
-        forward_loss_backward(cfg->variant, max_blocks, d_test_loss_log + k, NULL, d_x_test, d_y_test,
-                              d_param_log + 2 * k, n_test, eval_stream);
+        forward_loss_backward(d_loss_log + n_logged + k, NULL, d_x_test, d_y_test, params, n_test, eval_stream);
     }
-    cudaCheck(cudaStreamWaitEvent(eval_stream, trained, 0));
-    forward_loss_backward(cfg->variant, max_blocks, d_test_loss_log + n_logged, NULL, d_x_test, d_y_test, d_params,
-                          n_test, eval_stream);
-    train_clock_phase_end(&clock, PHASE_EVAL, eval_stream);
-    cudaCheck(cudaEventRecord(eval_done, eval_stream));
+    train_clock_epoch_end(&clock, cfg->epochs - 1, eval_stream);
 
-    // once everything is done: the parameters and every loss, in two copies
-    cudaCheck(cudaStreamWaitEvent(stream, eval_done, 0));
-    train_clock_phase_begin(&clock, stream);
-    cudaCheck(cudaMemcpyAsync(h_params, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(
-        cudaMemcpyAsync(h_loss_log, d_loss_log, (2 * n_logged + 1) * sizeof(double), cudaMemcpyDeviceToHost, stream));
-    train_clock_phase_end(&clock, PHASE_D2H, stream);
-    train_clock_e2e_stop(&clock, stream);
-    train_clock_finish(&clock, &out->timing);  // waits for e2e_stop, so the copies have landed
+    float h_params[2];  // the trained w, b
+    TIMED_PHASE(&clock, PHASE_D2H, eval_stream) {
+        cudaCheck(cudaMemcpyAsync(h_params, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost, eval_stream));
+        cudaCheck(cudaMemcpyAsync(h_loss_log, d_loss_log, (2 * n_logged + 1) * sizeof(double), cudaMemcpyDeviceToHost,
+                                  eval_stream));
+    }
+    train_clock_e2e_stop(&clock, eval_stream);
+    train_clock_finish(&clock, &out->timing);
     out->w = h_params[0];
     out->b = h_params[1];
     for (int k = 0; k < n_logged; k++) {
@@ -433,18 +292,15 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     }
     out->final_test_loss = (float)(h_loss_log[2 * n_logged] / (double)n_test);
 
-    staging_ring_destroy(&ring);
-    cudaCheck(cudaEventDestroy(forked));
-    cudaCheck(cudaEventDestroy(chunk_ready));
-    cudaCheck(cudaEventDestroy(trained));
-    cudaCheck(cudaEventDestroy(eval_done));
-    for (int k = 0; k < n_logged; k++) cudaCheck(cudaEventDestroy(logged_ready[k]));
+    for (int s = 0; s < STAGING_SLOTS; s++) {
+        cudaCheck(cudaFreeHost(ring.slot[s]));
+        cudaCheck(cudaEventDestroy(ring.drained[s]));
+    }
+    for (int k = 0; k <= n_logged; k++) cudaCheck(cudaEventDestroy(logged_ready[k]));
     free(logged_ready);
+    free(h_loss_log);
     cudaCheck(cudaStreamDestroy(stream));
-    cudaCheck(cudaStreamDestroy(copy_stream));
     cudaCheck(cudaStreamDestroy(eval_stream));
-    cudaCheck(cudaFreeHost(h_params));
-    cudaCheck(cudaFreeHost(h_loss_log));
     cudaCheck(cudaFree(d_x_train));
     cudaCheck(cudaFree(d_y_train));
     cudaCheck(cudaFree(d_x_test));

@@ -1,48 +1,29 @@
-/*
-Stage 06, MNIST: stage 05's trainer with the hand-written GEMMs replaced by cuBLASLt and the softmax by
-cuDNN. Each GEMM is one cublasLtMatmul planned once before the timed region (descriptors, layouts, the
-fastest of the algorithms cublasLtMatmulAlgoGetHeuristic proposes, timed there, a workspace per stream),
-with the fusions of stage 03 moved into cuBLASLt epilogues where one exists: bias + ReLU in the forward
-GEMM (RELU_AUX_BIAS, which also writes a 1-bit ReLU mask; BIAS on the last layer), the ReLU backward in
-the input-gradient GEMM (DRELU, reading that mask), and the SGD update in the weight GEMM itself
-(alpha = -lr, beta = 1, the output is W). The softmax is cudnnSoftmaxForward; the cross-entropy,
-accuracy, dlogits and the bias update stay stage 05's kernels. Precision is opt-in: --precision fp32
-(default), tf32 (tensor cores, inputs rounded to 10 mantissa bits) or bf16 (bf16 copies of the GEMM
-inputs, fp32 everything else).
-
-Build and run from the repository root (make data fetches MNIST once):
-    make stage 6 run TRAINER=mnist                 (or: make build/06/mnist && build/06/mnist --hidden 128)
-    build/06/mnist --hidden 1024,1024 --precision tf32
-    make stage 6 diff                              (what this stage changed, against stage 05)
-    make stage 6 test                              (agreement with common/reference.c, every precision)
-*/
+// Stage 06, MNIST: stage 05's trainer on NVIDIA's libraries. Each GEMM is one cublasLtMatmul planned before the
+// timed region, with stage 03's fusions as cuBLASLt epilogues: bias + ReLU (writing a ReLU bit mask) in the
+// forward GEMM, the ReLU backward from that mask in the input-gradient GEMM, and SGD in the weight GEMM itself
+// (alpha = -lr, beta = 1, output W). The softmax is cuDNN's. --precision fp32 (default) or tf32.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <cuda_runtime.h>
-#include <cuda_bf16.h>
-#include <cublasLt.h>
-#include <cublas_v2.h>
+#include <cublasLt.h>  // before check.h, which defines cublasCheck and cudnnCheck only for headers included
 #include <cudnn.h>
 
-#include "check.h"  // after the library headers: it defines cublasCheck and cudnnCheck only for those included
+#include "check.h"
+#include "host.h"
 #include "timing.h"
 #include "trainer.h"
 
 const char *const MNIST_VARIANTS[] = {"cublaslt", NULL};
-const char *const MNIST_PRECISIONS[] = {"fp32", "tf32", "bf16", NULL};
+const char *const MNIST_PRECISIONS[] = {"fp32", "tf32", NULL};
 
 #define BLOCK_SIZE 256
 #define WARP_SIZE 32
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
 #define UPLOAD_CHUNK ((size_t)8 << 20)  // bytes per pinned staging buffer (two of them)
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLASLt scratch per stream (split-K and the like)
-#define TUNE_CANDIDATES 8                   // heuristic answers timed per GEMM in setup (autotuning)
-#define TUNE_RUNS 10                        // timed runs of each
-#define TUNE_SPIN_CYCLES 1000000            // about 0.5 ms of GPU clock: longer than enqueueing TUNE_RUNS GEMMs
 
 // ----------------------------------------------------------------------------
 // batch gather: the training set lives on the device; each step copies its batch's rows out of it
@@ -62,174 +43,78 @@ __global__ void gather_batch_kernel(float *batch_images, uint8_t *batch_labels, 
 // ----------------------------------------------------------------------------
 // GEMMs through cuBLASLt
 //
-// cuBLAS is column-major: element (r, c) of an (R, C) matrix with leading dimension ld lives at
-// [r + c * ld]. Our matrices are row-major: element (r, c) of an (R, C) matrix lives at [r * C + c].
-// Read column-major, the same bytes are the transpose: our row-major (R, C) matrix is cuBLAS's
-// column-major (C, R) matrix with ld = C, without moving a byte. So for our C = A @ B we ask cuBLAS for
-// C^T = B^T @ A^T: its first operand is our B, its second our A, its output (N, M) is our C. Our W
-// (in, out) is to cuBLAS an (out, in) matrix with ld = out; a batch of activations (rows, dim) is a
-// (dim, rows) matrix with ld = dim. The three products of a layer, as cuBLAS computes them:
-//
-//     forward  out = in @ W + b          out^T (out, rows) = W^T (out, in) @ in^T (in, rows) + b
-//     din      din = dout @ W^T          din^T (in, rows)  = op_T(W^T) (in, out) @ dout^T (out, rows)
-//     dW + SGD W -= lr * in^T @ dout     W^T (out, in)     = -lr * dout^T (out, rows) @ op_T(in^T) (rows, in) + W^T
-//
-// In cuBLAS's view the bias runs down the rows of out^T, which is what the BIAS epilogues broadcast
-// ("bias length = rows of D"). The SGD update stays fused as in stage 03: alpha = -lr, beta = 1 and
-// C = D = W, so dW is never stored.
+// cuBLAS is column-major, so it reads our row-major (R, C) matrix as its (C, R) matrix with ld = C, and
+// for our C = A @ B we ask it for C^T = B^T @ A^T, without moving a byte. A layer's three products:
+//     forward  out^T (out, rows) = W^T (out, in) @ in^T (in, rows) + b       (BIAS: b runs down out^T's rows)
+//     din      din^T (in, rows)  = op_T(W^T) (in, out) @ dout^T (out, rows)
+//     dW + SGD W^T (out, in)     = -lr * dout^T (out, rows) @ op_T(in^T) (rows, in) + W^T
+// The SGD update stays fused as in stage 03: alpha = -lr, beta = 1 and C = D = W, so dW is never stored.
 
-// Everything one cublasLtMatmul call needs, built once before the timed region: descriptors, the
-// algorithm (the fastest of the heuristic's answers), and the buffers it is bound to (they never move).
+// One cublasLtMatmul call, planned before the timed region: descriptors, algorithm, bound buffers.
 typedef struct {
-    cublasLtMatmulDesc_t desc;                          // compute type, transposes, epilogue and its pointers
+    cublasLtMatmulDesc_t desc;                            // compute type, transposes, epilogue and its pointers
     cublasLtMatrixLayout_t a_layout, b_layout, c_layout;  // as stored, before op; D = C
     cublasLtMatmulAlgo_t algo;
-    const void *a, *b;  // cuBLAS's operands: fp32 buffers, or their bf16 copies
-    float *c;           // output (and input, with beta = 1)
-    float alpha, beta;
-    void *workspace;  // one per stream: two GEMMs running at once must not share one
-    size_t workspace_bytes;
+    const void *a, *b;      // cuBLAS's operands
+    float *c, alpha, beta;  // c: output (and input, with beta = 1)
+    void *workspace;        // (WORKSPACE_BYTES,) one per stream: two GEMMs running at once must not share one
 } MatmulPlan;
 
-// The largest power of two (up to 256) that divides the address: the heuristic assumes 256-byte aligned
-// operands unless told otherwise, and W_l inside the packed parameters may sit at any float.
-static uint32_t alignment_of(const void *p) {
-    uint32_t align = 256;
-    while (align > 1 && (uintptr_t)p % align != 0) align /= 2;
-    return align;
-}
+// The largest power of two up to 256 dividing p: the heuristic assumes 256-byte alignment unless told otherwise.
+static uint32_t alignment_of(const void *p) { return (uint32_t)(((uintptr_t)p | 256) & -((uintptr_t)p | 256)); }
 
-// Leading dimension, in bits, of the ReLU bit mask of a layer of dim units (one column of the mask per
-// batch row): cuBLASLt wants a multiple of 128.
+// Leading dimension, in bits, of a layer's ReLU bit mask (a column per batch row): a multiple of 128 for cuBLASLt.
 static int64_t relu_mask_ld(int dim) { return ((int64_t)dim + 127) / 128 * 128; }
+
+// D (m, n) = alpha * op_a(A) @ op_b(B) + beta * C, column-major, D = C, A stored (m, k) or, if trans_a, (k, m),
+// B stored (k, n) or, if trans_b, (n, k), each packed. bias and aux (the ReLU bit mask, relu_mask_ld(m) bits a
+// column) are NULL unless the epilogue uses them. The algorithm is the heuristic's first answer (gemm_ladder.cu).
+static void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precision, int trans_a, int trans_b, int m,
+                        int n, int k, const void *a, const void *b, float *c, float alpha, float beta,
+                        cublasLtEpilogue_t epilogue, const float *bias, void *aux, void *workspace) {
+    cublasComputeType_t compute = precision == PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    int32_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint32_t epilogue_id = epilogue;
+    int64_t aux_ld = relu_mask_ld(m);
+    cublasCheck(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+#define SET_DESC(attr, value) cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, attr, &(value), sizeof(value)))
+    SET_DESC(CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+    SET_DESC(CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+    SET_DESC(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_id);
+    if (bias) SET_DESC(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    if (aux) SET_DESC(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+    if (aux) SET_DESC(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
+#undef SET_DESC
+    int a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;  // as stored (column-major), packed: ld = rows
+    cublasCheck(cublasLtMatrixLayoutCreate(&plan->a_layout, CUDA_R_32F, a_rows, trans_a ? m : k, a_rows));
+    cublasCheck(cublasLtMatrixLayoutCreate(&plan->b_layout, CUDA_R_32F, b_rows, trans_b ? k : n, b_rows));
+    cublasCheck(cublasLtMatrixLayoutCreate(&plan->c_layout, CUDA_R_32F, m, n, m));
+
+    cublasLtMatmulPreference_t preference;
+    size_t workspace_bytes = WORKSPACE_BYTES;
+    const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t aligns[4] = {alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(c)};  // D = C
+    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &workspace_bytes, sizeof(workspace_bytes)));
+    for (int i = 0; i < 4; i++)
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, align_attrs[i], &aligns[i], sizeof(aligns[i])));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(lt, plan->desc, plan->a_layout, plan->b_layout, plan->c_layout,
+                                               plan->c_layout, preference, 1, &heuristic, &found));
+    if (found == 0) cublasCheck(CUBLAS_STATUS_NOT_SUPPORTED);  // no algorithm for this GEMM at this precision
+    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+    plan->algo = heuristic.algo;
+    plan->a = a, plan->b = b, plan->c = c, plan->alpha = alpha, plan->beta = beta, plan->workspace = workspace;
+}
 
 static void run_matmul(cublasLtHandle_t lt, const MatmulPlan *plan, cudaStream_t stream) {
     cublasCheck(cublasLtMatmul(lt, plan->desc, &plan->alpha, plan->a, plan->a_layout, plan->b, plan->b_layout,
                                &plan->beta, plan->c, plan->c_layout, plan->c, plan->c_layout, &plan->algo,
-                               plan->workspace, plan->workspace_bytes, stream));
-}
-
-// Autotuning: the heuristic's first answer is not the fastest for tiny GEMMs. For the first layer at
-// batch 128 (m 128, n 128, k 784) it picks a split-K algorithm: its blocks each sum a part of K, and a
-// second kernel adds the parts (measured with ncu on an H200: 9.7 + 4.3 us). The ranking is an estimate,
-// and at this size the second kernel's launch costs about as much as its work. So the plan
-// asks for up to TUNE_CANDIDATES answers, runs each one TUNE_RUNS times on the plan's own buffers and
-// keeps the fastest. The runs write the plan's output (the weight GEMM, with beta = 1, updates W in
-// place): harmless, since plans are made in setup, before the parameters are uploaded and before any
-// step writes the activations and gradients.
-
-// Keeps the GPU busy for about `cycles` clock cycles. Launched ahead of a timed batch of GEMMs, it lets
-// the host enqueue the whole batch before the first GEMM starts, so the events time the GPU, not the
-// host's launch calls (each costs about as much as one of these small GEMMs).
-__global__ void spin_kernel(long long cycles) {
-    long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
-}
-
-// plan->algo = the fastest of the found candidates, timed on stream
-static void pick_fastest_algo(cublasLtHandle_t lt, MatmulPlan *plan, const cublasLtMatmulHeuristicResult_t *candidates,
-                              int found, cudaStream_t stream) {
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    cublasLtMatmulAlgo_t fastest = candidates[0].algo;
-    float fastest_ms = INFINITY;
-    for (int i = 0; i < found; i++) {
-        if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
-        plan->algo = candidates[i].algo;
-        run_matmul(lt, plan, stream);  // untimed: a kernel's first run may load it
-        spin_kernel<<<1, 1, 0, stream>>>(TUNE_SPIN_CYCLES);
-        launchCheck();
-        cudaCheck(cudaEventRecord(start, stream));
-        for (int run = 0; run < TUNE_RUNS; run++) run_matmul(lt, plan, stream);
-        cudaCheck(cudaEventRecord(stop, stream));
-        cudaCheck(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-        if (ms < fastest_ms) {
-            fastest_ms = ms;
-            fastest = candidates[i].algo;
-        }
-    }
-    plan->algo = fastest;
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-}
-
-// D (m, n) = alpha * op_a(A) @ op_b(B) + beta * C, column-major, D = C, with an epilogue; A and B are
-// stored as (m, k) / (k, n) for op N and (k, m) / (n, k) for op T. bias and aux are NULL unless the
-// epilogue uses them (aux: the ReLU bit mask, aux_ld bits per column). The algorithm is timed on stream.
-static void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precision, const char *name,
-                        cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const void *a, int lda,
-                        const void *b, int ldb, float *c, int ldc, float alpha, float beta,
-                        cublasLtEpilogue_t epilogue, const float *bias, void *aux, int64_t aux_ld, void *workspace,
-                        size_t workspace_bytes, cudaStream_t stream) {
-    cudaDataType_t ab_type = precision == PRECISION_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    cublasComputeType_t compute = precision == PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    int32_t trans_a = op_a, trans_b = op_b;
-    uint32_t epilogue_id = epilogue;
-    cublasCheck(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-    cublasCheck(
-        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue_id, sizeof(epilogue_id)));
-    if (bias)
-        cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (aux) {
-        cublasCheck(
-            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        cublasCheck(
-            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-    }
-    int a_rows = op_a == CUBLAS_OP_N ? m : k, a_cols = op_a == CUBLAS_OP_N ? k : m;
-    int b_rows = op_b == CUBLAS_OP_N ? k : n, b_cols = op_b == CUBLAS_OP_N ? n : k;
-    cublasCheck(cublasLtMatrixLayoutCreate(&plan->a_layout, ab_type, a_rows, a_cols, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&plan->b_layout, ab_type, b_rows, b_cols, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&plan->c_layout, CUDA_R_32F, m, n, ldc));
-
-    cublasLtMatmulPreference_t preference;
-    uint32_t align_a = alignment_of(a), align_b = alignment_of(b), align_c = alignment_of(c);
-    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &workspace_bytes, sizeof(workspace_bytes)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                     sizeof(align_a)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                     sizeof(align_b)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                                     sizeof(align_c)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                                     sizeof(align_c)));
-    cublasLtMatmulHeuristicResult_t candidates[TUNE_CANDIDATES];
-    int found = 0;
-    cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(lt, plan->desc, plan->a_layout, plan->b_layout, plan->c_layout, plan->c_layout,
-                                       preference, TUNE_CANDIDATES, candidates, &found);
-    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-        fprintf(stderr, "error: cuBLASLt has no algorithm for the %s GEMM (m %d, n %d, k %d, %s, epilogue %u): %s\n",
-                name, m, n, k, PRECISION_NAMES[precision], epilogue_id, cublasGetStatusString(status));
-        exit(EXIT_CUDA);
-    }
-    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
-    plan->a = a;
-    plan->b = b;
-    plan->c = c;
-    plan->alpha = alpha;
-    plan->beta = beta;
-    plan->workspace = workspace;
-    plan->workspace_bytes = workspace_bytes;
-    pick_fastest_algo(lt, plan, candidates, found, stream);
-}
-
-// cudaMalloc, then zero: the GEMM plans time their candidate algorithms in setup, on the buffers they
-// are bound to, before any upload or step has written them. Zeros make those reads defined
-// (compute-sanitizer's initcheck reports every read of unwritten memory).
-static void *device_zeros(size_t bytes) {
-    void *buffer;
-    cudaCheck(cudaMalloc(&buffer, bytes));
-    cudaCheck(cudaMemset(buffer, 0, bytes));
-    return buffer;
+                               plan->workspace, WORKSPACE_BYTES, stream));
 }
 
 static void destroy_matmul(MatmulPlan *plan) {
@@ -240,29 +125,14 @@ static void destroy_matmul(MatmulPlan *plan) {
 }
 
 // ----------------------------------------------------------------------------
-// bf16 operands (--precision bf16): the GEMMs read bf16 copies of their inputs, made just before, and
-// accumulate and write fp32; the master parameters, the SGD update, the loss and the bias gradients
-// stay fp32.
-
-// for i < n: out[i] = in[i] rounded to the nearest bf16 (ties to even)
-__global__ void cast_bf16_kernel(__nv_bfloat16 *out, const float *in, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    out[i] = __float2bfloat16_rn(in[i]);
-}
-
-// ----------------------------------------------------------------------------
-// loss: the softmax comes from cuDNN (cudnnSoftmaxForward, launched in train_mnist); cross-entropy,
-// accuracy and the gradient of the loss stay one kernel, one warp per row, since cuDNN has neither a
-// cross-entropy nor an accuracy. dlogits = (p - onehot) / rows is one subtraction from cuDNN's p, where
-// cudnnSoftmaxBackward would need dloss/dp = -onehot / (rows * p) as its input: a division by
-// probabilities that can underflow to 0, and one more launch.
+// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one warp per row.
+// Every row is shifted by its largest logit before exp, so exp never overflows.
 //
-// A row is 10 logits. One thread per row would walk its row three times in series, and a batch of 128
-// rows would be 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of
-// the row's warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each,
-// and a batch of 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared
-// memory: one atomic per block, not per row.
+// A row is 10 logits. Stage 03's one thread per row walks its row three times in series, and a batch of 128
+// rows is 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of the row's
+// warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each, and a batch of
+// 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared memory: one atomic
+// per block, not per row.
 
 // The sum over the warp's 32 lanes, in every lane. Each step adds the value of the lane `offset` away
 // (xor: a butterfly), so every lane ends with the same total.
@@ -283,14 +153,15 @@ __device__ __forceinline__ void warp_argmax(float *value, int *index) {
     }
 }
 
-// for each row i:
+// for each row i, with p = softmax(logits[i]):
 //     loss_sum += log(sum_j exp(logits[i][j])) - logits[i][label[i]]
 //     correct  += (argmax_j logits[i][j] == label[i]), ties going to the lowest index      (if correct)
-//     dlogits[i][j] = (probs[i][j] - (j == label[i])) / rows                               (if dlogits)
-// Training asks for dlogits (and passes cuDNN's probs), evaluation for the count.
-// Launch BLOCK_SIZE threads a block, one warp per row.
+//     dlogits[i][j] = (p[j] - (j == label[i])) / rows                                       (if dlogits)
+// Training asks for dlogits, evaluation for the count. dlogits arrives holding p from cuDNN's softmax (cuDNN has
+// no cross-entropy) and becomes the gradient in place (cudnnSoftmaxBackward would divide by p, which can underflow
+// to 0). Launch BLOCK_SIZE threads a block, one warp per row.
 __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, int *correct, const float *logits,
-                                             const float *probs, const uint8_t *labels, int rows, int classes) {
+                                             const uint8_t *labels, int rows, int classes) {
     __shared__ float block_loss[WARPS_PER_BLOCK];  // [w]: the loss of warp w's row (0 past the last row)
     __shared__ int block_hits[WARPS_PER_BLOCK];    // [w]: 1 if warp w's row was predicted right
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
@@ -316,11 +187,10 @@ __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, in
         loss = logf(sum) - (row[label] - max);
         hit = argmax == label;
         if (dlogits) {
-            const float *prob_row = probs + (size_t)i * classes;
             float *dlogits_row = dlogits + (size_t)i * classes;
             for (int j = lane; j < classes; j += WARP_SIZE) {
                 float onehot = j == label ? 1.0f : 0.0f;
-                dlogits_row[j] = (prob_row[j] - onehot) / (float)rows;
+                dlogits_row[j] = (dlogits_row[j] - onehot) / (float)rows;
             }
         }
     }
@@ -341,20 +211,17 @@ __global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, in
 }
 
 // ----------------------------------------------------------------------------
-// backward and update: din (through the ReLU: the DRELU epilogue) and W -= lr * dW are the cuBLASLt
-// GEMMs above; the bias gradient and its update stay one kernel.
-//
-// The BGRADA / BGRADB epilogues (here BGRADA: dout is cuBLAS's A in the weight GEMM) would sum the bias
-// gradient inside that GEMM, but into a buffer, which then needs an update launch of its own: the same
-// single launch this kernel is, summing and updating at once. So they do not fit a fused update.
+// backward and update: for out = in @ W + b, given dout, compute din (through the ReLU), then apply
+// SGD to W and b in place. No gradient buffer: din and W's update are the cuBLASLt GEMMs; db and b's update
+// stay one kernel (the BGRADA epilogue would sum db into a buffer, and the update would need a launch of its own).
 
 // for j < dim: bias[j] -= lr * sum_i dout[i][j]
 // The thread that completes a column's sum holds the whole gradient and can apply it: with stage 02's
 // atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed buffer and a
 // second kernel). A block of 32 x 8 threads owns 32 columns: thread (x, y) sums rows y, y + 8, ... of
 // column x (a warp reads 32 neighbouring floats of a row), and thread (x, 0) adds the 8 partial sums
-// from shared memory in a fixed order, so every run sums alike. (One thread per column would add a batch
-// of 128 rows in series, all in one block.)
+// from shared memory in a fixed order, so every run sums alike. (Stage 03's one thread per column adds a
+// batch of 128 rows in series, all in one block.)
 __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float lr, int rows, int dim) {
     __shared__ float partial[WARPS_PER_BLOCK][WARP_SIZE];  // [y][x]: thread (x, y)'s share of its column
     int j = blockIdx.x * WARP_SIZE + threadIdx.x;
@@ -377,60 +244,26 @@ static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZ
 // bias_backward_sgd_kernel: a block of WARP_SIZE x WARPS_PER_BLOCK threads per WARP_SIZE columns
 static unsigned int column_blocks(int dim) { return (unsigned int)((dim + WARP_SIZE - 1) / WARP_SIZE); }
 
-// With --precision bf16, the bf16 copy of in that a GEMM will read; otherwise the GEMMs read in itself.
-static void cast_for_gemm(const MnistConfig *cfg, __nv_bfloat16 *out, const float *in, int64_t n, cudaStream_t stream) {
-    if (cfg->precision != PRECISION_BF16) return;
-    cast_bf16_kernel<<<blocks_for(n), BLOCK_SIZE, 0, stream>>>(out, in, n);
-    launchCheck();
+// plans[l]: layer l's forward GEMM, bound to its parameters and activations (bias and ReLU in its epilogue)
+static void mlp_forward(const MnistConfig *cfg, cublasLtHandle_t lt, const MatmulPlan *plans, cudaStream_t stream) {
+    for (int l = 0; l < cfg->n_layers; l++) run_matmul(lt, &plans[l], stream);
 }
 
-// act[l]: (rows, sizes[l]); act[0] is the input, act[n_layers] receives the logits. plans[l] is layer l's
-// forward GEMM (bias, and ReLU on hidden layers, in its epilogue), bound to params and act or, with bf16,
-// to their copies params16 and act16 (NULL otherwise).
-static void mlp_forward(const MnistConfig *cfg, cublasLtHandle_t lt, const MatmulPlan *plans, const float *params,
-                        __nv_bfloat16 *params16, float *const *act, __nv_bfloat16 *const *act16, int rows,
-                        cudaStream_t stream) {
-    cast_for_gemm(cfg, params16, params, mnist_param_count(cfg), stream);
-    for (int l = 0; l < cfg->n_layers; l++) {
-        cast_for_gemm(cfg, act16[l], act[l], (int64_t)rows * cfg->sizes[l], stream);
-        run_matmul(lt, &plans[l], stream);
-    }
-}
-
-// dact[l]: (rows, sizes[l]) for l >= 1, dact[n_layers] holds dlogits. Updates params in place.
-// input_plans[l], l >= 1: dact[l] = (dact[l+1] @ W_l^T) * ReLU' (DRELU, from the forward pass's bit mask);
-// weight_plans[l]: W_l -= lr * act[l]^T @ dact[l+1]. With bf16 both read dact16[l+1], made here.
-// Every gradient must come from the pre-update params, as in the reference. Layer l's din needs W_l,
-// so it runs before W_l's update; layer l's updates touch only W_l and b_l, and every later launch of the
-// step works on the layers below l, which read their own W, never W_l. Launches on one stream run in
-// order, so this launch order is the whole guarantee.
+// dact[l]: (rows, sizes[l]) for l >= 1, dact[n_layers] holds dlogits. Updates params in place, yet every
+// gradient comes from the pre-update params, as in the reference: layer l's din (which needs W_l) runs before
+// W_l's update, and the layers below l never read W_l. One stream runs launches in order: that is the guarantee.
+// input_plans[l] (l >= 1) and weight_plans[l]: layer l's din and SGD GEMMs.
 static void mlp_backward_sgd(const MnistConfig *cfg, cublasLtHandle_t lt, const MatmulPlan *input_plans,
-                             const MatmulPlan *weight_plans, float *params, float *const *dact,
-                             __nv_bfloat16 *const *dact16, int rows, cudaStream_t stream) {
+                             const MatmulPlan *weight_plans, float *params, float *const *dact, int rows,
+                             cudaStream_t stream) {
     for (int l = cfg->n_layers - 1; l >= 0; l--) {
         int out_dim = cfg->sizes[l + 1];
-        cast_for_gemm(cfg, dact16[l + 1], dact[l + 1], (int64_t)rows * out_dim, stream);
         if (l > 0) run_matmul(lt, &input_plans[l], stream);  // the images need no gradient
         run_matmul(lt, &weight_plans[l], stream);
         bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK), 0, stream>>>(
             params + mnist_bias_offset(cfg, l), dact[l + 1], cfg->lr, rows, out_dim);
         launchCheck();
     }
-}
-
-static double host_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static void *host_malloc(size_t bytes) {
-    void *p = malloc(bytes);
-    if (!p) {
-        fprintf(stderr, "error: out of host memory for the MNIST results (%zu bytes): try fewer --epochs\n", bytes);
-        exit(EXIT_USAGE);
-    }
-    return p;
 }
 
 // Uploads from pageable memory through two pinned buffers. The copy engine reads only pinned (page-
@@ -452,7 +285,8 @@ static void upload_chunked(void *dst, const void *src, size_t bytes, Staging *st
         staging->next = 1 - b;
         cudaCheck(cudaEventSynchronize(staging->drained[b]));
         memcpy(staging->buffer[b], (const char *)src + offset, chunk);
-        cudaCheck(cudaMemcpyAsync((char *)dst + offset, staging->buffer[b], chunk, cudaMemcpyHostToDevice, copy_stream));
+        cudaCheck(
+            cudaMemcpyAsync((char *)dst + offset, staging->buffer[b], chunk, cudaMemcpyHostToDevice, copy_stream));
         cudaCheck(cudaEventRecord(staging->drained[b], copy_stream));
     }
 }
@@ -478,63 +312,44 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         }
     }
 
-    // setup (not timed): device buffers, streams, events, the pinned staging buffers, the cuBLASLt and
-    // cuDNN handles, descriptors, workspaces and GEMM plans
+    // setup (not timed): device buffers, streams, events and the pinned staging buffers
     double setup_start_ms = host_ms();
-    int bf16 = cfg->precision == PRECISION_BF16;
     float *d_params;                          // (n_params,) packed as trainer.h
     float *d_snapshot;                        // (n_params,) the parameters an evaluation reads while training goes on
     float *d_train_images;                    // (n_train, pixels) the whole training set, uploaded once
     uint8_t *d_train_labels;                  // (n_train,)
     int32_t *d_order;                         // (epochs, n_train) data->batch_order
-    float *d_act[MNIST_MAX_LAYERS + 1];       // [l]: (batch, sizes[l]); [0] the gathered batch, [n_layers] the logits
+    float *d_act[MNIST_MAX_LAYERS + 1];       // [l]: (batch, sizes[l]); [0] the batch images, [n_layers] the logits
     float *d_dact[MNIST_MAX_LAYERS + 1];      // [l], l >= 1: (batch, sizes[l]) dloss/dact[l]; [n_layers] dlogits
-    float *d_probs;                           // (batch, classes) cuDNN's softmax of the logits
     uint8_t *d_relu_mask[MNIST_MAX_LAYERS];   // [l], 1 <= l < n_layers: (batch, relu_mask_ld(sizes[l]) / 8) bytes,
                                               // bit i of column b: act[l][b][i] > 0 (RELU_AUX_BIAS -> DRELU)
-    uint8_t *d_labels;                        // (batch,) the gathered labels
+    uint8_t *d_labels;                        // (batch,)
     float *d_test_act[MNIST_MAX_LAYERS + 1];  // [l]: (n_test, sizes[l]); [0] the test images
     uint8_t *d_test_labels;                   // (n_test,)
-    float *d_step_loss_sum;                   // (epochs, steps) summed cross-entropy of every batch
+    float *d_loss_sum;                        // (epochs, steps) summed cross-entropy of every batch
     float *d_test_loss_sum;                   // (epochs,) summed test cross-entropy after each epoch
     int *d_test_correct;                      // (epochs,) correct test predictions after each epoch
-    // bf16 copies of the GEMM inputs, only with --precision bf16 (NULL otherwise)
-    __nv_bfloat16 *d_params16 = NULL, *d_snapshot16 = NULL;  // (n_params,) each
-    __nv_bfloat16 *d_act16[MNIST_MAX_LAYERS + 1] = {NULL};       // [l], l < n_layers: (batch, sizes[l])
-    __nv_bfloat16 *d_dact16[MNIST_MAX_LAYERS + 1] = {NULL};      // [l], l >= 1: (batch, sizes[l])
-    __nv_bfloat16 *d_test_act16[MNIST_MAX_LAYERS + 1] = {NULL};  // [l], l < n_layers: (n_test, sizes[l])
     void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream
-    d_params = (float *)device_zeros(n_params * sizeof(float));
-    d_snapshot = (float *)device_zeros(n_params * sizeof(float));
+    cudaCheck(cudaMalloc(&d_params, n_params * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_snapshot, n_params * sizeof(float)));
     cudaCheck(cudaMalloc(&d_train_images, (size_t)n_train * pixels * sizeof(float)));
     cudaCheck(cudaMalloc(&d_train_labels, n_train));
     cudaCheck(cudaMalloc(&d_order, (size_t)cfg->epochs * n_train * sizeof(int32_t)));
     d_dact[0] = NULL;
     for (int l = 0; l <= n_layers; l++) {
-        d_act[l] = (float *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(float));
-        if (l > 0) d_dact[l] = (float *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(float));
-        d_test_act[l] = (float *)device_zeros((size_t)n_test * cfg->sizes[l] * sizeof(float));
-        if (l > 0 && l < n_layers) d_relu_mask[l] = (uint8_t *)device_zeros(relu_mask_ld(cfg->sizes[l]) / 8 * batch);
-        if (!bf16) continue;
-        if (l < n_layers)
-            d_act16[l] = (__nv_bfloat16 *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(__nv_bfloat16));
-        if (l > 0) d_dact16[l] = (__nv_bfloat16 *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(__nv_bfloat16));
-        if (l < n_layers)
-            d_test_act16[l] = (__nv_bfloat16 *)device_zeros((size_t)n_test * cfg->sizes[l] * sizeof(__nv_bfloat16));
+        cudaCheck(cudaMalloc(&d_act[l], (size_t)batch * cfg->sizes[l] * sizeof(float)));
+        if (l > 0) cudaCheck(cudaMalloc(&d_dact[l], (size_t)batch * cfg->sizes[l] * sizeof(float)));
+        cudaCheck(cudaMalloc(&d_test_act[l], (size_t)n_test * cfg->sizes[l] * sizeof(float)));
+        if (l > 0 && l < n_layers) cudaCheck(cudaMalloc(&d_relu_mask[l], relu_mask_ld(cfg->sizes[l]) / 8 * batch));
     }
-    if (bf16) {
-        d_params16 = (__nv_bfloat16 *)device_zeros(n_params * sizeof(__nv_bfloat16));
-        d_snapshot16 = (__nv_bfloat16 *)device_zeros(n_params * sizeof(__nv_bfloat16));
-    }
-    cudaCheck(cudaMalloc(&d_probs, (size_t)batch * classes * sizeof(float)));
     cudaCheck(cudaMalloc(&d_workspace, WORKSPACE_BYTES));
     cudaCheck(cudaMalloc(&d_eval_workspace, WORKSPACE_BYTES));
     cudaCheck(cudaMalloc(&d_labels, batch));
     cudaCheck(cudaMalloc(&d_test_labels, n_test));
-    cudaCheck(cudaMalloc(&d_step_loss_sum, n_steps * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_loss_sum, n_steps * sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_loss_sum, cfg->epochs * sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_correct, cfg->epochs * sizeof(int)));
-    int *test_correct = (int *)host_malloc(cfg->epochs * sizeof(int));  // (epochs,)
+    int *test_correct = (int *)host_malloc(cfg->epochs * sizeof(int), "the test results");  // (epochs,)
     // Non-blocking streams: the legacy default stream would serialize with all three.
     cudaStream_t stream, copy_stream, eval_stream;  // training; uploads; evaluation
     cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -546,7 +361,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaEventCreateWithFlags(&eval_done, cudaEventDisableTiming));
     Staging staging = {{NULL, NULL}, {NULL, NULL}, 0};
     for (int b = 0; b < 2; b++) {
-        cudaCheck(cudaMallocHost(&staging.buffer[b], UPLOAD_CHUNK));
+        staging.buffer[b] = (char *)host_pinned(UPLOAD_CHUNK, "a pinned upload buffer");
         cudaCheck(cudaEventCreateWithFlags(&staging.drained[b], cudaEventDisableTiming));
     }
     cudnnHandle_t cudnn;                  // the softmax, on the training stream
@@ -557,9 +372,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudnnCheck(cudnnSetTensor4dDescriptor(logits_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, classes, 1, 1));
     cublasLtHandle_t lt;  // stream-free: each matmul names its stream
     cublasCheck(cublasLtCreate(&lt));
-    // One plan per GEMM of a step and of an evaluation, bound to its buffers (arguments in the order of
-    // plan_matmul: ops, m, n, k, A, lda, B, ldb, C, ldc, alpha, beta, epilogue, bias, mask, mask ld,
-    // workspace, and the stream its candidate algorithms are timed on).
+    // One plan per GEMM of a step and of an evaluation, bound to its buffers.
     MatmulPlan forward_plans[MNIST_MAX_LAYERS];  // [l]: act[l+1] = act[l] @ W_l + b_l (+ ReLU, mask out)
     MatmulPlan eval_plans[MNIST_MAX_LAYERS];     // [l]: the same on the test set, from the snapshot, no mask
     MatmulPlan input_plans[MNIST_MAX_LAYERS];    // [l], l >= 1: dact[l] = (dact[l+1] @ W_l^T) * ReLU' (mask in)
@@ -567,26 +380,18 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     for (int l = 0; l < n_layers; l++) {
         int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1], hidden = l < n_layers - 1;
         int64_t w = mnist_weight_offset(cfg, l), b = mnist_bias_offset(cfg, l);
-        const void *weight = bf16 ? (const void *)(d_params16 + w) : (const void *)(d_params + w);
-        const void *snapshot_weight = bf16 ? (const void *)(d_snapshot16 + w) : (const void *)(d_snapshot + w);
-        const void *in = bf16 ? (const void *)d_act16[l] : (const void *)d_act[l];
-        const void *test_in = bf16 ? (const void *)d_test_act16[l] : (const void *)d_test_act[l];
-        const void *dout = bf16 ? (const void *)d_dact16[l + 1] : (const void *)d_dact[l + 1];
-        plan_matmul(&forward_plans[l], lt, cfg->precision, "forward", CUBLAS_OP_N, CUBLAS_OP_N, out_dim, batch, in_dim,
-                    weight, out_dim, in, in_dim, d_act[l + 1], out_dim, 1.0f, 0.0f,
-                    hidden ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS, d_params + b,
-                    hidden ? d_relu_mask[l + 1] : NULL, relu_mask_ld(out_dim), d_workspace, WORKSPACE_BYTES, stream);
-        plan_matmul(&eval_plans[l], lt, cfg->precision, "evaluation forward", CUBLAS_OP_N, CUBLAS_OP_N, out_dim,
-                    n_test, in_dim, snapshot_weight, out_dim, test_in, in_dim, d_test_act[l + 1], out_dim, 1.0f, 0.0f,
-                    hidden ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS, d_snapshot + b, NULL, 0,
-                    d_eval_workspace, WORKSPACE_BYTES, stream);
+        plan_matmul(&forward_plans[l], lt, cfg->precision, 0, 0, out_dim, batch, in_dim, d_params + w, d_act[l],
+                    d_act[l + 1], 1.0f, 0.0f, hidden ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS,
+                    d_params + b, hidden ? d_relu_mask[l + 1] : NULL, d_workspace);
+        plan_matmul(&eval_plans[l], lt, cfg->precision, 0, 0, out_dim, n_test, in_dim, d_snapshot + w, d_test_act[l],
+                    d_test_act[l + 1], 1.0f, 0.0f, hidden ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS,
+                    d_snapshot + b, NULL, d_eval_workspace);
         if (l > 0)
-            plan_matmul(&input_plans[l], lt, cfg->precision, "input gradient", CUBLAS_OP_T, CUBLAS_OP_N, in_dim, batch,
-                        out_dim, weight, out_dim, dout, out_dim, d_dact[l], in_dim, 1.0f, 0.0f, CUBLASLT_EPILOGUE_DRELU,
-                        NULL, d_relu_mask[l], relu_mask_ld(in_dim), d_workspace, WORKSPACE_BYTES, stream);
-        plan_matmul(&weight_plans[l], lt, cfg->precision, "weight update", CUBLAS_OP_N, CUBLAS_OP_T, out_dim, in_dim,
-                    batch, dout, out_dim, in, in_dim, d_params + w, out_dim, -cfg->lr, 1.0f, CUBLASLT_EPILOGUE_DEFAULT,
-                    NULL, NULL, 0, d_workspace, WORKSPACE_BYTES, stream);
+            plan_matmul(&input_plans[l], lt, cfg->precision, 1, 0, in_dim, batch, out_dim, d_params + w,
+                        d_dact[l + 1], d_dact[l], 1.0f, 0.0f, CUBLASLT_EPILOGUE_DRELU, NULL, d_relu_mask[l],
+                        d_workspace);
+        plan_matmul(&weight_plans[l], lt, cfg->precision, 0, 1, out_dim, in_dim, batch, d_dact[l + 1], d_act[l],
+                    d_params + w, -cfg->lr, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, d_workspace);
     }
     const float one = 1.0f, zero = 0.0f;  // cuDNN's alpha and beta
     TrainClock clock;
@@ -596,50 +401,50 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     // e2e starts with the data in host memory: everything goes up once, on the copy stream, and the
     // training stream waits for it by event
     train_clock_e2e_start(&clock, stream);
-    train_clock_phase_begin(&clock, stream);
-    cudaCheck(cudaStreamWaitEvent(copy_stream, clock.e2e_start, 0));  // the upload is inside e2e
-    upload_chunked(d_params, data->init_params, n_params * sizeof(float), &staging, copy_stream);
-    upload_chunked(d_train_images, data->train_images, (size_t)n_train * pixels * sizeof(float), &staging, copy_stream);
-    upload_chunked(d_train_labels, data->train_labels, n_train, &staging, copy_stream);
-    upload_chunked(d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t), &staging, copy_stream);
-    upload_chunked(d_test_act[0], data->test_images, (size_t)n_test * pixels * sizeof(float), &staging, copy_stream);
-    upload_chunked(d_test_labels, data->test_labels, n_test, &staging, copy_stream);
-    cudaCheck(cudaEventRecord(upload_done, copy_stream));
-    cudaCheck(cudaMemsetAsync(d_step_loss_sum, 0, n_steps * sizeof(float), stream));  // the losses are summed
-    cudaCheck(cudaMemsetAsync(d_test_loss_sum, 0, cfg->epochs * sizeof(float), stream));
-    cudaCheck(cudaMemsetAsync(d_test_correct, 0, cfg->epochs * sizeof(int), stream));
-    cudaCheck(cudaStreamWaitEvent(stream, upload_done, 0));
-    train_clock_phase_end(&clock, PHASE_H2D, stream);
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        cudaCheck(cudaStreamWaitEvent(copy_stream, clock.e2e_start, 0));  // the upload is inside e2e
+        upload_chunked(d_params, data->init_params, n_params * sizeof(float), &staging, copy_stream);
+        upload_chunked(d_train_images, data->train_images, (size_t)n_train * pixels * sizeof(float), &staging,
+                       copy_stream);
+        upload_chunked(d_train_labels, data->train_labels, n_train, &staging, copy_stream);
+        upload_chunked(d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t), &staging,
+                       copy_stream);
+        upload_chunked(d_test_act[0], data->test_images, (size_t)n_test * pixels * sizeof(float), &staging,
+                       copy_stream);
+        upload_chunked(d_test_labels, data->test_labels, n_test, &staging, copy_stream);
+        cudaCheck(cudaEventRecord(upload_done, copy_stream));
+        cudaCheck(cudaMemsetAsync(d_loss_sum, 0, n_steps * sizeof(float), stream));  // the losses are summed
+        cudaCheck(cudaMemsetAsync(d_test_loss_sum, 0, cfg->epochs * sizeof(float), stream));
+        cudaCheck(cudaMemsetAsync(d_test_correct, 0, cfg->epochs * sizeof(int), stream));
+        cudaCheck(cudaStreamWaitEvent(stream, upload_done, 0));
+    }
     train_clock_loop_start(&clock, stream);
 
     // Only enqueueing from here to the end of the loop: the host runs ahead of the GPU, never waits for it.
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         for (int step = 0; step < steps; step++) {
             // gather the batch's rows on the device (reported as h2d: it replaces the per-batch copy)
-            train_clock_phase_begin(&clock, stream);
             const int32_t *rows = d_order + (int64_t)epoch * n_train + (int64_t)step * batch;
-            gather_batch_kernel<<<blocks_for((int64_t)batch * pixels), BLOCK_SIZE, 0, stream>>>(
-                d_act[0], d_labels, d_train_images, d_train_labels, rows, batch, pixels);
-            launchCheck();
-            train_clock_phase_end(&clock, PHASE_H2D, stream);
+            TIMED_PHASE(&clock, PHASE_H2D, stream) {
+                gather_batch_kernel<<<blocks_for((int64_t)batch * pixels), BLOCK_SIZE, 0, stream>>>(
+                    d_act[0], d_labels, d_train_images, d_train_labels, rows, batch, pixels);
+                launchCheck();
+            }
 
-            train_clock_phase_begin(&clock, stream);
-            mlp_forward(cfg, lt, forward_plans, d_params, d_params16, d_act, d_act16, batch, stream);
-            train_clock_phase_end(&clock, PHASE_FORWARD, stream);
+            TIMED_PHASE(&clock, PHASE_FORWARD, stream) mlp_forward(cfg, lt, forward_plans, stream);
 
-            train_clock_phase_begin(&clock, stream);
-            float *loss_sum = d_step_loss_sum + (int64_t)epoch * steps + step;
-            cudnnCheck(cudnnSoftmaxForward(cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, logits_desc,
-                                           d_act[n_layers], &zero, logits_desc, d_probs));
-            softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE, 0, stream>>>(
-                d_dact[n_layers], loss_sum, NULL, d_act[n_layers], d_probs, d_labels, batch, classes);
-            launchCheck();
-            train_clock_phase_end(&clock, PHASE_LOSS, stream);
+            float *loss_sum = d_loss_sum + (int64_t)epoch * steps + step;
+            TIMED_PHASE(&clock, PHASE_LOSS, stream) {
+                cudnnCheck(cudnnSoftmaxForward(cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one,
+                                               logits_desc, d_act[n_layers], &zero, logits_desc, d_dact[n_layers]));
+                softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE, 0, stream>>>(
+                    d_dact[n_layers], loss_sum, NULL, d_act[n_layers], d_labels, batch, classes);
+                launchCheck();
+            }
 
             // the update is fused into the backward pass: its time is reported as backward
-            train_clock_phase_begin(&clock, stream);
-            mlp_backward_sgd(cfg, lt, input_plans, weight_plans, d_params, d_dact, d_dact16, batch, stream);
-            train_clock_phase_end(&clock, PHASE_BACKWARD, stream);
+            TIMED_PHASE(&clock, PHASE_BACKWARD, stream)
+                mlp_backward_sgd(cfg, lt, input_plans, weight_plans, d_params, d_dact, batch, stream);
         }
 
         // test loss and accuracy of this epoch's parameters, on the eval stream while the next epoch
@@ -649,13 +454,13 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         cudaCheck(cudaMemcpyAsync(d_snapshot, d_params, n_params * sizeof(float), cudaMemcpyDeviceToDevice, stream));
         cudaCheck(cudaEventRecord(snapshot_ready, stream));
         cudaCheck(cudaStreamWaitEvent(eval_stream, snapshot_ready, 0));
-        train_clock_phase_begin(&clock, eval_stream);
-        mlp_forward(cfg, lt, eval_plans, d_snapshot, d_snapshot16, d_test_act, d_test_act16, n_test, eval_stream);
-        softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE, 0, eval_stream>>>(
-            NULL, d_test_loss_sum + epoch, d_test_correct + epoch, d_test_act[n_layers], NULL, d_test_labels, n_test,
-            classes);
-        launchCheck();
-        train_clock_phase_end(&clock, PHASE_EVAL, eval_stream);
+        TIMED_PHASE(&clock, PHASE_EVAL, eval_stream) {
+            mlp_forward(cfg, lt, eval_plans, eval_stream);
+            softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE, 0, eval_stream>>>(
+                NULL, d_test_loss_sum + epoch, d_test_correct + epoch, d_test_act[n_layers], d_test_labels, n_test,
+                classes);
+            launchCheck();
+        }
         cudaCheck(cudaEventRecord(eval_done, eval_stream));
 
         // the loop (and its last epoch) ends when the last evaluation has, so loop_ms covers all the work
@@ -664,13 +469,14 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     }
 
     // one copy back of everything the loop produced (D2H into pageable memory: each returns when done)
-    train_clock_phase_begin(&clock, stream);
-    cudaCheck(cudaMemcpyAsync(out->params, d_params, n_params * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(cudaMemcpyAsync(out->step_loss, d_step_loss_sum, n_steps * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(cudaMemcpyAsync(out->test_loss, d_test_loss_sum, cfg->epochs * sizeof(float), cudaMemcpyDeviceToHost,
-                              stream));
-    cudaCheck(cudaMemcpyAsync(test_correct, d_test_correct, cfg->epochs * sizeof(int), cudaMemcpyDeviceToHost, stream));
-    train_clock_phase_end(&clock, PHASE_D2H, stream);
+    TIMED_PHASE(&clock, PHASE_D2H, stream) {
+        cudaCheck(cudaMemcpyAsync(out->params, d_params, n_params * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaMemcpyAsync(out->step_loss, d_loss_sum, n_steps * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaMemcpyAsync(out->test_loss, d_test_loss_sum, cfg->epochs * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream));
+        cudaCheck(
+            cudaMemcpyAsync(test_correct, d_test_correct, cfg->epochs * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    }
     train_clock_e2e_stop(&clock, stream);
     train_clock_finish(&clock, &out->timing);
 
@@ -691,13 +497,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         if (l > 0) cudaCheck(cudaFree(d_dact[l]));
         cudaCheck(cudaFree(d_test_act[l]));
         if (l > 0 && l < n_layers) cudaCheck(cudaFree(d_relu_mask[l]));
-        cudaCheck(cudaFree(d_act16[l]));  // cudaFree(NULL) is a no-op
-        cudaCheck(cudaFree(d_dact16[l]));
-        cudaCheck(cudaFree(d_test_act16[l]));
     }
-    cudaCheck(cudaFree(d_params16));
-    cudaCheck(cudaFree(d_snapshot16));
-    cudaCheck(cudaFree(d_probs));
     cudaCheck(cudaFree(d_workspace));
     cudaCheck(cudaFree(d_eval_workspace));
     for (int l = 0; l < n_layers; l++) {
@@ -711,7 +511,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudnnCheck(cudnnDestroy(cudnn));
     cudaCheck(cudaFree(d_labels));
     cudaCheck(cudaFree(d_test_labels));
-    cudaCheck(cudaFree(d_step_loss_sum));
+    cudaCheck(cudaFree(d_loss_sum));
     cudaCheck(cudaFree(d_test_loss_sum));
     cudaCheck(cudaFree(d_test_correct));
     free(test_correct);

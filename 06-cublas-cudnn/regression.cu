@@ -1,61 +1,36 @@
-/*
-Stage 06, regression: cuBLAS where it fits. The three sums are dot products, so the "cublas" variant
-computes them with cublasSdot: a small kernel writes the residual r = w x + b - y, then
-sum r^2 = dot(r, r), sum r x = dot(r, x) and sum r = dot(r, ones). The handles are in device pointer
-mode, so the results stay on the device and nothing waits; a one-thread kernel adds them to the double
-sums. The "fused" variant is stage 05's hand-written reduction, kept so that one run measures both:
-a library call is not free fusion. The cuBLAS path writes r and reads it back three times, and reads x
-and a vector of ones once more: four passes over memory where the fused kernel makes one.
-Streams, staging ring, update kernel and copies are stage 05's.
-
-    cublas   (default) residual kernel + 3 x cublasSdot + a 1-thread kernel that adds the results
-    fused    stage 05's "shared" kernel: one pass, block reduction, 1 atomicAdd per block and sum
-
-Build and run from the repository root:
-    make stage 6 run TRAINER=regression            (or: make build/06/regression && build/06/regression)
-    make stage 6 test                              (agreement with common/reference.c, both variants)
-    make stage 6 diff                              (this stage against stage 05)
-    build/06/regression --variant fused            (the hand-written reduction)
-*/
+// Stage 06, regression: cuBLAS against the fused kernel (--variant). The sums are dot products: "cublas" writes
+// the residual r with a kernel and asks cublasSdot for r.r, r.x and r.1; "fused", stage 05's kernel, is faster.
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 
 #include "check.h"
+#include "host.h"
 #include "timing.h"
 #include "trainer.h"
 
-const char *const REGRESSION_VARIANTS[] = {"cublas", "fused", NULL};
-enum { VARIANT_CUBLAS, VARIANT_FUSED };  // indices into REGRESSION_VARIANTS
+const char *const REGRESSION_VARIANTS[] = {"fused", "cublas", NULL};
+enum { VARIANT_FUSED, VARIANT_CUBLAS };  // indices into REGRESSION_VARIANTS
 
 #define BLOCK_SIZE 256  // a multiple of WARP_SIZE: the reductions below assume full warps
 #define WARP_SIZE 32
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)
 // Uploads go in chunks through a ring of pinned buffers: the copy engine can read only pinned memory, so a
 // pageable array is first copied by the host into a pinned slot, and while the copy engine drains that
-// slot the host fills the next. A chunk is a multiple of 4 floats, so every chunk starts float4-aligned.
+// slot the host fills the next.
 #define CHUNK_POINTS (1 << 18)  // floats per chunk: 1 MiB
 #define STAGING_SLOTS 4         // 4 MiB of pinned memory in all
 
 // ----------------------------------------------------------------------------
-// forward, loss and gradient, "fused": one pass, reduced on chip. Three sums, built bottom-up: a thread's
-// points in registers, a warp's 32 threads with shuffles, a block's warps through shared memory, and only
-// then one atomicAdd per block into the double sums in global memory.
-//
-// for (i = 0; i < n; i++) {
-//     r = w * x[i] + b - y[i];
-//     loss_sum += r^2;
-//     grad_sum[0] += r * x[i]; grad_sum[1] += r;   (skipped when grad_sum is NULL: the test set)
-// }
-// (the gradient of the MSE is 2/n times the grad sums; the update applies the factor)
-// The global sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the
-// low bits of every ~1e-2 term and ends up ~0.5% off.
-// Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (15 at the
-// canonical size on an H100), and the warp and block levels are trees of depth 5 and 3. The long sum,
-// across blocks, is the double one.
+// forward, loss and gradient: one pass over the points, reduced on chip. The three sums are built bottom-up:
+// a thread's points in registers, a warp's 32 threads with shuffles, a block's warps through shared memory,
+// and only then one atomicAdd per block and sum into the double sums in global memory.
+// The sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the low
+// bits of every ~1e-2 term and ends up ~0.5% off; a double holds all of them (atomicAdd on double
+// needs sm_60, older than anything this repository builds for).
+// Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (15 at 5M points
+// on an H100), the warp and block levels are trees of depth 5 and 3; the long sum, across blocks, is double.
 
 typedef struct {
     float r2, rx, r;  // sums of r^2, r x and r over some points
@@ -89,59 +64,50 @@ __device__ Sums thread_sums(const float *x, const float *y, const float *params,
     return s;
 }
 
-// Lane 0 ends up with the sum of v over the warp's 32 lanes: each step adds the value `offset` lanes up,
-// register to register, no memory involved. Every lane of the warp must take part (full mask).
-__device__ float warp_sum(float v) {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-    return v;
-}
-
+// Every lane ends up with the sums over the warp's 32 lanes: each step adds the values of lane (lane ^ offset),
+// register to register, no memory involved. All 32 lanes must take part (full mask).
 __device__ Sums warp_sums(Sums s) {
-    s.r2 = warp_sum(s.r2);
-    s.rx = warp_sum(s.rx);
-    s.r = warp_sum(s.r);
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        s.r2 += __shfl_xor_sync(0xffffffffu, s.r2, offset);
+        s.rx += __shfl_xor_sync(0xffffffffu, s.rx, offset);
+        s.r += __shfl_xor_sync(0xffffffffu, s.r, offset);
+    }
     return s;
 }
 
-// one atomicAdd per sum; grad_sum NULL: the loss alone (the test set)
-__device__ void add_to_global(double *loss_sum, double *grad_sum, Sums s) {
-    atomicAdd(loss_sum, (double)s.r2);
-    if (grad_sum == NULL) return;
-    atomicAdd(&grad_sum[0], (double)s.rx);
-    atomicAdd(&grad_sum[1], (double)s.r);
-}
-
+// for (i = 0; i < n; i++) {
+//     r = w * x[i] + b - y[i];
+//     loss_sum += r^2;
+//     grad_sum[0] += r * x[i]; grad_sum[1] += r;   (skipped when grad_sum is NULL: the test set)
+// }
+// (the gradient of the MSE is 2/n times the grad sums; the update applies the factor)
 // Lane 0 of every warp leaves its warp's sums in shared memory; warp 0 adds them up with one more round of
-// shuffles and its lane 0 adds the block's sums to global memory.
-__global__ void forward_loss_backward_shared_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
-                                                    const float *params, int64_t n) {
-    // One row per sum, one column per warp: warp 0's lane i reads word i of a row, so its 32 lanes hit
-    // 32 different banks (no bank conflicts); the writes are one lane per warp.
-    __shared__ float warp_partials[3][WARPS_PER_BLOCK];
+// shuffles, and its lane 0 adds the block's sums to global memory.
+__global__ void forward_loss_backward_kernel(double *loss_sum, double *grad_sum, const float *x, const float *y,
+                                             const float *params, int64_t n) {
+    // One Sums per warp: warp 0's lane i reads words 3i, 3i + 1, 3i + 2, and as 3 is odd no two lanes hit the
+    // same bank (no bank conflicts); the writes are one lane per warp.
+    __shared__ Sums warp_partials[WARPS_PER_BLOCK];
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
 
     Sums s = warp_sums(thread_sums(x, y, params, n));
-    if (lane == 0) {
-        warp_partials[0][warp] = s.r2;
-        warp_partials[1][warp] = s.rx;
-        warp_partials[2][warp] = s.r;
-    }
+    if (lane == 0) warp_partials[warp] = s;
     __syncthreads();
     if (warp != 0) return;
     Sums block = {0.0f, 0.0f, 0.0f};
-    if (lane < WARPS_PER_BLOCK) {
-        block.r2 = warp_partials[0][lane];
-        block.rx = warp_partials[1][lane];
-        block.r = warp_partials[2][lane];
-    }
+    if (lane < WARPS_PER_BLOCK) block = warp_partials[lane];
     block = warp_sums(block);
-    if (lane == 0) add_to_global(loss_sum, grad_sum, block);
+    if (lane != 0) return;
+    atomicAdd(loss_sum, (double)block.r2);
+    if (grad_sum == NULL) return;
+    atomicAdd(&grad_sum[0], (double)block.rx);
+    atomicAdd(&grad_sum[1], (double)block.r);
 }
 
 // ----------------------------------------------------------------------------
 // forward, loss and gradient, "cublas": a kernel for the residual, cuBLAS for the sums. Each step is its
 // own pass over memory: the residual kernel reads x and y and writes r; then cublasSdot reads r (for r.r),
-// r and x, r and a vector of ones.
+// r and x, r and a vector of ones. Four passes where the fused kernel makes one.
 
 // for (i = 0; i < n; i++) r[i] = w * x[i] + b - y[i];
 __global__ void residual_kernel(float *residual, const float *x, const float *y, const float *params, int64_t n) {
@@ -151,10 +117,9 @@ __global__ void residual_kernel(float *residual, const float *x, const float *y,
 }
 
 // cuBLAS leaves each dot product, a float, in device memory; this adds them to the double sums, where the
-// fused kernel's atomics go: loss_sum += r.r; grad_sum += (r.x, r.1) unless grad_sum is NULL (the test set)
+// fused kernel's atomics go: loss_sum += r.r; grad_sum += (r.x, r.1)
 __global__ void add_dots_kernel(double *loss_sum, double *grad_sum, const float *dots) {
     *loss_sum += dots[0];
-    if (grad_sum == NULL) return;
     grad_sum[0] += dots[1];
     grad_sum[1] += dots[2];
 }
@@ -167,11 +132,10 @@ __global__ void fill_kernel(float *v, float value, int64_t n) {
 }
 
 // ----------------------------------------------------------------------------
-// update: one thread, two parameters, and the bookkeeping the host used to do between epochs
+// update: one thread, two parameters
 
-// At the end of an epoch: a logged epoch (log_slot >= 0) leaves its loss sum and the parameters it started
-// from in the logs; then w -= lr * 2/n * sum(r x), b -= lr * 2/n * sum(r); then the sums are zeroed for
-// the next epoch (instead of two memsets before it).
+// A logged epoch (log_slot >= 0) leaves its loss sum and starting parameters in the logs; then
+// w -= lr * 2/n * sum(r x), b -= lr * 2/n * sum(r); then the sums are zeroed for the next epoch (no memsets).
 __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_sum, double *loss_log, float *param_log,
                                   int log_slot, float lr, int64_t n) {
     if (log_slot >= 0) {
@@ -188,72 +152,80 @@ __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_
 }
 
 // ----------------------------------------------------------------------------
-// launchers: "fused" one wave of blocks; the residual one thread per point
+// launchers
 
 static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
 
-// The largest grid that runs in one wave: SMs × the blocks of the reduction kernel one SM holds at once.
-// Once every thread loops, more blocks only queue behind the first wave (each adding its atomics), and
-// fewer leave SMs without enough loads in flight to keep memory busy.
+// The largest grid that runs in one wave: SMs × the blocks of the kernel one SM holds at once. Once every
+// thread loops, more blocks only queue behind the first wave (each adding its atomics), and fewer leave SMs
+// without enough loads in flight to keep memory busy. Asked once (in setup), then remembered.
 static int wave_blocks(void) {
+    static int blocks = 0;  // one device per process
+    if (blocks > 0) return blocks;
     int device, sm_count, per_sm;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)forward_loss_backward_shared_kernel,
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)forward_loss_backward_kernel,
                                                             BLOCK_SIZE, 0));
-    return sm_count * per_sm;
+    blocks = sm_count * per_sm;
+    return blocks;
 }
 
 // a wave, or fewer blocks when n is small: at least one float4 per thread
-static unsigned int wave_for(int max_blocks, int64_t n) {
+static unsigned int wave_for(int64_t n) {
     int64_t needed = (n + 4 * BLOCK_SIZE - 1) / (4 * BLOCK_SIZE);
-    return (unsigned int)(needed < max_blocks ? needed : max_blocks);
+    return (unsigned int)(needed < wave_blocks() ? needed : wave_blocks());
 }
 
-// What the cuBLAS path needs on one stream. A handle per stream: a handle's workspace must not serve two
-// streams that run at the same time. Device pointer mode: cublasSdot writes its result to device memory
-// and returns at once, instead of copying it to the host and waiting for it.
+// What the cuBLAS path needs: a handle bound to the training stream, in device pointer mode (cublasSdot then
+// writes its result to device memory and returns at once, instead of copying it to the host and waiting).
 typedef struct {
-    cublasHandle_t handle;  // bound to the stream, CUBLAS_POINTER_MODE_DEVICE
-    float *residual;        // (n,) r = w x + b - y
-    float *dots;            // (3,) r.r, r.x, r.1
-    const float *ones;      // (n,) 1.0f for r.1; NULL on the test stream, which needs r.r only
+    cublasHandle_t handle;
+    float *residual;  // (n,) r = w x + b - y
+    float *ones;      // (n,) 1.0f, for r.1
+    float *dots;      // (3,) r.r, r.x, r.1
 } CublasSums;
 
-static void cublas_sums_create(CublasSums *c, int64_t n, const float *ones, cudaStream_t stream) {
+static CublasSums *cublas_sums_create(int64_t n, cudaStream_t stream) {
+    CublasSums *c = (CublasSums *)host_malloc(sizeof(CublasSums), "the cuBLAS state");
     cublasCheck(cublasCreate(&c->handle));
+    // EXERCISE(cublas-handle) begin: bind c->handle to stream and switch it to CUBLAS_POINTER_MODE_DEVICE. Why both?
     cublasCheck(cublasSetStream(c->handle, stream));
     cublasCheck(cublasSetPointerMode(c->handle, CUBLAS_POINTER_MODE_DEVICE));
+    // EXERCISE end
     cudaCheck(cudaMalloc(&c->residual, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&c->ones, n * sizeof(float)));
     cudaCheck(cudaMalloc(&c->dots, 3 * sizeof(float)));
-    c->ones = ones;
+    fill_kernel<<<blocks_for(n), BLOCK_SIZE, 0, stream>>>(c->ones, 1.0f, n);
+    launchCheck();
+    return c;
 }
 
 static void cublas_sums_destroy(CublasSums *c) {
     cublasCheck(cublasDestroy(c->handle));
     cudaCheck(cudaFree(c->residual));
+    cudaCheck(cudaFree(c->ones));
     cudaCheck(cudaFree(c->dots));
+    free(c);
 }
 
-// adds to loss_sum and grad_sum (zeroed by the update kernel); grad_sum NULL: the loss alone.
-// "cublas" needs cublas->handle bound to stream; n fits cuBLAS's int (--points <= 2e9, 80% of it trains).
-static void forward_loss_backward(int variant, int max_blocks, const CublasSums *cublas, double *loss_sum,
-                                  double *grad_sum, const float *x, const float *y, const float *params, int64_t n,
-                                  cudaStream_t stream) {
-    if (variant == VARIANT_FUSED) {
-        unsigned int grid = wave_for(max_blocks, n);
-        forward_loss_backward_shared_kernel<<<grid, BLOCK_SIZE, 0, stream>>>(loss_sum, grad_sum, x, y, params, n);
+// grad_sum NULL: the loss alone (the test set). cublas NULL: the fused kernel; else the training set's sums
+// with cuBLAS (n fits its int: --points <= 2e9).
+static void forward_loss_backward(double *loss_sum, double *grad_sum, const float *x, const float *y,
+                                  const float *params, int64_t n, cudaStream_t stream, const CublasSums *cublas) {
+    if (cublas != NULL) {
+        residual_kernel<<<blocks_for(n), BLOCK_SIZE, 0, stream>>>(cublas->residual, x, y, params, n);
+        launchCheck();
+        // EXERCISE(cublas-dots) begin: three cublasSdot calls, into cublas->dots: r.r, r.x, r.1. Check each.
+        cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, cublas->residual, 1, &cublas->dots[0]));
+        cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, x, 1, &cublas->dots[1]));
+        cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, cublas->ones, 1, &cublas->dots[2]));
+        // EXERCISE end
+        add_dots_kernel<<<1, 1, 0, stream>>>(loss_sum, grad_sum, cublas->dots);
         launchCheck();
         return;
     }
-    residual_kernel<<<blocks_for(n), BLOCK_SIZE, 0, stream>>>(cublas->residual, x, y, params, n);
-    launchCheck();
-    cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, cublas->residual, 1, &cublas->dots[0]));
-    if (grad_sum != NULL) {
-        cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, x, 1, &cublas->dots[1]));
-        cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, cublas->ones, 1, &cublas->dots[2]));
-    }
-    add_dots_kernel<<<1, 1, 0, stream>>>(loss_sum, grad_sum, cublas->dots);
+    forward_loss_backward_kernel<<<wave_for(n), BLOCK_SIZE, 0, stream>>>(loss_sum, grad_sum, x, y, params, n);
     launchCheck();
 }
 
@@ -272,73 +244,36 @@ typedef struct {
     int next;                            // the slot to fill next
 } StagingRing;
 
-static void staging_ring_create(StagingRing *ring) {
-    for (int s = 0; s < STAGING_SLOTS; s++) {
-        cudaCheck(cudaMallocHost(&ring->slot[s], CHUNK_POINTS * sizeof(float)));
-        cudaCheck(cudaEventCreateWithFlags(&ring->drained[s], cudaEventDisableTiming));
-    }
-    ring->next = 0;
-}
-
-static void staging_ring_destroy(StagingRing *ring) {
-    for (int s = 0; s < STAGING_SLOTS; s++) {
-        cudaCheck(cudaFreeHost(ring->slot[s]));
-        cudaCheck(cudaEventDestroy(ring->drained[s]));
-    }
-}
-
-// n <= CHUNK_POINTS floats from src to dst, enqueued on stream. The host waits only when the slot it is
-// about to refill has not been drained yet (never-recorded events count as done): a wait for the copy
-// engine, never for a kernel.
-static void staged_copy(StagingRing *ring, float *dst, const float *src, int64_t n, cudaStream_t stream) {
-    int s = ring->next;
-    ring->next = (s + 1) % STAGING_SLOTS;
-    cudaCheck(cudaEventSynchronize(ring->drained[s]));
-    memcpy(ring->slot[s], src, (size_t)n * sizeof(float));
-    cudaCheck(cudaMemcpyAsync(dst, ring->slot[s], (size_t)n * sizeof(float), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaEventRecord(ring->drained[s], stream));
-}
-
-static int64_t chunk_length(int64_t start, int64_t n) { return n - start < CHUNK_POINTS ? n - start : CHUNK_POINTS; }
-
-// any n, chunk by chunk
+// n floats from src to dst, enqueued on stream chunk by chunk. The host waits only when the slot it is about
+// to refill has not been drained yet (never-recorded events count as done): a wait for the copy engine, never
+// for a kernel.
 static void staged_upload(StagingRing *ring, float *dst, const float *src, int64_t n, cudaStream_t stream) {
-    for (int64_t start = 0; start < n; start += CHUNK_POINTS)
-        staged_copy(ring, dst + start, src + start, chunk_length(start, n), stream);
-}
-
-static double host_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+    for (int64_t start = 0; start < n; start += CHUNK_POINTS) {
+        int s = ring->next;
+        ring->next = (s + 1) % STAGING_SLOTS;
+        size_t bytes = (size_t)(n - start < CHUNK_POINTS ? n - start : CHUNK_POINTS) * sizeof(float);
+        cudaCheck(cudaEventSynchronize(ring->drained[s]));
+        memcpy(ring->slot[s], src + start, bytes);
+        cudaCheck(cudaMemcpyAsync(dst + start, ring->slot[s], bytes, cudaMemcpyHostToDevice, stream));
+        cudaCheck(cudaEventRecord(ring->drained[s], stream));
+    }
 }
 
 // ----------------------------------------------------------------------------
 // training
 
-static void *host_alloc_or_die(size_t bytes) {
-    void *p = malloc(bytes);
-    if (p == NULL) {
-        fprintf(stderr, "error: out of host memory (%zu bytes)\n", bytes);
-        exit(EXIT_CUDA);
-    }
-    return p;
-}
-
 int train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out) {
     int64_t n_train = data->n_train, n_test = data->n_test;
     int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
 
-    // setup (not timed): device buffers, the size of a wave, streams, events, pinned buffers, cuBLAS handles
+    // setup (not timed): buffers, and everything else made once before e2e starts
     double setup_start_ms = host_ms();
     float *d_x_train, *d_y_train;  // (n_train,)
     float *d_x_test, *d_y_test;    // (n_test,)
     float *d_params;               // (2,) w, b
-    double *d_loss_sum;            // (1,) train sum of squared residuals of the running epoch
-    double *d_grad_sum;            // (2,) sum of r x, sum of r of the running epoch
+    double *d_loss_sum;            // (1,) train sum of squared residuals
+    double *d_grad_sum;            // (2,) sum of r x, sum of r
     float *d_param_log;            // (n_logged, 2) w, b at the start of each logged epoch
-    double *d_loss_log;            // (2 * n_logged + 1,) sums of squared residuals: the logged epochs' train
-                                   // sums, then their test sums, then the test sum of the trained parameters
     cudaCheck(cudaMalloc(&d_x_train, n_train * sizeof(float)));
     cudaCheck(cudaMalloc(&d_y_train, n_train * sizeof(float)));
     cudaCheck(cudaMalloc(&d_x_test, n_test * sizeof(float)));
@@ -347,127 +282,80 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     cudaCheck(cudaMalloc(&d_loss_sum, sizeof(double)));
     cudaCheck(cudaMalloc(&d_grad_sum, 2 * sizeof(double)));
     cudaCheck(cudaMalloc(&d_param_log, 2 * n_logged * sizeof(float)));
-    cudaCheck(cudaMalloc(&d_loss_log, (2 * n_logged + 1) * sizeof(double)));
-    double *d_train_loss_log = d_loss_log;            // (n_logged,)
-    double *d_test_loss_log = d_loss_log + n_logged;  // (n_logged + 1,)
-    float *h_params;                                  // (2,) pinned: the trained w, b come back here
-    double *h_loss_log;                               // (2 * n_logged + 1,) pinned: d_loss_log comes back here
-    cudaCheck(cudaMallocHost(&h_params, 2 * sizeof(float)));
-    cudaCheck(cudaMallocHost(&h_loss_log, (2 * n_logged + 1) * sizeof(double)));
-    int max_blocks = wave_blocks();
-
-    // stream: the epochs; copy_stream: the training set; eval_stream: the test set and the test losses
-    cudaStream_t stream, copy_stream, eval_stream;
-    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaCheck(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
-    cudaCheck(cudaStreamCreateWithFlags(&eval_stream, cudaStreamNonBlocking));
-    cudaEvent_t forked;       // the other streams start after e2e_start and the zeroing on stream
-    cudaEvent_t chunk_ready;  // the latest training chunk is on the device
-    cudaEvent_t trained;      // the last update is done
-    cudaEvent_t eval_done;    // every test loss is in d_test_loss_log
-    cudaEvent_t *logged_ready = (cudaEvent_t *)host_alloc_or_die(n_logged * sizeof(cudaEvent_t));  // [n_logged]
-    cudaCheck(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&chunk_ready, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&trained, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&eval_done, cudaEventDisableTiming));
-    for (int k = 0; k < n_logged; k++) cudaCheck(cudaEventCreateWithFlags(&logged_ready[k], cudaEventDisableTiming));
-    StagingRing ring;
-    staging_ring_create(&ring);
-    // "cublas": a handle, a residual and a result buffer per stream that sums; r.1 needs a vector of ones
-    float *d_ones = NULL;  // (n_train,) 1.0f
-    CublasSums train_cublas = {NULL, NULL, NULL, NULL}, test_cublas = {NULL, NULL, NULL, NULL};
-    if (cfg->variant == VARIANT_CUBLAS) {
-        cudaCheck(cudaMalloc(&d_ones, n_train * sizeof(float)));
-        fill_kernel<<<blocks_for(n_train), BLOCK_SIZE, 0, stream>>>(d_ones, 1.0f, n_train);
-        launchCheck();
-        cublas_sums_create(&train_cublas, n_train, d_ones, stream);
-        cublas_sums_create(&test_cublas, n_test, NULL, eval_stream);
+    cudaCheck(cudaMemset(d_loss_sum, 0, sizeof(double)));  // once: then the update kernel zeroes the sums
+    cudaCheck(cudaMemset(d_grad_sum, 0, 2 * sizeof(double)));
+    // (2 n_logged + 1,) sums of squared residuals: the logged epochs' train sums, then their test sums, then the
+    // test sum of the trained parameters
+    double *d_loss_log = (double *)device_zeros((2 * n_logged + 1) * sizeof(double));
+    double *h_loss_log = (double *)host_malloc((2 * n_logged + 1) * sizeof(double), "the losses");
+    wave_blocks();
+    StagingRing ring = {{NULL}, {NULL}, 0};
+    for (int s = 0; s < STAGING_SLOTS; s++) {
+        ring.slot[s] = (float *)host_pinned(CHUNK_POINTS * sizeof(float), "a staging buffer");
+        cudaCheck(cudaEventCreateWithFlags(&ring.drained[s], cudaEventDisableTiming));
     }
+    // stream: the training set and the epochs; eval_stream: the test set and the test losses
+    cudaStream_t stream, eval_stream;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&eval_stream, cudaStreamNonBlocking));
+    // [n_logged + 1]: logged epoch k's parameters are in d_param_log; the last: the trained parameters are final
+    cudaEvent_t *logged_ready = (cudaEvent_t *)host_malloc((n_logged + 1) * sizeof(cudaEvent_t), "events");
+    for (int k = 0; k <= n_logged; k++) cudaCheck(cudaEventCreateWithFlags(&logged_ready[k], cudaEventDisableTiming));
+    cudaCheck(cudaDeviceSynchronize());  // the memsets ran on the default stream, which the streams do not wait for
+    // "cublas": the training sums through cuBLAS (the test losses stay on the fused kernel); NULL: "fused"
+    CublasSums *cublas = cfg->variant == VARIANT_CUBLAS ? cublas_sums_create(n_train, stream) : NULL;
     TrainClock clock;
     train_clock_init(&clock, cfg->epochs, cfg->breakdown);
     out->timing.setup_ms = host_ms() - setup_start_ms;
 
-    // e2e starts with the data in host memory
+    // e2e starts with the data in host memory. From here the host only enqueues: it never waits for a kernel
+    // (the staging ring waits for the copy engine). With --breakdown every phase waits for itself instead.
     train_clock_e2e_start(&clock, stream);
     float params_init[2] = {data->w_init, data->b_init};
-    staged_copy(&ring, d_params, params_init, 2, stream);
-    cudaCheck(cudaMemsetAsync(d_loss_sum, 0, sizeof(double), stream));
-    cudaCheck(cudaMemsetAsync(d_grad_sum, 0, 2 * sizeof(double), stream));
-    cudaCheck(cudaMemsetAsync(d_test_loss_log, 0, (n_logged + 1) * sizeof(double), stream));
-    cudaCheck(cudaEventRecord(forked, stream));
-    cudaCheck(cudaStreamWaitEvent(copy_stream, forked, 0));
-    cudaCheck(cudaStreamWaitEvent(eval_stream, forked, 0));
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        staged_upload(&ring, d_x_train, data->x_train, n_train, stream);
+        staged_upload(&ring, d_y_train, data->y_train, n_train, stream);
+        staged_upload(&ring, d_params, params_init, 2, stream);
+    }
+    train_clock_loop_start(&clock, stream);
 
-    // The loop only enqueues work: the host never waits for a kernel. (The staging ring may wait for the
-    // copy engine during epoch 0, when it is full.) With --breakdown every phase waits for itself, so the
-    // overlaps below disappear from the breakdown run.
     int logged = 0;
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         int log_slot = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every) ? logged++ : -1;
 
-        if (epoch == 0) {
-            // Epoch 0 rides on the upload: the sums of chunk k start as soon as chunk k is on the device,
-            // while the copy engine moves chunk k + 1. The loop clock starts when the last chunk is in.
-            for (int64_t start = 0; start < n_train; start += CHUNK_POINTS) {
-                int64_t count = chunk_length(start, n_train);
-                train_clock_phase_begin(&clock, copy_stream);
-                staged_copy(&ring, d_x_train + start, data->x_train + start, count, copy_stream);
-                staged_copy(&ring, d_y_train + start, data->y_train + start, count, copy_stream);
-                cudaCheck(cudaEventRecord(chunk_ready, copy_stream));
-                train_clock_phase_end(&clock, PHASE_H2D, copy_stream);
-                cudaCheck(cudaStreamWaitEvent(stream, chunk_ready, 0));
-                if (start + count == n_train) train_clock_loop_start(&clock, stream);
-
-                train_clock_phase_begin(&clock, stream);
-                forward_loss_backward(cfg->variant, max_blocks, &train_cublas, d_loss_sum, d_grad_sum,
-                                      d_x_train + start, d_y_train + start, d_params, count, stream);
-                train_clock_phase_end(&clock, PHASE_LOSS, stream);
-            }
-        } else {
-            // forward, loss and backward (one kernel, or a kernel and cuBLAS calls): --breakdown says "loss"
-            train_clock_phase_begin(&clock, stream);
-            forward_loss_backward(cfg->variant, max_blocks, &train_cublas, d_loss_sum, d_grad_sum, d_x_train, d_y_train,
-                                  d_params, n_train, stream);
-            train_clock_phase_end(&clock, PHASE_LOSS, stream);
-        }
-
-        train_clock_phase_begin(&clock, stream);
-        sgd_update(d_params, d_loss_sum, d_grad_sum, d_train_loss_log, d_param_log, log_slot, cfg->lr, n_train, stream);
-        train_clock_phase_end(&clock, PHASE_UPDATE, stream);
+        // forward, loss and backward together: --breakdown reports them as "loss"
+        TIMED_PHASE(&clock, PHASE_LOSS, stream)
+            forward_loss_backward(d_loss_sum, d_grad_sum, d_x_train, d_y_train, d_params, n_train, stream, cublas);
+        TIMED_PHASE(&clock, PHASE_UPDATE, stream)
+            sgd_update(d_params, d_loss_sum, d_grad_sum, d_loss_log, d_param_log, log_slot, cfg->lr, n_train, stream);
         if (log_slot >= 0) cudaCheck(cudaEventRecord(logged_ready[log_slot], stream));
 
-        train_clock_epoch_end(&clock, epoch, stream);
+        if (epoch < cfg->epochs - 1) train_clock_epoch_end(&clock, epoch, stream);  // the last one: below
     }
-    cudaCheck(cudaEventRecord(trained, stream));
+    cudaCheck(cudaEventRecord(logged_ready[n_logged], stream));
 
-    // The test set goes up on the eval stream while the epochs run (enqueued after them, so that the host
-    // memcpy into the staging ring does not delay their launches), then each logged epoch's test loss runs
-    // from its parameter snapshot as soon as that exists, lagging the training as far as it likes.
-    train_clock_phase_begin(&clock, eval_stream);
-    staged_upload(&ring, d_x_test, data->x_test, n_test, eval_stream);
-    staged_upload(&ring, d_y_test, data->y_test, n_test, eval_stream);
-    train_clock_phase_end(&clock, PHASE_H2D, eval_stream);
-    train_clock_phase_begin(&clock, eval_stream);
-    for (int k = 0; k < n_logged; k++) {
+    // The test set goes up on the eval stream beside the epochs (enqueued after them, so that its host memcpy
+    // does not delay their launches); each test loss runs as soon as its parameters exist. The eval stream
+    // waits for the trained parameters last: it ends the last epoch (and the loop) and the run.
+    TIMED_PHASE(&clock, PHASE_H2D, eval_stream) {
+        staged_upload(&ring, d_x_test, data->x_test, n_test, eval_stream);
+        staged_upload(&ring, d_y_test, data->y_test, n_test, eval_stream);
+    }
+    TIMED_PHASE(&clock, PHASE_EVAL, eval_stream) for (int k = 0; k <= n_logged; k++) {
+        const float *params = k < n_logged ? d_param_log + 2 * k : d_params;
         cudaCheck(cudaStreamWaitEvent(eval_stream, logged_ready[k], 0));
-        forward_loss_backward(cfg->variant, max_blocks, &test_cublas, d_test_loss_log + k, NULL, d_x_test, d_y_test,
-                              d_param_log + 2 * k, n_test, eval_stream);
+        forward_loss_backward(d_loss_log + n_logged + k, NULL, d_x_test, d_y_test, params, n_test, eval_stream, NULL);
     }
-    cudaCheck(cudaStreamWaitEvent(eval_stream, trained, 0));
-    forward_loss_backward(cfg->variant, max_blocks, &test_cublas, d_test_loss_log + n_logged, NULL, d_x_test, d_y_test,
-                          d_params, n_test, eval_stream);
-    train_clock_phase_end(&clock, PHASE_EVAL, eval_stream);
-    cudaCheck(cudaEventRecord(eval_done, eval_stream));
+    train_clock_epoch_end(&clock, cfg->epochs - 1, eval_stream);
 
-    // once everything is done: the parameters and every loss, in two copies
-    cudaCheck(cudaStreamWaitEvent(stream, eval_done, 0));
-    train_clock_phase_begin(&clock, stream);
-    cudaCheck(cudaMemcpyAsync(h_params, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    cudaCheck(
-        cudaMemcpyAsync(h_loss_log, d_loss_log, (2 * n_logged + 1) * sizeof(double), cudaMemcpyDeviceToHost, stream));
-    train_clock_phase_end(&clock, PHASE_D2H, stream);
-    train_clock_e2e_stop(&clock, stream);
-    train_clock_finish(&clock, &out->timing);  // waits for e2e_stop, so the copies have landed
+    float h_params[2];  // the trained w, b
+    TIMED_PHASE(&clock, PHASE_D2H, eval_stream) {
+        cudaCheck(cudaMemcpyAsync(h_params, d_params, 2 * sizeof(float), cudaMemcpyDeviceToHost, eval_stream));
+        cudaCheck(cudaMemcpyAsync(h_loss_log, d_loss_log, (2 * n_logged + 1) * sizeof(double), cudaMemcpyDeviceToHost,
+                                  eval_stream));
+    }
+    train_clock_e2e_stop(&clock, eval_stream);
+    train_clock_finish(&clock, &out->timing);
     out->w = h_params[0];
     out->b = h_params[1];
     for (int k = 0; k < n_logged; k++) {
@@ -476,23 +364,16 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     }
     out->final_test_loss = (float)(h_loss_log[2 * n_logged] / (double)n_test);
 
-    staging_ring_destroy(&ring);
-    if (cfg->variant == VARIANT_CUBLAS) {
-        cublas_sums_destroy(&train_cublas);
-        cublas_sums_destroy(&test_cublas);
-        cudaCheck(cudaFree(d_ones));
+    for (int s = 0; s < STAGING_SLOTS; s++) {
+        cudaCheck(cudaFreeHost(ring.slot[s]));
+        cudaCheck(cudaEventDestroy(ring.drained[s]));
     }
-    cudaCheck(cudaEventDestroy(forked));
-    cudaCheck(cudaEventDestroy(chunk_ready));
-    cudaCheck(cudaEventDestroy(trained));
-    cudaCheck(cudaEventDestroy(eval_done));
-    for (int k = 0; k < n_logged; k++) cudaCheck(cudaEventDestroy(logged_ready[k]));
+    if (cublas != NULL) cublas_sums_destroy(cublas);
+    for (int k = 0; k <= n_logged; k++) cudaCheck(cudaEventDestroy(logged_ready[k]));
     free(logged_ready);
+    free(h_loss_log);
     cudaCheck(cudaStreamDestroy(stream));
-    cudaCheck(cudaStreamDestroy(copy_stream));
     cudaCheck(cudaStreamDestroy(eval_stream));
-    cudaCheck(cudaFreeHost(h_params));
-    cudaCheck(cudaFreeHost(h_loss_log));
     cudaCheck(cudaFree(d_x_train));
     cudaCheck(cudaFree(d_y_train));
     cudaCheck(cudaFree(d_x_test));

@@ -15,6 +15,8 @@ file and the device it comes from. The tables go between markers, and nothing ou
                    table of the last full `make sanitize`, results/<gpu>-sanitize.txt, as it printed it)
   NN-*/README.md   <!-- sanitize:stageNN begin --> ... <!-- sanitize:stageNN end -->  (that table's rows
                    of stage NN)
+  NN-*/README.md   <!-- ladder:NAME begin --> ... <!-- ladder:NAME end -->  (kernel ladder NN-*/NAME_ladder.cu:
+                   its last run in results/<gpu>-ladders.csv, one table per shape; bench/kernel_ladders.py)
 
 A stage counts in the ladder and the stage-vs-stage tables in its default variant (the first name of
 its REGRESSION_VARIANTS / MNIST_VARIANTS), at fp32 and bf16; its other variants and precisions (the
@@ -32,6 +34,7 @@ import os
 import re
 import sys
 
+import kernel_ladders
 import results_csv as rc
 
 NOT_COMPARED = "—"
@@ -122,7 +125,7 @@ def ladder_table(rows, config, device, source, stage_names=None, defaults=None):
 FOOTNOTE_TIMES = (
     "e2e: from the training data in host memory to the trained parameters back in host memory; "
     "loop: the training loop alone, data already on the device; ms/epoch: median epoch "
-    "(DESIGN.md, \"Timing\"). Speedups are ratios of e2e times: step = the stage above ÷ this stage, "
+    "(docs/DESIGN.md, \"Timing\"). Speedups are ratios of e2e times: step = the stage above ÷ this stage, "
     "cumulative = the first stage ÷ this row; ÷ best stage = a PyTorch row ÷ the fastest stage of the "
     "same precision (above 1: our stage is faster). Rows that ran other epoch counts are not compared."
 )
@@ -428,6 +431,7 @@ def all_blocks(datasets, root, results_dir):
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
     summaries = sanitize_summaries(results_dir)
+    ladder_sets = kernel_ladders.load(results_dir, root)
     files = {os.path.join(root, "README.md"): {
         "ladder:regression": ladder_block(datasets, "regression", names, known),
         "ladder:mnist": ladder_block(datasets, "mnist", names, known),
@@ -439,6 +443,7 @@ def all_blocks(datasets, root, results_dir):
                                                      f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
         if nn == "07":
             files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
+        files[os.path.join(root, d, "README.md")].update(kernel_ladders.readme_blocks(ladder_sets, root, nn, d))
     return files
 
 

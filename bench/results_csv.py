@@ -24,7 +24,7 @@ RESULT_COLUMNS = (
 CURVE_COLUMNS = ("stage", "trainer", "variant", "hidden", "series", "index", "value")
 BREAKDOWN_COLUMNS = ("stage", "trainer", "hidden", "epochs", "phase", "ms", "pct")
 
-# The canonical configurations of DESIGN.md: the ladder tables show exactly these.
+# docs/DESIGN.md, "Canonical configurations": the ladder tables show exactly these.
 REGRESSION_POINTS = 5_000_000
 REGRESSION_EPOCHS = 200
 MNIST_HIDDEN = ("0", "128", "1024,1024")

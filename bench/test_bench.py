@@ -15,6 +15,7 @@ import tempfile
 import unittest
 from types import SimpleNamespace
 
+import kernel_ladders
 import make_tables
 import plots
 import results_csv as rc
@@ -635,6 +636,83 @@ class SanitizeBlockTest(unittest.TestCase):
         self.assertIn("Not run yet", make_tables.sanitize_block([], self.dir))
         summaries = make_tables.sanitize_summaries(self.dir)
         self.assertIn("Not run yet", make_tables.sanitize_block(summaries, self.dir, "02"))
+
+
+class KernelLadderTest(unittest.TestCase):
+    """bench/kernel_ladders.py on fixture-gpu-ladders.csv: an older 04 reduce run (fix0001), the newer one
+    (fix0002, version 5 missing), and a 06 gemm run of two shapes, three of its rows with a setup time."""
+
+    LADDERS_CSV = os.path.join(FIXTURES, "fixture-gpu-ladders.csv")
+
+    def rows(self):
+        return rc.read_csv(self.LADDERS_CSV, kernel_ladders.LADDER_COLUMNS)
+
+    def test_columns_are_ladder_h_header(self):
+        header = c_string_macro(os.path.join(ROOT, "common", "ladder.h"), "LADDER_CSV_HEADER")
+        self.assertEqual(",".join(kernel_ladders.LADDER_COLUMNS), header)
+
+    def test_files_told_apart_by_header(self):
+        self.assertEqual(kernel_ladders.ladder_files(FIXTURES), [self.LADDERS_CSV])
+        self.assertNotIn(self.LADDERS_CSV, rc.result_files(FIXTURES))
+
+    def test_the_last_run_is_the_table(self):
+        run = kernel_ladders.last_run(self.rows(), "04", "reduce")
+        self.assertEqual([r["version"] for r in run], ["1", "2", "3", "4", "6"])
+        self.assertEqual({r["commit"] for r in run}, {"fix0002"})
+        self.assertEqual(kernel_ladders.last_run(self.rows(), "04", "gemm"), [])
+
+    def test_lines(self):
+        lines = kernel_ladders.table_lines(kernel_ladders.last_run(self.rows(), "04", "reduce"))
+        # version, name, ms (min–max), rate, % of ceiling, step, cumulative, setup
+        self.assertEqual(lines[0], ["1", "`atomic`", "16.0 (15.0–17.0)", "2.00", "0.1%", "—", "1.00×", ""])
+        self.assertEqual(lines[1][2:7], ["0.160 (0.150–0.200)", "200", "10.0%", "100.00×", "100.00×"])
+        self.assertEqual(lines[2][5:7], ["0.50×", "50.00×"])
+        self.assertEqual(lines[4][2:7], ["0.0200 (0.0190–0.0250)", "1,600", "80.0%", "4.00× (vs 4)", "800.00×"])
+        self.assertEqual(lines[5][1:5], ["ceiling: read-only kernel", "0.0160", "2,000", "100%"])
+
+    def test_one_table_per_shape_and_setup_only_where_measured(self):
+        block = kernel_ladders.block([("results/fixture-gpu-ladders.csv", self.rows())], "06", "gemm")
+        first, second = block.split("**Stage 06 · gemm ladder · 128x784x128**")
+        self.assertIn("**Stage 06 · gemm ladder · 128x784x10**", first)
+        self.assertIn("| setup ms |", first)
+        self.assertIn("| 4 | `lt-autotuned` | 0.00400 (0.00400–0.00500) | 500 | 125.0% | 2.00× | 2.50× | 25.0 |", first)
+        self.assertIn("1.25× (vs 1)", first)
+        self.assertNotIn("setup ms", second)
+        self.assertIn("FIXTURE-GPU · `results/fixture-gpu-ladders.csv` · commit fix0002", first)
+        self.assertIn("Not measured yet", kernel_ladders.block([], "04", "reduce"))
+        self.assertEqual(kernel_ladders.fmt_ms(0.00523), "0.00523")
+        self.assertEqual(kernel_ladders.fmt_ms(1234.4), "1,234")
+
+    def test_main_writes_stage_readmes(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "results"))
+            shutil.copy(self.LADDERS_CSV, os.path.join(root, "results"))
+            os.makedirs(os.path.join(root, "04-shared-memory"))
+            os.makedirs(os.path.join(root, "06-cublas-cudnn"))
+            with open(os.path.join(root, "04-shared-memory", "gemm_ladder.cu"), "w") as f:
+                f.write("// a ladder not measured yet\n")
+            readme04 = os.path.join(root, "04-shared-memory", "README.md")
+            with open(readme04, "w") as f:
+                f.write("# 04\n<!-- ladder:reduce begin -->\nstale\n<!-- ladder:reduce end -->\n"
+                        "<!-- ladder:gemm begin -->\n<!-- ladder:gemm end -->\nend\n")
+            readme06 = os.path.join(root, "06-cublas-cudnn", "README.md")
+            with open(readme06, "w") as f:
+                f.write("# 06, no markers\n")
+            before = os.stat(readme06).st_mtime_ns
+
+            self.assertEqual(MarkerTest.run_main("--root", root), 0)
+            with open(readme04) as f:
+                text = f.read()
+            self.assertTrue(text.startswith("# 04\n<!-- ladder:reduce begin -->\n**Stage 04 · reduce ladder"))
+            self.assertNotIn("stale", text)
+            self.assertIn("<!-- ladder:gemm begin -->\n*Not measured yet: run `make stage 4 ladder RECORD=1`", text)
+            self.assertTrue(text.endswith("<!-- ladder:gemm end -->\nend\n"))
+            self.assertEqual(os.stat(readme06).st_mtime_ns, before)
+
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 0)
+            with open(readme04, "w") as f:
+                f.write(text.replace("800.00×", "801.00×"))
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 1)
 
 
 if __name__ == "__main__":

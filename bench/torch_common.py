@@ -4,8 +4,8 @@ The modes, the command line, the device description, the clocks (CUDA events on 
 clock on the CPU), warm-up and repeats, the parameter update, and the rows they append: result rows
 in the schema of common/report.h and loss curves in long format (bench/results_csv.py).
 
-Timing follows DESIGN.md, "Timing": e2e runs from the training data in host memory (plain CPU
-tensors, as the C drivers use plain malloc memory) to the trained parameters back in host memory;
+Timing follows docs/DESIGN.md, "Timing": e2e runs from the training data in host memory (plain
+CPU tensors, as the C drivers use plain malloc memory) to the trained parameters back in host memory;
 loop is the training loop with the data already on the device; both come from CUDA events recorded
 on the stream the work runs on, after an untimed warm-up (compilation and graph capture happen there
 and are reported on stdout, not in the row).

@@ -4,8 +4,12 @@
 #   make stage N try FILE=path.cu   build stage N with FILE in place of the trainer it defines (for stage 1:
 #                                   of vector_add.cu), run the stage's GPU suite on it, time it against the
 #                                   stage's own file with the same flags (ARGS=... adds flags): PASS or FAIL
-#   make stage N exercise           `try` on the stage's skeleton, N-*/exercise/*.cu (EXERCISE=name picks one)
+#   make stage N exercise           `try` on the stage's skeleton: build/exercise/NN/FILE.cu, the stage file
+#                                   with its `// EXERCISE(name) begin:` ... `// EXERCISE end` regions cut
+#                                   by common/exercise_cut.awk (EXERCISE=name cuts that region only)
 #   make stage N exercise ANSWER=1  `try` on the stage file the skeleton was cut from (it must pass)
+#   make student [DIR=path]         a copy of the repository with every exercise region cut, for a class
+#                                   (default build/student; common/student.sh)
 #   make stage N prompt             build/prompt/stageNN.md: a self-contained prompt for an assistant or a
 #                                   student (TRAINER=regression|mnist narrows it to one trainer)
 #
@@ -17,7 +21,7 @@
 # The work is in common/try.sh; the verdict and speed tables in common/try_report.awk. This file only
 # hands them the build settings, as TRY_* variables in their environment.
 
-.PHONY: stage-try stage-exercise stage-prompt
+.PHONY: stage-try stage-exercise stage-prompt student
 
 stage-try stage-exercise stage-prompt: export TRY_MAKE = $(MAKE)
 stage-try stage-exercise stage-prompt: export TRY_BUILD = $(BUILD)
@@ -44,3 +48,8 @@ stage-exercise:
 
 stage-prompt:
 	+@bash common/try.sh prompt $(NN)
+
+# DIR travels in the environment, never through a shell command line
+student: export STUDENT_DIR = $(or $(DIR),$(BUILD)/student)
+student:
+	@bash common/student.sh

@@ -1,5 +1,5 @@
-// common/report.h: result rows (DESIGN.md, "Result rows"): one human line on stdout, and one CSV row
-// appended to --csv FILE (header written when the file is new). NaN / -1 / "" mean an empty column.
+// common/report.h: result rows (docs/DESIGN.md, "Result rows"): one human line on stdout, and one CSV
+// row appended to --csv FILE (header written when the file is new). NaN / -1 / "" mean an empty column.
 #ifndef REPORT_H
 #define REPORT_H
 

@@ -1,4 +1,4 @@
-// common/timing.h: the one definition of every time this repository reports (DESIGN.md, "Timing").
+// common/timing.h: the one definition of every time this repository reports (docs/DESIGN.md, "Timing").
 //
 // A stage's trainer uses a TrainClock like this (stream = the stream its work runs on):
 //

@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 // ----------------------------------------------------------------------------
-// timing, shared by both trainers (definitions in DESIGN.md, "Timing")
+// timing, shared by both trainers (definitions in docs/DESIGN.md, "Timing")
 
 typedef enum {
     PHASE_H2D,       // host-to-device copies

@@ -3,7 +3,8 @@
 # over the build settings as TRY_* environment variables). Not meant to be run by hand.
 #
 #   try.sh try NN FILE     FILE replaces the stage trainer it defines (for stage 01: vector_add.cu)
-#   try.sh exercise NN     try on NN-*/exercise/*.cu (TRY_EXERCISE picks one; TRY_ANSWER=1: the stage's file)
+#   try.sh exercise NN     try on the skeleton cut from the stage's file(s) by common/exercise_cut.awk into
+#                          build/exercise/NN/ (TRY_EXERCISE picks a region; TRY_ANSWER=1: the stage's file)
 #   try.sh prompt NN       writes build/prompt/stageNN.md
 #
 # try, step by step (every mistake is one "error:" line and exit 2, before anything runs on a GPU):
@@ -43,11 +44,13 @@ build_stage() {  # the stage's own objects and drivers, through the Makefile's r
     fi
 }
 
+include_dir=  # exercise: the stage's folder, where a skeleton cut into build/ finds the headers beside its file
 compile_candidate() {  # compile_candidate OUT.o [FLAGS...]
     local object=$1
     shift
     # shellcheck disable=SC2086  # the flags are a list
-    $TRY_NVCC $TRY_NVCCFLAGS "$@" -c "$file" -o "$object" || die "$file does not compile (see the compiler output above)"
+    $TRY_NVCC $TRY_NVCCFLAGS ${include_dir:+"-I$include_dir"} "$@" -c "$file" -o "$object" ||
+        die "$file does not compile (see the compiler output above)"
 }
 
 defined_symbols() {  # the global symbols an object defines, one per line
@@ -143,7 +146,7 @@ try_file() {
     build_stage "${targets[@]}"
     rm -rf "$out"
     mkdir -p "$out"
-    echo "== try: stage $nn with $file (build/try/$nn/)"
+    echo "== try: stage $nn with $file ($out/)"
 
     # compile, check what it exports, link
     local symbols
@@ -245,25 +248,102 @@ try_file() {
 }
 
 # ----------------------------------------------------------------------------
-# exercise: try on the skeleton (or, with ANSWER=1, on the stage file it was cut from)
+# exercise: try on the skeleton cut from the stage's file (or, with ANSWER=1, on the stage's file itself)
+#
+# An exercise is a region of a stage file, `// EXERCISE(name) begin: task` ... `// EXERCISE end`; its
+# skeleton is the file with the region replaced by `// TODO(exercise): name: task` (common/exercise_cut.awk),
+# written to build/exercise/NN/FILE. Only the files try can check hold regions: the trainers (stage 01:
+# vector_add.cu). In a copy written by `make student` (STUDENT.md lists what was cut), the stage's file
+# is the student's work: it is tried in place, and ANSWER=1 is refused.
+
+cutter=common/exercise_cut.awk
+
+exercise_files() {  # the stage's files that may hold regions
+    if [ "$nn" = 01 ]; then echo vector_add.cu; else printf '%s\n' regression.cu mnist.cu; fi
+}
+
+verdict_word() {  # verdict_word RC: the verdict a try_file exit status stands for
+    case $1 in
+    0) if [ "${TRY_RUN_SUITE:-1}" = 1 ]; then echo PASS; else echo "NOT RUN"; fi ;;
+    1) echo FAIL ;;
+    *) echo UNVERIFIED ;;
+    esac
+}
 
 exercise() {
-    local dir=$stage_dir/exercise skeletons pick
-    skeletons=$(cd "$dir" 2>/dev/null && set +f && for f in *.cu; do [ -f "$f" ] && echo "$f"; done)
-    [ -n "$skeletons" ] || die "stage $nn ships no exercise skeleton ($dir/*.cu): see $stage_dir/exercises.md"
+    local f name names index='' mode=cut
+    if [ -f STUDENT.md ]; then  # "- `NN-stage/file.cu`: name, name" lines
+        mode=student
+        index=$(awk -v dir="$stage_dir/" 'match($0, /^- `[^`]+`: /) {
+                path = substr($0, 4, RLENGTH - 6)
+                if (index(path, dir) != 1) next
+                n = split(substr($0, RLENGTH + 1), names, /, */)
+                for (i = 1; i <= n; i++) if (names[i] != "") print substr(path, length(dir) + 1), names[i]
+            }' STUDENT.md)
+        [ -n "$index" ] || die "stage $nn had no exercise region when this student copy was written (STUDENT.md lists none for $stage_dir)"
+    else
+        for f in $(exercise_files); do
+            [ -f "$stage_dir/$f" ] || continue
+            names=$(awk -v list=1 -f "$cutter" "$stage_dir/$f") || exit 2
+            for name in $names; do index="$index$f $name"$'\n'; done
+        done
+        index=${index%$'\n'}
+        [ -n "$index" ] ||
+            die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(exercise_files | sed "s|^|$stage_dir/|" | tr '\n' ' ')(see $stage_dir/exercises.md)"
+        local twice
+        twice=$(awk '{ print $2 }' <<<"$index" | sort | uniq -d | head -n1)
+        [ -z "$twice" ] ||
+            die "stage $nn has two exercise regions named '$twice', in $(awk -v n="$twice" '$2 == n { printf "%s%s", sep, $1; sep = " and " }' <<<"$index"): a name is unique within a stage"
+    fi
+
+    # EXERCISE=name: the file holding that region, only it cut; EXERCISE=file (mnist, mnist.cu): every
+    # region of that file; neither: every file with a region, every region cut
+    local picks=() pick_name=
     if [ -n "${TRY_EXERCISE:-}" ]; then
-        pick=$(grep -x -e "$TRY_EXERCISE" -e "$TRY_EXERCISE.cu" <<<"$skeletons" | head -n1)
-        [ -n "$pick" ] || die "EXERCISE=$TRY_EXERCISE: stage $nn has no such skeleton; it has: $(tr '\n' ' ' <<<"$skeletons")"
+        f=$(awk -v n="$TRY_EXERCISE" '$2 == n { print $1; exit }' <<<"$index")
+        if [ -n "$f" ]; then
+            pick_name=$TRY_EXERCISE
+        else
+            f=$(awk -v n="$TRY_EXERCISE" '$1 == n || $1 == n ".cu" { print $1; exit }' <<<"$index")
+        fi
+        [ -n "$f" ] ||
+            die "EXERCISE=$TRY_EXERCISE: stage $nn has no such exercise; it has: $(awk '{ printf "%s%s", sep, $2; sep = ", " }' <<<"$index") (or name a file: $(awk '!seen[$1]++ { printf "%s%s", sep, $1; sep = ", " }' <<<"$index"))"
+        picks=("$f")
     else
-        pick=$(head -n1 <<<"$skeletons")
+        mapfile -t picks < <(awk 'NF && !seen[$1]++ { print $1 }' <<<"$index")
     fi
-    if [ -n "${TRY_ANSWER:-}" ] && [ "${TRY_ANSWER}" != 0 ]; then
-        echo "== exercise: the answer, $stage_dir/$pick (the stage's own file: it must pass)"
-        try_file "$stage_dir/$pick"
-    else
-        echo "== exercise: $dir/$pick (the exercise is 'build' in $stage_dir/exercises.md; ANSWER=1 runs the stage's own file)"
-        try_file "$dir/$pick"
+    local answer=0
+    [ -n "${TRY_ANSWER:-}" ] && [ "$TRY_ANSWER" != 0 ] && answer=1
+    [ $mode = student ] && [ $answer = 1 ] &&
+        die "ANSWER=1: this is a student copy (STUDENT.md): make student cut the answers out of it"
+
+    local worst=0 rc summary='' path regions
+    for f in "${picks[@]}"; do
+        regions=${pick_name:-$(awk -v f="$f" '$1 == f { printf "%s%s", sep, $2; sep = ", " }' <<<"$index")}
+        if [ $mode = student ]; then
+            path=$stage_dir/$f
+            echo "== exercise ($regions): $path, your file (a student copy: every TODO(exercise) marker in it counts, and the speed compares it with itself)"
+        elif [ $answer = 1 ]; then
+            path=$stage_dir/$f
+            echo "== exercise ($regions): the answer, $path (the stage's own file: it must pass)"
+        else
+            path=$build/exercise/$nn/$f
+            mkdir -p "$build/exercise/$nn"
+            awk -v exercise="$pick_name" -f "$cutter" "$stage_dir/$f" >"$path.tmp" || { rm -f "$path.tmp"; exit 2; }
+            mv "$path.tmp" "$path"
+            echo "== exercise ($regions): $path, the skeleton cut from $stage_dir/$f (the task: $stage_dir/exercises.md; ANSWER=1 tries the answer)"
+        fi
+        (out=$build/exercise/$nn/${f%.cu} include_dir=$stage_dir && try_file "$path")
+        rc=$?
+        case $rc in 0 | 1 | 4) ;; *) exit $rc ;; esac  # refused (2) or no data (3): nothing more to try
+        summary="$summary${summary:+, }$f: $(verdict_word $rc)"
+        if [ $rc = 1 ] || { [ $rc = 4 ] && [ $worst = 0 ]; }; then worst=$rc; fi
+    done
+    if [ ${#picks[@]} -gt 1 ]; then
+        echo "== exercise: stage $nn, every file with an exercise"
+        echo "try: $(verdict_word $worst) ($summary)"
     fi
+    exit $worst
 }
 
 # ----------------------------------------------------------------------------

@@ -115,6 +115,27 @@ expect "regression: CPU reference trains"  0 ""                 -- "$stage_build
 submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory "$@"; }
 expect "make: unknown stage"               2 "unknown stage"    -- submake stage 9
 expect "make: unknown verb"                2 "unknown verb"     -- submake stage 2 frobnicate
+expect "make: a stage without ladders"     2 "no kernel ladders" -- submake stage 2 ladder
+
+# ----------------------------------------------------------------------------
+# the kernel ladders (NN-*/NAME_ladder.cu -> build/NN/NAME_ladder): bad flags exit 2 before any CUDA call
+
+ladders=""
+for source in 0[1-7]-*/*_ladder.cu; do
+    [ -e "$source" ] || continue
+    ladder=${stage_build%/*}/${source%%-*}/$(basename "$source" .cu)
+    if [ -x "$ladder" ]; then ladders="$ladders $ladder"
+    else echo "[SKIP] $ladder: not built"; skipped=$((skipped + 1)); fi
+done
+for ladder in $ladders; do
+    expect "$ladder: unknown flag"      2 "unknown flag"     -- "$ladder" --frobnicate
+    expect "$ladder: unknown version"   2 "version wants"    -- "$ladder" --version 99
+    expect "$ladder: repeat 0"          2 "repeat wants"     -- "$ladder" --repeat 0
+    expect "$ladder: size with exponent" 2 "wants a whole"   -- "$ladder" --n 1e6
+    expect "$ladder: missing value"     2 "missing value"    -- "$ladder" --version
+    expect "$ladder: unwritable --csv"  2 "append rows"      -- "$ladder" --csv /nonexistent/ladders.csv
+    expect "$ladder: --help"            0 ""                 -- "$ladder" --help
+done
 
 # ----------------------------------------------------------------------------
 # the GPU: exit 4 (and the GPU's own divergence check)
@@ -132,6 +153,7 @@ if nvidia-smi -L >/dev/null 2>&1; then
 else
     expect "regression: no CUDA device"    4 "no CUDA device"   -- "$stage_build/regression" --points 20000
     expect "mnist: no CUDA device"         4 "no CUDA device"   -- "$stage_build/mnist" --data "$set_dir" --batch 8 --epochs 1
+    for ladder in $ladders; do expect "$ladder: no CUDA device" 4 "no CUDA device" -- "$ladder" --repeat 1; done
     echo "[SKIP] device-memory and GPU divergence checks: no GPU here"; skipped=$((skipped + 1))
 fi
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tests/run_all.sh BUILD "STAGES": every suite `make test` runs, and one closing tally line.
-# CPU suites always run; GPU suites run everywhere and report their tests skipped without a GPU.
+# tests/run_all.sh BUILD "STAGES" ["LADDER_TESTS"]: every suite `make test` runs, and one closing tally line.
+# CPU suites always run; GPU suites (each stage's, the kernel ladders' LADDER_TESTS binaries) run everywhere
+# and report their tests skipped without a GPU.
 set -u
-build=$1 stages=$2
+build=$1 stages=$2 ladder_tests=${3:-}
 passed=0 failed=0 skipped=0 status=0
 log=$(mktemp)
 
@@ -33,6 +34,15 @@ passed=$((passed + $(sed -n 's/cli: \([0-9]*\) passed.*/\1/p' <<<"$line")))
 failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
 skipped=$((skipped + $(sed -n 's/.* \([0-9]*\) skipped.*/\1/p' <<<"$line")))
 
+run "citations (every path a comment or README cites exists)" bash tests/citations.sh
+line=$(grep -a "^citations: [0-9]* passed" "$log" | tail -n1)
+count=$(sed -n 's/citations: \([0-9]*\) passed.*/\1/p' <<<"$line")
+passed=$((passed + ${count:-0}))
+count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
+failed=$((failed + ${count:-1}))  # no tally line: the script died, which is a failure
+count=$(sed -n 's/.* \([0-9]*\) skipped.*/\1/p' <<<"$line")
+skipped=$((skipped + ${count:-0}))
+
 if command -v python3 >/dev/null; then
     run "bench table generator (Python, stdlib only)" python3 -m unittest discover -s bench -p 'test_*.py'
     ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\}.*/\1/p' "$log" | tail -n1)
@@ -46,12 +56,27 @@ line=$(grep -a "^try: [0-9]* passed" "$log" | tail -n1)
 passed=$((passed + $(sed -n 's/try: \([0-9]*\) passed.*/\1/p' <<<"$line")))
 failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
 
+run "exercise regions: the cutter and make student" bash tests/exercise_smoke.sh
+line=$(grep -a "^exercise: [0-9]* passed" "$log" | tail -n1)
+count=$(sed -n 's/exercise: \([0-9]*\) passed.*/\1/p' <<<"$line")
+passed=$((passed + ${count:-0}))
+count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
+failed=$((failed + ${count:-1}))  # no tally line: the script died, which is a failure
+
 run "make sanitize's verdicts (a stand-in compute-sanitizer)" bash tests/sanitize_smoke.sh "$build"
 line=$(grep -a "^sanitize: [0-9]* passed" "$log" | tail -n1)
 passed=$((passed + $(sed -n 's/sanitize: \([0-9]*\) passed.*/\1/p' <<<"$line")))
 failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
 
-for suite in "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done); do
+# the deliberate bugs of tests/mutants/ still apply and compile (make test-mutants runs them on a GPU)
+run "mutants apply and compile (stage $last_stage)" env NVCC="${NVCC:-nvcc}" bash tests/mutants.sh "$build" "$last_stage" --compile-only
+line=$(grep -a "^mutants: [0-9]* passed" "$log" | tail -n1)
+count=$(sed -n 's/mutants: \([0-9]*\) passed.*/\1/p' <<<"$line")
+passed=$((passed + ${count:-0}))
+count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
+failed=$((failed + ${count:-1}))
+
+for suite in "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done) $ladder_tests; do
     run "GPU suite $suite" "$suite"
     tally_criterion
 done

@@ -2,13 +2,22 @@
 # tests/try_smoke.sh: the contract of `make stage N try|exercise|prompt` (common/exercises.mk, common/try.sh).
 #
 #     bash tests/try_smoke.sh          CPU side, no GPU needed (CI): every bad candidate is refused with one
-#                                      "error:" line; every shipped skeleton compiles, links and FAILs on
-#                                      its TODO(exercise) markers; the stage files they were cut from pass
-#                                      the same checks; without a GPU nothing ever prints PASS
+#                                      "error:" line; every skeleton `make stage N exercise` cuts from a
+#                                      stage file (each region alone, and all of a file's regions) compiles,
+#                                      links, FAILs on its TODO(exercise) markers and is the stage file
+#                                      outside its regions, byte for byte (tests/exercise_paste.awk puts the
+#                                      answers back); the stage files pass the same checks; without a GPU
+#                                      nothing ever prints PASS
 #     bash tests/try_smoke.sh --gpu [N ...]   on a GPU machine, in addition: for every stage (or stages N ...)
-#                                      the skeleton FAILs the suite and the stage's own file PASSes
-#                                      `make stage N exercise`; with stage 2, a deliberately wrong candidate
-#                                      FAILs `try`, and the round of 02-llm-baseline/README.md is recorded
+#                                      every skeleton FAILs the suite and the stage's own files PASS
+#                                      `make stage N exercise ANSWER=1`; with stage 2, a deliberately wrong
+#                                      candidate FAILs `try`, and the round of 02-llm-baseline/README.md is
+#                                      recorded
+#
+# The skeleton of one region is compiled for one architecture (CUDA_ARCH=75, in build/smoke-sm75/):
+# cutting code cannot make a file depend on the architecture, and it is 4x faster. The skeleton of all a
+# file's regions is built with the usual settings, as a plain `make stage N exercise` builds it.
+# The cutter's own refusals and `make student` are tested by tests/exercise_smoke.sh.
 #
 # Pass the build settings as usual (e.g. CUDA_ARCH=90 bash tests/try_smoke.sh). Each check prints one
 # line; a failing one shows the tail of what make printed. The last line is "try: N passed, N failed".
@@ -122,29 +131,103 @@ mkdir -p "$work/with-main"
 { cat 03-fused-kernels/regression.cu; printf 'int main(void) { return 0; }\n'; } >"$work/with-main/regression.cu"
 expect_refused "try on a trainer that defines main" "defines main" stage 3 try FILE=$work/with-main/regression.cu
 
-expect_refused "exercise with an unknown EXERCISE" "no such skeleton" stage 3 exercise EXERCISE=nonesuch
+expect_refused "exercise with an unknown EXERCISE" "no such exercise" stage 1 exercise EXERCISE=nonesuch
 
 # ----------------------------------------------------------------------------
-# the skeletons and the stage files they were cut from, CPU side (TRY_RUN=0: compile, exports, link, markers)
+# exercises, CPU side (TRY_RUN=0: compile, exports, link, markers): every skeleton make stage N exercise
+# cuts from a stage file, and the stage files themselves
 
-stages_with_skeletons=
-for dir in 0[1-7]-*/exercise; do
-    [ -d "$dir" ] || continue
-    for skeleton in "$dir"/*.cu; do
-        [ -f "$skeleton" ] || continue
-        nn=${dir%%-*}
-        n=${nn#0}
-        stage_dir=${dir%/exercise}
-        name=$(basename "$skeleton" .cu)
-        stages_with_skeletons="$stages_with_skeletons $n:$name"
-        expect_verdict "stage $n skeleton $skeleton: compiles, links, FAILs on its markers" FAIL \
-            stage "$n" exercise EXERCISE="$name" TRY_RUN=0
-        grep -q 'TODO(exercise) marker' "$log" || bad "stage $n skeleton: the verdict does not name the markers"
-        expect_verdict "stage $n answer $stage_dir/$name.cu: compiles, links, no markers" "NOT RUN" \
-            stage "$n" exercise EXERCISE="$name" ANSWER=1 TRY_RUN=0
+one_arch=(BUILD=build/smoke-sm75 CUDA_ARCH=75)
+
+# skeleton_is_cut NAME STAGE_FILE SKELETON CUT: SKELETON must be STAGE_FILE with CUT (a region, or "all")
+# replaced by its TODO block and nothing else changed: putting the answer back gives STAGE_FILE again
+skeleton_is_cut() {
+    local name=$1 stage_file=$2 skeleton=$3 cut=$4
+    if [ ! -f "$skeleton" ]; then echo "no $skeleton" >"$log"; bad "$name (no skeleton written)"; return; fi
+    if ! awk -v cut="$cut" -f tests/exercise_paste.awk "$stage_file" "$skeleton" >"$work/rebuilt" 2>"$log"; then
+        bad "$name"
+        return
+    fi
+    if ! cmp -s "$work/rebuilt" "$stage_file"; then
+        diff "$stage_file" "$work/rebuilt" >"$log"
+        bad "$name (with its answers put back it is not $stage_file: it differs outside its regions)"
+        return
+    fi
+    ok "$name"
+}
+
+# new_warnings SKELETON_LOG ANSWER_LOG: the compiler warnings of the skeleton that the stage file has not
+new_warnings() {
+    comm -23 <(grep -o 'warning: .*' "$1" | sort -u) <(grep -o 'warning: .*' "$2" | sort -u) | paste -sd';'
+}
+
+exercises=  # n:file:name, n:file:ALL, n:file:ANSWER: what the GPU part runs
+regions_found=0 notes=0
+student_copy=0
+[ -f STUDENT.md ] && student_copy=1  # a copy written by make student: the regions are cut already
+for stage_dir in 0[1-7]-*; do
+    [ -d "$stage_dir" ] || continue
+    nn=${stage_dir%%-*}
+    n=${nn#0}
+    if [ "$nn" = 01 ]; then trainers=" vector_add.cu "; else trainers=" regression.cu mnist.cu "; fi
+    stage_has=0
+    for path in "$stage_dir"/*.cu; do
+        [ -f "$path" ] || continue
+        file=${path##*/}
+        if [ $student_copy = 1 ]; then
+            grep -q "^- \`$path\`: " STUDENT.md || continue
+            stage_has=1
+            expect_verdict "student copy, stage $n $file: compiles, links, FAILs on its markers" FAIL \
+                stage "$n" exercise EXERCISE="$file" TRY_RUN=0
+            expect_refused "student copy, stage $n $file: ANSWER=1 is refused" "student copy" \
+                stage "$n" exercise EXERCISE="$file" ANSWER=1 TRY_RUN=0
+            continue
+        fi
+        if ! names=$(awk -v list=1 -f common/exercise_cut.awk "$path" 2>"$log"); then
+            bad "stage $n: the exercise markers of $path"
+            continue
+        fi
+        [ -n "$names" ] || continue
+        if [[ "$trainers" != *" $file "* ]]; then
+            echo "$names" >"$log"
+            bad "stage $n: $path has exercise regions, but make stage $n exercise looks only in$trainers"
+            continue
+        fi
+        stage_has=1
+        count=$(wc -l <<<"$names")
+        regions_found=$((regions_found + count))
+        for name in $names; do
+            expect_verdict "stage $n skeleton $name ($file, sm_75): compiles, links, FAILs on its marker" FAIL \
+                stage "$n" exercise EXERCISE="$name" TRY_RUN=0 "${one_arch[@]}"
+            grep -q "^  1 TODO(exercise) marker left" "$log" || bad "stage $n skeleton $name: the verdict does not count its one marker"
+            skeleton_is_cut "stage $n skeleton $name: $path outside the region, byte for byte" \
+                "$path" "build/smoke-sm75/exercise/$nn/$file" "$name"
+            exercises="$exercises $n:$file:$name"
+        done
+        # all the file's regions, as a plain make stage N exercise cuts them (the usual build settings)
+        expect_verdict "stage $n skeleton of $file ($count region(s) cut): compiles, links, FAILs on its markers" FAIL \
+            stage "$n" exercise EXERCISE="$file" TRY_RUN=0
+        grep -q "^  $count TODO(exercise) markers\{0,1\} left" "$log" || bad "stage $n skeleton of $file: the verdict does not count $count markers"
+        cp "$log" "$work/skeleton.log"
+        skeleton_is_cut "stage $n skeleton of $file: $path outside its regions, byte for byte" \
+            "$path" "build/exercise/$nn/$file" all
+        expect_verdict "stage $n answer $path: compiles, links, no markers" "NOT RUN" \
+            stage "$n" exercise EXERCISE="$file" ANSWER=1 TRY_RUN=0
+        warnings=$(new_warnings "$work/skeleton.log" "$log")
+        if [ -n "$warnings" ]; then  # reported, not failed: a skeleton may leave a parameter unused
+            echo "note  stage $n skeleton of $file: compiler warnings $path has not: ${warnings:0:300}"
+            notes=$((notes + 1))
+        fi
+        exercises="$exercises $n:$file:ALL $n:$file:ANSWER"
     done
+    if [ $stage_has = 0 ]; then
+        expect_refused "stage $n has no exercise region: one line says so" "no exercise region" stage "$n" exercise
+    fi
 done
-[ -n "$stages_with_skeletons" ] || { echo "FAIL  no skeleton found (0[1-7]-*/exercise/*.cu)"; failed=$((failed + 1)); }
+if [ $student_copy = 0 ] && [ $regions_found = 0 ]; then
+    echo "FAIL  no exercise region in any stage file (// EXERCISE(name) begin: task ... // EXERCISE end)"
+    failed=$((failed + 1))
+fi
 
 # A deliberately wrong candidate: stage 02's regression with half the gradient. It compiles and exports
 # what it must, so only a GPU run can reject it.
@@ -163,7 +246,7 @@ fi
 if [ $have_gpu = 0 ]; then
     expect_verdict "stage 3's own regression.cu without a GPU" "UNVERIFIED" stage 3 try FILE=03-fused-kernels/regression.cu
     expect_verdict "the wrong candidate without a GPU" "UNVERIFIED" stage 2 try FILE=$work/wrong/regression.cu
-    expect_verdict "stage 3 skeleton without a GPU: FAIL from its markers" FAIL stage 3 exercise
+    expect_verdict "stage 1 skeleton without a GPU: FAIL from its markers" FAIL stage 1 exercise
 fi
 
 # prompt: a file with every section, on any machine
@@ -184,13 +267,23 @@ fi
 # GPU: the real verdicts
 
 if [ $gpu = 1 ]; then
-    for entry in $stages_with_skeletons; do
-        n=${entry%%:*} name=${entry#*:}
+    for entry in $exercises; do  # n:file:name, n:file:ALL or n:file:ANSWER
+        n=${entry%%:*} rest=${entry#*:}
+        file=${rest%%:*} name=${rest#*:}
         [ "$only" = "  " ] || [[ "$only" == *" $n "* ]] || continue
-        expect_verdict "GPU: stage $n skeleton $name.cu FAILs" FAIL stage "$n" exercise EXERCISE="$name"
-        cp "$log" "$work/stage$n-skeleton.log"
-        expect_verdict "GPU: stage $n's own $name.cu PASSes" PASS stage "$n" exercise EXERCISE="$name" ANSWER=1
-        cp "$log" "$work/stage$n-answer.log"
+        case $name in
+        ANSWER)
+            expect_verdict "GPU: stage $n's own $file PASSes" PASS stage "$n" exercise EXERCISE="$file" ANSWER=1
+            cp "$log" "$work/stage$n-${file%.cu}-answer.log" ;;
+        ALL)
+            expect_verdict "GPU: stage $n skeleton of $file (every region cut) FAILs" FAIL stage "$n" exercise EXERCISE="$file"
+            cp "$log" "$work/stage$n-${file%.cu}-skeleton.log" ;;
+        *)  # the suite itself must fail, not only the marker count
+            expect_verdict "GPU: stage $n skeleton $name ($file) FAILs" FAIL stage "$n" exercise EXERCISE="$name"
+            grep -q "correctness: FAIL" "$log" ||
+                bad "GPU: stage $n skeleton $name passes the suite: the tests do not see what the region does"
+            cp "$log" "$work/stage$n-$name-skeleton.log" ;;
+        esac
     done
     if [ "$only" = "  " ] || [[ "$only" == *" 2 "* ]]; then
         expect_verdict "GPU: the wrong candidate FAILs" FAIL stage 2 try FILE=$work/wrong/regression.cu
@@ -202,5 +295,6 @@ if [ $gpu = 1 ]; then
     echo "      logs: $work/*.log (example-02.log is the verdict block for 02-llm-baseline/README.md)"
 fi
 
-echo "try: $passed passed, $failed failed"
+if [ "$notes" -gt 0 ]; then echo "try: $passed passed, $failed failed, $notes note(s) above"
+else echo "try: $passed passed, $failed failed"; fi
 [ "$failed" -eq 0 ]

@@ -1,0 +1,110 @@
+# common/exercise_cut.awk: cut the exercise regions out of a stage file (POSIX awk, one file).
+#
+#   awk -f common/exercise_cut.awk FILE                     the skeleton: every region cut, on stdout
+#   awk -v exercise=NAME -f common/exercise_cut.awk FILE    only region NAME cut, the others left as they are
+#   awk -v list=1 -f common/exercise_cut.awk FILE           the region names, one a line (none: no output)
+#
+# A region, in the stage file (NAME is [a-z0-9-]+, unique within the stage):
+#       <indent>// EXERCISE(NAME) begin: <one-line task>
+#       <indent>//: <optional continuation lines of the task>
+#       ...the answer code...
+#       <indent>// EXERCISE end
+# becomes, in the skeleton,
+#       <indent>// TODO(exercise): NAME: <task>
+#       <indent>//: <the continuation lines, as they were>
+# Everything outside the regions is copied byte for byte. Unbalanced or nested markers, a malformed
+# marker line, a name used twice and an unknown NAME are refused: one "error:" line, exit 2, no output.
+# Used by `make stage N exercise` (common/try.sh) and `make student` (common/student.sh).
+
+function fail(message) {
+    printf "error: %s\n", message > "/dev/stderr"
+    failed = 1
+    exit 2
+}
+
+function where() { return file ":" FNR ": " }
+
+BEGIN {
+    if (exercise != "" && exercise !~ /^[a-z0-9-]+$/)
+        fail("EXERCISE=" exercise ": not an exercise name (names are made of a-z, 0-9 and -)")
+    count = 0   # regions seen
+    lines = 0   # output lines kept until the whole file has been checked
+    inside = "" # the name of the region being read
+}
+
+FNR == 1 { file = (FILENAME == "" || FILENAME == "-") ? "stdin" : FILENAME }
+
+# a marker: "// EXERCISE" first on its line
+/^[ \t]*\/\/ EXERCISE/ {
+    indent = $0
+    sub(/\/\/ EXERCISE.*$/, "", indent)
+    marker = substr($0, length(indent) + 1)
+    if (marker ~ /^\/\/ EXERCISE\([a-z0-9-]+\) begin: [^ \t]/) {
+        name = marker
+        sub(/^\/\/ EXERCISE\(/, "", name)
+        sub(/\).*$/, "", name)
+        if (inside != "")
+            fail(where() "EXERCISE(" name ") begins inside EXERCISE(" inside ") of line " begun ": regions do not nest (close it with // EXERCISE end first)")
+        if (name in first)
+            fail(where() "EXERCISE(" name ") again: the name is taken by the region of line " first[name] " (names are unique)")
+        first[name] = FNR
+        names[++count] = name
+        inside = name
+        begun = FNR
+        cutting = (exercise == "" || exercise == name)
+        continuation = 1
+        if (cutting) {
+            task = marker
+            sub(/^\/\/ EXERCISE\([a-z0-9-]+\) begin: /, "", task)
+            out[++lines] = indent "// TODO(exercise): " name ": " task
+        } else
+            out[++lines] = $0
+        next
+    }
+    if (marker ~ /^\/\/ EXERCISE end[ \t]*$/) {
+        if (inside == "")
+            fail(where() "// EXERCISE end without a region to close (no // EXERCISE(name) begin: before it)")
+        if (!cutting)
+            out[++lines] = $0
+        inside = ""
+        next
+    }
+    fail(where() "malformed exercise marker: want \"// EXERCISE(name) begin: task\" (name of a-z, 0-9, -) or \"// EXERCISE end\"")
+}
+
+# the task's continuation lines, right after the begin line: kept in the skeleton too
+inside != "" && continuation && /^[ \t]*\/\/:/ {
+    out[++lines] = $0
+    next
+}
+
+inside != "" {
+    continuation = 0
+    if (!cutting)
+        out[++lines] = $0
+    next
+}
+
+{ out[++lines] = $0 }
+
+END {
+    if (failed)
+        exit 2
+    if (file == "")
+        file = "stdin"
+    if (inside != "")
+        fail(file ":" begun ": EXERCISE(" inside ") is never closed: no // EXERCISE end after it")
+    if (exercise != "" && !(exercise in first)) {
+        known = ""
+        for (i = 1; i <= count; i++)
+            known = known " " names[i]
+        fail("EXERCISE=" exercise ": " file " has no such region; " (count ? "it has:" known : "it has none"))
+    }
+    if (list) {
+        for (i = 1; i <= count; i++)
+            print names[i]
+        exit 0
+    }
+    for (i = 1; i <= lines; i++)
+        print out[i]
+}

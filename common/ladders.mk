@@ -1,0 +1,62 @@
+# common/ladders.mk: the kernel ladders, NN-*/NAME_ladder.cu, included by the top Makefile.
+#
+#   build/NN/NAME_ladder        every version of one kernel against a ceiling: a table, --csv rows
+#   build/NN/test_NAME_ladder   every version on odd sizes against the CPU (tests/gpu/test_NAME_ladder.c;
+#                               make test runs them, and they report themselves skipped without a GPU)
+#
+#   make stage N ladder                 build and run every ladder of stage N (stages 4 and 6)
+#   make stage N ladder LADDER=gemm     one of them; ARGS="--repeat 50" passes flags to each one run
+#   make stage N ladder RECORD=1        also append their rows to results/<gpu>-ladders.csv, where
+#                                       bench/make_tables.py finds them for the stage README's tables
+#
+# A test links its ladder compiled a second time with -DLADDER_NO_MAIN. A ladder may include another
+# stage's ladder (06's GEMM ladder starts from 04's kernels), so each depends on every ladder source.
+
+LADDER_SRCS := $(sort $(wildcard 0[1-7]-*/*_ladder.cu))
+ladder_stage = $(firstword $(subst -, ,$(1)))
+ladder_name = $(basename $(notdir $(1)))
+LADDER_BINS := $(foreach f,$(LADDER_SRCS),$(BUILD)/$(call ladder_stage,$(f))/$(call ladder_name,$(f)))
+LADDER_TEST_BINS := $(foreach f,$(LADDER_SRCS),$(BUILD)/$(call ladder_stage,$(f))/test_$(call ladder_name,$(f)))
+
+# ladder_rules SOURCE NN NAME_ladder
+define ladder_rules
+$(BUILD)/$(2)/$(3).o: $(1) $(LADDER_SRCS) $(wildcard common/*.h) $(ARCH_STAMP)
+	@mkdir -p $$(@D)
+	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
+
+$(BUILD)/$(2)/$(3)_versions.o: $(1) $(LADDER_SRCS) $(wildcard common/*.h) $(ARCH_STAMP)
+	@mkdir -p $$(@D)
+	$(NVCC) $(NVCCFLAGS) -DLADDER_NO_MAIN -c $$< -o $$@
+
+$(BUILD)/$(2)/$(3): $(BUILD)/$(2)/$(3).o $(COMMON_LIB)
+	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/$(2)/test_$(3): $(BUILD)/tests/gpu/test_$(3).o $(BUILD)/$(2)/$(3)_versions.o $(COMMON_LIB)
+	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
+endef
+$(foreach f,$(LADDER_SRCS),$(eval $(call ladder_rules,$(f),$(call ladder_stage,$(f)),$(call ladder_name,$(f)))))
+
+# Rows name the commit they were measured at, as the trainers' do (report.o).
+$(BUILD)/common/ladder.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"'
+$(BUILD)/common/ladder.o: $(BUILD)/.commit
+
+all: $(LADDER_BINS)
+test: $(LADDER_BINS) $(LADDER_TEST_BINS)
+
+# ----------------------------------------------------------------------------
+# make stage N ladder (the top Makefile refuses a stage without ladders, or a machine without a GPU)
+
+.PHONY: stage-ladder
+
+STAGE_LADDERS = $(filter $(BUILD)/$(NN)/%,$(LADDER_BINS))
+PICKED_LADDERS = $(if $(LADDER),$(filter %/$(LADDER)_ladder,$(STAGE_LADDERS)),$(STAGE_LADDERS))
+# results/<gpu>-ladders.csv, <gpu> spelled as bench/results_csv.py's gpu_slug spells it
+LADDER_RECORD_CSV = results/$$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | \
+    tr 'A-Z' 'a-z' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$$//')-ladders.csv
+
+stage-ladder: $(PICKED_LADDERS)
+	@if [ -z "$(PICKED_LADDERS)" ]; then echo "error: stage $(NN) has no ladder '$(LADDER)'; its ladders:" \
+	    "$(patsubst $(BUILD)/$(NN)/%_ladder,%,$(STAGE_LADDERS))" >&2; exit 2; fi
+	@set -e; csv=; \
+	if [ "$(RECORD)" = 1 ]; then mkdir -p results; csv=$(LADDER_RECORD_CSV); echo "ladder rows go to $$csv"; fi; \
+	for ladder in $(PICKED_LADDERS); do echo "== $$ladder $(ARGS)"; $$ladder $(ARGS) $${csv:+--csv "$$csv"}; done

@@ -1,0 +1,18 @@
+# common/mutants.mk: make test-mutants, included by the top Makefile.
+#
+#   make test-mutants        every deliberate bug in tests/mutants/*.sed applied to the last stage's
+#                            trainers; the GPU suite must fail on each, in each precision (GPU machine)
+#   MUTANT_STAGE=NN          another stage (default: the last trainer stage)
+# make test checks, without a GPU, that every mutant still applies and compiles (tests/mutants.sh).
+
+.PHONY: test-mutants
+MUTANT_STAGE ?= $(lastword $(STAGES))
+
+test-mutants: export NVCC := $(NVCC)
+test-mutants: export NVCCFLAGS := $(NVCCFLAGS)
+test-mutants: export LDFLAGS := $(LDFLAGS)
+test-mutants: export LDLIBS := $(LDLIBS)
+test-mutants: export CRITERION_LIBS := $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib
+test-mutants: $(BUILD)/tests/gpu/test_stage.o $(COMMON_LIB) $(BUILD)/$(MUTANT_STAGE)/regression $(BUILD)/$(MUTANT_STAGE)/mnist
+	@$(if $(DETECTED_ARCH),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
+	@bash tests/mutants.sh $(BUILD) $(MUTANT_STAGE)
