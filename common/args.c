@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,33 +72,41 @@ static void list_flags(TrainerKind trainer, char *out, size_t out_len) {
 // values
 
 // A whole number: plain digits ("5000000", "-3") or, for large counts, a float literal with an
-// integral value ("5e6", "1e8"). Anything else (empty, "12abc", "1.5", " 7", "0x10") is rejected.
+// integral value ("5e6", "1e8"). Anything else (empty, "12abc", "1.5", " 7", "0x10", "1e-400") is not
+// one (-1); a whole number beyond what 64 bits hold ("1e30", "99999999999999999999") is one, but out
+// of every range (1, with *out saturated), so that its message says "out of range".
 static int parse_whole(const char *text, int64_t *out) {
     if (text[0] == '\0' || strspn(text, "0123456789+-.eE") != strlen(text)) return -1;
     char *end = NULL;
     errno = 0;
     long long whole = strtoll(text, &end, 10);
     if (*end == '\0') {
-        if (errno == ERANGE) return -1;
-        *out = whole;
-        return 0;
+        *out = whole;  // saturated at LLONG_MIN / LLONG_MAX on overflow
+        return errno == ERANGE ? 1 : 0;
     }
     errno = 0;
     double real = strtod(text, &end);
-    if (*end != '\0' || errno == ERANGE || !isfinite(real) || real != floor(real) || fabs(real) > 9e18) return -1;
+    if (*end != '\0' || isnan(real)) return -1;
+    if (errno == ERANGE && fabs(real) < 1.0) return -1;  // underflow: "1e-400" is no whole number
+    if (isinf(real) || fabs(real) > 9e18) {
+        *out = real > 0 ? INT64_MAX : INT64_MIN;
+        return 1;
+    }
+    if (real != floor(real)) return -1;
     *out = (int64_t)real;
     return 0;
 }
 
 static int parse_ranged(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out, char *err,
                         size_t err_len) {
-    int64_t value;
-    if (parse_whole(text, &value) != 0) {
+    int64_t value = 0;
+    int whole = parse_whole(text, &value);
+    if (whole < 0) {
         error_message(err, err_len, "--%s '%s' is not a whole number (valid: %lld .. %lld)", flag, text, (long long)lo,
                 (long long)hi);
         return -1;
     }
-    if (value < lo || value > hi) {
+    if (whole > 0 || value < lo || value > hi) {
         error_message(err, err_len, "--%s %s is out of range (valid: %lld .. %lld)", flag, text, (long long)lo, (long long)hi);
         return -1;
     }
