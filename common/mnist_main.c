@@ -25,6 +25,7 @@
 #include "device.h"
 #include "exit_codes.h"
 #include "idx.h"
+#include "message.h"
 #include "reference.h"
 #include "report.h"
 #include "trainer.h"
@@ -220,8 +221,10 @@ int main(int argc, char **argv) {
         return EXIT_DATA;
     }
     if (opt.batch > set.n_train) {
-        fprintf(stderr, "error: --batch %d is larger than the %d training images in %s (valid: 1 .. %d)\n", opt.batch,
-                set.n_train, opt.data_dir, set.n_train);
+        // the directory is quoted through error_message: a newline in its name stays one line
+        error_message(err, sizeof(err), "--batch %d is larger than the %d training images in %s (valid: 1 .. %d)",
+                      opt.batch, set.n_train, opt.data_dir, set.n_train);
+        fprintf(stderr, "error: %s\n", err);
         mnist_free(&set);
         return EXIT_USAGE;
     }
