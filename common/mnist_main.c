@@ -188,7 +188,7 @@ int main(int argc, char **argv) {
     char err[1024];
     Options opt;
     int parsed = parse_args(argc, argv, TRAINER_MNIST, &opt, err, sizeof(err));
-    if (parsed == 1) return EXIT_OK;
+    if (parsed == 1) return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
     if (parsed != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
     if (opt.list_variants) {
         for (int v = 0; MNIST_VARIANTS[v]; v++) printf("variant %s\n", MNIST_VARIANTS[v]);
         for (int p = 0; MNIST_PRECISIONS[p]; p++) printf("precision %s\n", MNIST_PRECISIONS[p]);
-        return EXIT_OK;
+        return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
     }
 
     // the CPU reference has one version: the stage's default, in fp32 inputs (computed in double)
@@ -208,6 +208,12 @@ int main(int argc, char **argv) {
                             sizeof(err));
     if (variant < 0 || args_pick("--precision", opt.precision, opt.reference ? fp32_only : MNIST_PRECISIONS, context,
                                  err, sizeof(err)) < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+
+    // the output files before any work: a run must not end in an unwritable --csv or a mixed schema
+    if (!opt.export_dir && report_check_outputs(opt.csv_path, opt.curve_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
@@ -278,6 +284,7 @@ int main(int argc, char **argv) {
         free(batch_order);
         free(init_params);
         mnist_free(&set);
+        if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
         return status;
     }
 
@@ -338,15 +345,16 @@ int main(int argc, char **argv) {
         status = EXIT_USAGE;
     }
     // step losses by global step (0-based: before that step's update), test figures by epochs done
-    if (opt.curve_path && status == EXIT_OK &&
-        (report_append_curve(opt.curve_path, &row, "step_loss", o.step_loss, NULL, 0, cfg.epochs * steps, err,
-                             sizeof(err)) != 0 ||
-         report_append_curve(opt.curve_path, &row, "test_loss", o.test_loss, NULL, 1, cfg.epochs, err,
-                             sizeof(err)) != 0 ||
-         report_append_curve(opt.curve_path, &row, "test_acc", o.test_acc, NULL, 1, cfg.epochs, err,
-                             sizeof(err)) != 0)) {
-        fprintf(stderr, "error: --curve: %s\n", err);
-        status = EXIT_USAGE;
+    if (opt.curve_path && status == EXIT_OK) {
+        const CurveSeries series[] = {
+            {"step_loss", o.step_loss, NULL, 0, cfg.epochs * steps},
+            {"test_loss", o.test_loss, NULL, 1, cfg.epochs},
+            {"test_acc", o.test_acc, NULL, 1, cfg.epochs},
+        };
+        if (report_append_curves(opt.curve_path, &row, series, 3, err, sizeof(err)) != 0) {
+            fprintf(stderr, "error: --curve: %s\n", err);
+            status = EXIT_USAGE;
+        }
     }
 
 done:
@@ -359,5 +367,7 @@ done:
     free(batch_order);
     free(init_params);
     mnist_free(&set);
+    // the result line too: a full disk or /dev/full on stdout is a failed run, not exit 0
+    if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
     return status;
 }

@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     char err[1024];
     Options opt;
     int parsed = parse_args(argc, argv, TRAINER_REGRESSION, &opt, err, sizeof(err));
-    if (parsed == 1) return EXIT_OK;
+    if (parsed == 1) return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
     if (parsed != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
 
     if (opt.list_variants) {
         for (int v = 0; REGRESSION_VARIANTS[v]; v++) printf("variant %s\n", REGRESSION_VARIANTS[v]);
-        return EXIT_OK;
+        return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
     }
 
     // the CPU reference has one version: the stage's default
@@ -142,6 +142,12 @@ int main(int argc, char **argv) {
                             opt.reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " regression", err,
                             sizeof(err));
     if (variant < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+
+    // the output files before any work: a run must not end in an unwritable --csv or a mixed schema
+    if (!opt.export_dir && report_check_outputs(opt.csv_path, opt.curve_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
@@ -169,6 +175,7 @@ int main(int argc, char **argv) {
     if (opt.export_dir) {
         int status = export_regression(opt.export_dir, &cfg, &set, &data, opt.seed, opt.quiet);
         regression_free(&set);
+        if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
         return status;
     }
 
@@ -232,12 +239,12 @@ int main(int argc, char **argv) {
     if (opt.curve_path && status == EXIT_OK) {
         float final_test_loss = out.final_test_loss;
         int final_epoch = cfg.epochs;
-        if (report_append_curve(opt.curve_path, &row, "train_loss", train_loss, logged_epoch, 0, n_logged, err,
-                                sizeof(err)) != 0 ||
-            report_append_curve(opt.curve_path, &row, "test_loss", test_loss, logged_epoch, 0, n_logged, err,
-                                sizeof(err)) != 0 ||
-            report_append_curve(opt.curve_path, &row, "test_loss", &final_test_loss, &final_epoch, 0, 1, err,
-                                sizeof(err)) != 0) {
+        const CurveSeries series[] = {
+            {"train_loss", train_loss, logged_epoch, 0, n_logged},
+            {"test_loss", test_loss, logged_epoch, 0, n_logged},
+            {"test_loss", &final_test_loss, &final_epoch, 0, 1},
+        };
+        if (report_append_curves(opt.curve_path, &row, series, 3, err, sizeof(err)) != 0) {
             fprintf(stderr, "error: --curve: %s\n", err);
             status = EXIT_USAGE;
         }
@@ -250,5 +257,7 @@ done:
     free(test_loss);
     free(train_loss);
     regression_free(&set);
+    // the result line too: a full disk or /dev/full on stdout is a failed run, not exit 0
+    if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
     return status;
 }
