@@ -373,3 +373,21 @@ void print_usage(TrainerKind trainer, const char *program, FILE *out) {
             "\n"
             "Both --flag value and --flag=value work. Exit codes: 0 ok, 2 bad flag, 3 bad data, 4 CUDA, 5 diverged.\n");
 }
+
+// ----------------------------------------------------------------------------
+// CUDA_STAGES_PROGRESS_SECONDS: how often a --reference run prints its progress
+
+int args_progress_seconds(double *out, char *err, size_t err_len) {
+    *out = 10.0;
+    const char *text = getenv("CUDA_STAGES_PROGRESS_SECONDS");
+    if (!text || !text[0]) return 0;
+    char *end = NULL;
+    double value = strtod(text, &end);
+    if (*end != '\0' || isspace((unsigned char)text[0]) || !(value >= 0.0 && value <= 86400.0)) {
+        error_message(err, err_len, "CUDA_STAGES_PROGRESS_SECONDS='%.32s' is not a number of seconds (valid: 0 .. 86400)",
+                      text);
+        return -1;
+    }
+    *out = value;
+    return 0;
+}

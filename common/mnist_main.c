@@ -23,6 +23,7 @@
 #include "args.h"
 #include "data.h"
 #include "device.h"
+#include "divergence.h"
 #include "exit_codes.h"
 #include "idx.h"
 #include "message.h"
@@ -151,18 +152,25 @@ static void train_once(const MnistConfig *cfg, const MnistData *data, int refere
     }
 }
 
-// The epoch (1-based) in which a loss, an accuracy or a parameter first went NaN/Inf, or -1 when none did.
-static int first_bad_epoch(const MnistConfig *cfg, int steps, const MnistResult *out, const char **what) {
+// The epoch (1-based) in which a loss first diverged (divergence.h: NaN, Inf, or past 1e6 times the
+// first loss of its series) or an accuracy or a parameter went NaN/Inf, or -1 when none did.
+static int first_bad_epoch(const MnistConfig *cfg, int steps, const MnistResult *out, const char **what, char *text,
+                           size_t len) {
+    double first_step = out->step_loss[0], first_test = out->test_loss[0];
     for (int e = 0; e < cfg->epochs; e++) {
         for (int s = 0; s < steps; s++) {
             float loss = out->step_loss[(int64_t)e * steps + s];
-            if (!isfinite(loss)) {
-                *what = isnan(loss) ? "NaN" : "Inf";
+            if (loss_diverged(loss, first_step)) {
+                *what = loss_divergence_text(loss, first_step, text, len);
                 return e + 1;
             }
         }
-        if (!isfinite(out->test_loss[e]) || !isfinite(out->test_acc[e])) {
-            *what = isnan(out->test_loss[e]) || isnan(out->test_acc[e]) ? "NaN" : "Inf";
+        if (loss_diverged(out->test_loss[e], first_test)) {
+            *what = loss_divergence_text(out->test_loss[e], first_test, text, len);
+            return e + 1;
+        }
+        if (!isfinite(out->test_acc[e])) {
+            *what = isnan(out->test_acc[e]) ? "NaN" : "Inf";
             return e + 1;
         }
     }
@@ -211,6 +219,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
+
+    // a long --reference run tells how far it is, unless --quiet
+    double progress_seconds;
+    if (args_progress_seconds(&progress_seconds, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (opt.reference && !opt.quiet) reference_set_progress(stderr, progress_seconds);
 
     // the output files before any work: a run must not end in an unwritable --csv or a mixed schema
     if (!opt.export_dir && report_check_outputs(opt.csv_path, opt.curve_path, err, sizeof(err)) != 0) {
@@ -323,7 +339,8 @@ int main(int argc, char **argv) {
                    mean_step_loss(o.step_loss, e, steps), o.test_loss[e], 100.0 * o.test_acc[e]);
 
     const char *bad = NULL;
-    int bad_epoch = first_bad_epoch(&cfg, steps, &out, &bad);
+    char bad_text[128];
+    int bad_epoch = first_bad_epoch(&cfg, steps, &out, &bad, bad_text, sizeof(bad_text));
     int status = report_training_outcome(bad_epoch, bad, &out.timing, opt.quiet, opt.breakdown);
     if (status != EXIT_OK) goto done;
 

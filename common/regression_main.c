@@ -21,6 +21,7 @@
 #include "args.h"
 #include "data.h"
 #include "device.h"
+#include "divergence.h"
 #include "exit_codes.h"
 #include "reference.h"
 #include "report.h"
@@ -101,19 +102,30 @@ static void train_once(const RegressionConfig *cfg, const RegressionData *data, 
     }
 }
 
-// The number of epochs done when a loss first went NaN/Inf, or -1 when none did. Logged losses are
-// taken at the start of their epoch; the final test loss and w, b after the last one.
-static int first_bad_epoch(const RegressionConfig *cfg, const RegressionResult *out, const char **what) {
+// The number of epochs done when a loss first diverged (divergence.h: NaN, Inf, or past 1e6 times the
+// first loss of its series), or -1 when none did; *what says what it became. Logged losses are taken at
+// the start of their epoch; the final test loss and w, b after the last one.
+static int first_bad_epoch(const RegressionConfig *cfg, const RegressionResult *out, const char **what, char *text,
+                           size_t len) {
+    double first_train = out->train_loss[0], first_test = out->test_loss[0];
     for (int e = 0, i = 0; e < cfg->epochs; e++) {
         if (!regression_epoch_logged(e, cfg->epochs, cfg->log_every)) continue;
-        if (!isfinite(out->train_loss[i]) || !isfinite(out->test_loss[i])) {
-            *what = isnan(out->train_loss[i]) || isnan(out->test_loss[i]) ? "NaN" : "Inf";
+        if (loss_diverged(out->train_loss[i], first_train)) {
+            *what = loss_divergence_text(out->train_loss[i], first_train, text, len);
+            return e;
+        }
+        if (loss_diverged(out->test_loss[i], first_test)) {
+            *what = loss_divergence_text(out->test_loss[i], first_test, text, len);
             return e;
         }
         i++;
     }
-    if (!isfinite(out->final_test_loss) || !isfinite(out->w) || !isfinite(out->b)) {
-        *what = isnan(out->final_test_loss) || isnan(out->w) || isnan(out->b) ? "NaN" : "Inf";
+    if (loss_diverged(out->final_test_loss, first_test)) {
+        *what = loss_divergence_text(out->final_test_loss, first_test, text, len);
+        return cfg->epochs;
+    }
+    if (!isfinite(out->w) || !isfinite(out->b)) {
+        *what = isnan(out->w) || isnan(out->b) ? "NaN" : "Inf";
         return cfg->epochs;
     }
     return -1;
@@ -145,6 +157,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
+
+    // a long --reference run tells how far it is, unless --quiet
+    double progress_seconds;
+    if (args_progress_seconds(&progress_seconds, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (opt.reference && !opt.quiet) reference_set_progress(stderr, progress_seconds);
 
     // the output files before any work: a run must not end in an unwritable --csv or a mixed schema
     if (!opt.export_dir && report_check_outputs(opt.csv_path, opt.curve_path, err, sizeof(err)) != 0) {
@@ -214,7 +234,8 @@ int main(int argc, char **argv) {
             printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], train_loss[i], test_loss[i]);
 
     const char *bad = NULL;
-    int bad_epoch = first_bad_epoch(&cfg, &out, &bad);
+    char bad_text[128];
+    int bad_epoch = first_bad_epoch(&cfg, &out, &bad, bad_text, sizeof(bad_text));
     int status = report_training_outcome(bad_epoch, bad, &out.timing, opt.quiet, opt.breakdown);
     if (status != EXIT_OK) goto done;
 

@@ -71,8 +71,8 @@ void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const
 // (empty and fp64 for the reference).
 void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,
                      const char *precision);
-// What every driver prints once training is over. A loss that became NaN or inf (bad_epoch >= 0, bad:
-// "NaN" or "inf"): one error line on stderr, and EXIT_DIVERGED. Otherwise the untimed setup time
+// What every driver prints once training is over. A loss that diverged (bad_epoch >= 0; bad: "NaN",
+// "Inf", or the value past the growth limit of divergence.h): one error line on stderr, and EXIT_DIVERGED. Otherwise the untimed setup time
 // (unless quiet) and, with breakdown, the phase table; EXIT_OK.
 int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *timing, int quiet, int breakdown);
 // --export: writes bytes to dir/name, creating dir (and its parents) first; whole or not at all.

@@ -274,3 +274,19 @@ Test(args, pick_names) {
                     "baseline, atomic");
     cr_assert_not_null(strstr(err, "stage 02 regression"));
 }
+
+Test(args, progress_seconds_from_the_environment) {
+    double seconds;
+    unsetenv("CUDA_STAGES_PROGRESS_SECONDS");
+    cr_assert_eq(args_progress_seconds(&seconds, err, sizeof(err)), 0);
+    cr_assert_eq(seconds, 10.0);
+    setenv("CUDA_STAGES_PROGRESS_SECONDS", "0.5", 1);
+    cr_assert_eq(args_progress_seconds(&seconds, err, sizeof(err)), 0);
+    cr_assert_eq(seconds, 0.5);
+    const char *bad[] = {"soon", "-1", "1e9", "nan", " 5", "5\nerror: forged"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("CUDA_STAGES_PROGRESS_SECONDS", bad[i], 1);
+        expect_rejected(args_progress_seconds(&seconds, err, sizeof(err)), "CUDA_STAGES_PROGRESS_SECONDS", "0 .. 86400");
+    }
+    unsetenv("CUDA_STAGES_PROGRESS_SECONDS");
+}
