@@ -363,15 +363,18 @@ void print_usage(TrainerKind trainer, const char *program, FILE *out) {
             "  --warmup N       untimed 1-epoch runs before the timed ones (default 1; 0 .. 100; GPU only)\n"
             "  --repeat N       timed runs; the report gives the medians (default 1; 1 .. 1000)\n"
             "  --breakdown      time each phase (h2d, forward, loss, ...); adds synchronizations\n"
-            "  --reference      train with the CPU reference (double precision) instead of the GPU\n"
-            "  --csv FILE       append the result row to FILE (header written when the file is new)\n"
-            "  --curve FILE     append the loss curve to FILE as long-format CSV, for plots\n"
+            "  --reference      train with the CPU reference (double precision) instead of the GPU; it prints its\n"
+            "                   progress on stderr every 10 s (CUDA_STAGES_PROGRESS_SECONDS) unless --quiet\n"
+            "  --csv FILE       append the result row to FILE (header written when the file is new; a file with\n"
+            "                   another header is refused; checked before training, written whole or not at all)\n"
+            "  --curve FILE     append the loss curve to FILE as long-format CSV, for plots (the same rules)\n"
             "  --export DIR     write the data set, initial parameters and config the PyTorch baselines read, then exit\n"
             "  --quiet          print only the result line\n"
             "  --list-variants  print the stage's variants (and MNIST precisions), the default first, then exit\n"
             "  --help, -h       this text\n"
             "\n"
-            "Both --flag value and --flag=value work. Exit codes: 0 ok, 2 bad flag, 3 bad data, 4 CUDA, 5 diverged.\n");
+            "Both --flag value and --flag=value work. Exit codes: 0 ok, 2 bad flag or unwritable output, 3 bad data,\n"
+            "4 CUDA, 5 diverged (a loss NaN, Inf, or past 1e6 times its first value).\n");
 }
 
 // ----------------------------------------------------------------------------

@@ -14,7 +14,10 @@
 //   2. the header against the file: a plain file must be exactly as long as its header says; a gzip
 //      file must be able to hold that much (deflate expands at most 1032:1) and its trailer's length
 //      field (ISIZE, the uncompressed size mod 2^32) must agree with the header;
-//   3. (mnist_load) all four headers of a set: 28x28 images, as many labels as images in each split;
+//   3. (mnist_load) all four headers of a set: 28x28 images, as many labels as images in each split,
+//      no gzip file that would expand past 64 MiB at more than 100:1 (a decompression bomb: blank
+//      images compress about 1000:1, image data a few times), and a set that fits in the machine's
+//      physical memory once loaded (pixels and their floats);
 //   4. the body, read into a buffer that starts at 1 MiB and grows only while bytes keep arriving, so
 //      memory follows the data actually present, never a header's promise;
 //   5. the end: a gzip stream must reach its end with a correct CRC-32 and length (zlib checks the
@@ -52,6 +55,8 @@
 #define GZIP_MAX_RATIO 1032u   // deflate's largest expansion: 258 bytes from 2 bits
 #define GZIP_MIN_BYTES 18      // a 10-byte header, an empty deflate block, the 8-byte trailer
 #define IDX_INPUT_BYTES ((size_t)1 << 16)
+#define IDX_BOMB_BYTES (64.0 * (1 << 20))  // mnist_load: a gzip file that expands past this ...
+#define IDX_BOMB_RATIO 100.0               // ... at more than this ratio is refused
 
 // ----------------------------------------------------------------------------
 // an open IDX file: the descriptor, the gzip state, the header
@@ -434,6 +439,28 @@ static int mnist_open_all(const char *dir, IdxFile files[MNIST_FILES], char *err
                           files[i - 1].dims[0], files[i].path, files[i].dims[0]);
             return -1;
         }
+    }
+    // Headers that agree can describe a decompression bomb: blank images compress about 1000:1, image
+    // data a few times (MNIST 4.7:1). A gzip file that would expand past 64 MiB at more than 100:1 is refused.
+    for (int i = 0; i < MNIST_FILES; i++) {
+        double expanded = (double)(files[i].header_len + files[i].body_len);
+        double ratio = files[i].gz && files[i].file_bytes > 0 ? expanded / (double)files[i].file_bytes : 0.0;
+        if (expanded > IDX_BOMB_BYTES && ratio > IDX_BOMB_RATIO) {
+            error_message(err, err_len, "%s would expand %.0f times, from %.1f MB to %.1f GB: not image data (a decompression bomb?); delete it and run `make data`",
+                          files[i].path, ratio, (double)files[i].file_bytes / 1e6, expanded / 1e9);
+            return -1;
+        }
+    }
+    // Headers that agree can still describe more than this machine holds (10,000,000 blank images are
+    // 7.6 MB of gzip): pixels, their floats and the labels, against the physical memory, before reading.
+    double need = 0.0;
+    for (int i = 0; i < MNIST_FILES; i += 2) need += (double)files[i].dims[0] * (MNIST_SIDE * MNIST_SIDE * 5.0 + 1.0);
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_size > 0 && need > (double)pages * (double)page_size) {
+        error_message(err, err_len, "out of host memory: %s and %s hold %u and %u images (%.1f GB to load), more than this machine's %.1f GB",
+                      files[TRAIN_IMAGES].path, files[TEST_IMAGES].path, files[TRAIN_IMAGES].dims[0],
+                      files[TEST_IMAGES].dims[0], need / 1e9, (double)pages * (double)page_size / 1e9);
+        return -1;
     }
     return 0;
 }

@@ -9,9 +9,10 @@
 //
 // It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from
 // --seed (common/data.c), runs --warmup untimed 1-epoch trainings and --repeat timed ones of the
-// stage's train_mnist (or the CPU reference), stops with exit 5 when a loss is NaN/Inf, and reports
-// medians of the timed runs (stdout, --csv, --curve). Before any training it checks that the GPU has
-// room for the run. Every failure is one line on stderr and an exit code of exit_codes.h.
+// stage's train_mnist (or the CPU reference), stops with exit 5 when a loss diverged (NaN, Inf, or
+// past 1e6 times its first value: divergence.h), and reports medians of the timed runs (stdout, --csv,
+// --curve). Before any training it checks the --csv and --curve files and that the GPU has room for
+// the run. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>

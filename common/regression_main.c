@@ -9,8 +9,9 @@
 //
 // It checks that the GPU has room for the run, generates the points (common/data.c), runs --warmup
 // untimed 1-epoch trainings and --repeat timed ones of the stage's train_regression (or the CPU
-// reference), stops with exit 5 when a loss is NaN/Inf, and reports medians of the timed runs
-// (stdout, --csv, --curve). Every failure is one line on stderr and an exit code of exit_codes.h.
+// reference), stops with exit 5 when a loss diverged (NaN, Inf, or past 1e6 times its first value:
+// divergence.h), and reports medians of the timed runs (stdout, --csv, --curve), whose files it checks
+// before any training. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>

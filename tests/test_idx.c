@@ -560,6 +560,23 @@ Test(idx, counts_checked_before_any_body) {
     assert_refused_small("mismatch");
 }
 
+Test(idx, consistent_decompression_bomb_refused) {
+    // every header agrees (100,000 images and labels), but the images are 78 MB of zeros in a gzip file
+    // of 80 KB: expanding about 1000:1, past 64 MiB, it is refused before a byte of it is inflated
+    write_mnist_set(6, 4);
+    unlink(tmp_path("train-images-idx3-ubyte"));
+    write_zero_images_gz("train-images-idx3-ubyte.gz", 100000, 28, 28);
+    write_labels("train-labels-idx1-ubyte", 100000, -1, 0, 0);
+    assert_refused_small("decompression bomb");
+    // and a modest one (6 MB, under 64 MiB) still loads: small blank sets are fine
+    write_zero_images_gz("train-images-idx3-ubyte.gz", 8000, 28, 28);
+    write_labels("train-labels-idx1-ubyte", 8000, -1, 0, 0);
+    MnistSet set;
+    cr_assert_eq(mnist_load(tmp_dir, &set, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(set.n_train, 8000);
+    mnist_free(&set);
+}
+
 Test(idx, shape_checked_before_any_body) {
     write_mnist_set(6, 4);
     unlink(tmp_path("train-images-idx3-ubyte"));
