@@ -47,13 +47,49 @@ STAGE_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist
 ARCH_STAMP := $(BUILD)/.arch-$(shell echo '$(GENCODE) $(NVCC)' | cksum | cut -d' ' -f1)
 
 # ----------------------------------------------------------------------------
+# Values that reach a shell. The variables the stage verbs hand to their recipes (FILE, ARGS,
+# TRAINER, EXERCISE, ANSWER, TRY_RUN, NN) are checked here, once, before any recipe is expanded: each
+# against a pattern of characters no shell acts on, read unexpanded ($(value)), so that a quote, `;`,
+# `$`, a backquote, `|`, `&`, `<`, `>`, `*` or a control character never reaches a recipe, and a
+# `$(shell ...)` in a value is never expanded. A value outside its pattern is one line and exit 2.
+
+empty :=
+space := $(empty) $(empty)
+SAFE_WORD_CHARS := a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 . _ -
+SAFE_PATH_CHARS := $(SAFE_WORD_CHARS) / + , = @ :
+# $(call without_chars,TEXT,CHARS): TEXT with every one of CHARS removed
+without_chars = $(if $(2),$(call without_chars,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,$(words $(2)),$(2))),$(1))
+# $(call check_value,VAR,CHARS,HINT[,spaces]): an error unless VAR's unexpanded value is made of CHARS
+# (and spaces, when the fourth argument is given) only
+check_value = $(if $(filter <>,<$(call without_chars,$(if $(4),$(subst $(space),,$(value $(1))),$(value $(1))),$(2))>),,$(error $(1) holds $(UNSAFE_TEXT): $(3)))
+UNSAFE_TEXT := a character a shell would act on (a quote, ; $$ ` | & < > * ( ) or a control character)
+HINT_FILE := FILE takes a path of letters, digits and . _ - / + , = @ : (copy the file to such a path)
+HINT_ARGS := ARGS takes flags and values of letters, digits and . _ - / + , = @ : separated by spaces
+HINT_TRAINER := TRAINER takes regression, mnist or both
+HINT_WORD := it takes a name of letters, digits and . _ -
+
+ifneq ($(filter stage stage-%,$(MAKECMDGOALS)),)
+$(call check_value,FILE,$(SAFE_PATH_CHARS),$(HINT_FILE))
+$(call check_value,ARGS,$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces)
+$(call check_value,TRAINER,$(SAFE_WORD_CHARS),$(HINT_TRAINER),spaces)
+$(call check_value,EXERCISE,$(SAFE_WORD_CHARS),$(HINT_WORD))
+$(call check_value,ANSWER,$(SAFE_WORD_CHARS),$(HINT_WORD))
+$(call check_value,TRY_RUN,$(SAFE_WORD_CHARS),$(HINT_WORD))
+$(call check_value,NN,$(SAFE_WORD_CHARS),$(HINT_WORD))
+ifneq ($(filter-out regression mnist,$(TRAINER)),)
+$(error unknown TRAINER '$(filter-out regression mnist,$(TRAINER))'; valid: regression, mnist (TRAINER=regression, TRAINER=mnist, or both))
+endif
+endif
+
+# ----------------------------------------------------------------------------
 # `make stage N VERB`: the words after `stage` become arguments, not goals.
 
 ifeq ($(firstword $(MAKECMDGOALS)),stage)
 
 STAGE_WORD := $(word 2,$(MAKECMDGOALS))
 VERB := $(or $(word 3,$(MAKECMDGOALS)),run)
-NN := $(if $(filter 1 2 3 4 5 6 7,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
+# (override: the stage word decides, even over an NN= on the command line)
+override NN := $(if $(filter 1 2 3 4 5 6 7,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
 VERBS := run compare diff test profile sanitize try exercise prompt ladder
 
 ifeq ($(filter $(NN),$(ALL_STAGES)),)
@@ -78,9 +114,15 @@ $(error no CUDA device found (nvidia-smi lists none): stage $(NN) ladder needs a
 endif
 endif
 
+# The verb runs in a sub-make whose own "make[1]: *** [...] Error N" line is dropped from its stderr
+# (through a FIFO, so that the rest streams as it comes): a failed `make stage N VERB` ends with the
+# program's one error line and make's one line, "make: *** [Makefile:...: stage] Error 2".
 .PHONY: stage $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
 stage:
-	@$(MAKE) --no-print-directory stage-$(VERB) NN=$(NN)
+	@tmp=$$(mktemp -d) && mkfifo "$$tmp/stderr" || exit 2; \
+	trap 'rm -rf "$$tmp"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	grep -v --line-buffered '^make\[[0-9]*\]: \*\*\* ' <"$$tmp/stderr" >&2 & \
+	$(MAKE) --no-print-directory stage-$(VERB) NN=$(NN) 2>"$$tmp/stderr"; status=$$?; wait; exit $$status
 $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 	@:
 

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,33 +72,41 @@ static void list_flags(TrainerKind trainer, char *out, size_t out_len) {
 // values
 
 // A whole number: plain digits ("5000000", "-3") or, for large counts, a float literal with an
-// integral value ("5e6", "1e8"). Anything else (empty, "12abc", "1.5", " 7", "0x10") is rejected.
+// integral value ("5e6", "1e8"). Anything else (empty, "12abc", "1.5", " 7", "0x10", "1e-400") is not
+// one (-1); a whole number beyond what 64 bits hold ("1e30", "99999999999999999999") is one, but out
+// of every range (1, with *out saturated), so that its message says "out of range".
 static int parse_whole(const char *text, int64_t *out) {
     if (text[0] == '\0' || strspn(text, "0123456789+-.eE") != strlen(text)) return -1;
     char *end = NULL;
     errno = 0;
     long long whole = strtoll(text, &end, 10);
     if (*end == '\0') {
-        if (errno == ERANGE) return -1;
-        *out = whole;
-        return 0;
+        *out = whole;  // saturated at LLONG_MIN / LLONG_MAX on overflow
+        return errno == ERANGE ? 1 : 0;
     }
     errno = 0;
     double real = strtod(text, &end);
-    if (*end != '\0' || errno == ERANGE || !isfinite(real) || real != floor(real) || fabs(real) > 9e18) return -1;
+    if (*end != '\0' || isnan(real)) return -1;
+    if (errno == ERANGE && fabs(real) < 1.0) return -1;  // underflow: "1e-400" is no whole number
+    if (isinf(real) || fabs(real) > 9e18) {
+        *out = real > 0 ? INT64_MAX : INT64_MIN;
+        return 1;
+    }
+    if (real != floor(real)) return -1;
     *out = (int64_t)real;
     return 0;
 }
 
 static int parse_ranged(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out, char *err,
                         size_t err_len) {
-    int64_t value;
-    if (parse_whole(text, &value) != 0) {
+    int64_t value = 0;
+    int whole = parse_whole(text, &value);
+    if (whole < 0) {
         error_message(err, err_len, "--%s '%s' is not a whole number (valid: %lld .. %lld)", flag, text, (long long)lo,
                 (long long)hi);
         return -1;
     }
-    if (value < lo || value > hi) {
+    if (whole > 0 || value < lo || value > hi) {
         error_message(err, err_len, "--%s %s is out of range (valid: %lld .. %lld)", flag, text, (long long)lo, (long long)hi);
         return -1;
     }
@@ -354,13 +363,34 @@ void print_usage(TrainerKind trainer, const char *program, FILE *out) {
             "  --warmup N       untimed 1-epoch runs before the timed ones (default 1; 0 .. 100; GPU only)\n"
             "  --repeat N       timed runs; the report gives the medians (default 1; 1 .. 1000)\n"
             "  --breakdown      time each phase (h2d, forward, loss, ...); adds synchronizations\n"
-            "  --reference      train with the CPU reference (double precision) instead of the GPU\n"
-            "  --csv FILE       append the result row to FILE (header written when the file is new)\n"
-            "  --curve FILE     append the loss curve to FILE as long-format CSV, for plots\n"
+            "  --reference      train with the CPU reference (double precision) instead of the GPU; it prints its\n"
+            "                   progress on stderr every 10 s (CUDA_STAGES_PROGRESS_SECONDS) unless --quiet\n"
+            "  --csv FILE       append the result row to FILE (header written when the file is new; a file with\n"
+            "                   another header is refused; checked before training, written whole or not at all)\n"
+            "  --curve FILE     append the loss curve to FILE as long-format CSV, for plots (the same rules)\n"
             "  --export DIR     write the data set, initial parameters and config the PyTorch baselines read, then exit\n"
             "  --quiet          print only the result line\n"
             "  --list-variants  print the stage's variants (and MNIST precisions), the default first, then exit\n"
             "  --help, -h       this text\n"
             "\n"
-            "Both --flag value and --flag=value work. Exit codes: 0 ok, 2 bad flag, 3 bad data, 4 CUDA, 5 diverged.\n");
+            "Both --flag value and --flag=value work. Exit codes: 0 ok, 2 bad flag or unwritable output, 3 bad data,\n"
+            "4 CUDA, 5 diverged (a loss NaN, Inf, or past 1e6 times its first value).\n");
+}
+
+// ----------------------------------------------------------------------------
+// CUDA_STAGES_PROGRESS_SECONDS: how often a --reference run prints its progress
+
+int args_progress_seconds(double *out, char *err, size_t err_len) {
+    *out = 10.0;
+    const char *text = getenv("CUDA_STAGES_PROGRESS_SECONDS");
+    if (!text || !text[0]) return 0;
+    char *end = NULL;
+    double value = strtod(text, &end);
+    if (*end != '\0' || isspace((unsigned char)text[0]) || !(value >= 0.0 && value <= 86400.0)) {
+        error_message(err, err_len, "CUDA_STAGES_PROGRESS_SECONDS='%.32s' is not a number of seconds (valid: 0 .. 86400)",
+                      text);
+        return -1;
+    }
+    *out = value;
+    return 0;
 }

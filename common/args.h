@@ -46,6 +46,10 @@ void print_usage(TrainerKind trainer, const char *program, FILE *out);
 int args_pick(const char *flag, const char *value, const char *const *names, const char *context, char *err,
               size_t err_len);
 
+// How often a --reference run prints its progress on stderr: CUDA_STAGES_PROGRESS_SECONDS (default 10,
+// 0 .. 86400). -1 with a one-line message in err for any other value.
+int args_progress_seconds(double *out, char *err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,7 @@
 
 #include "device.h"
 #include "exit_codes.h"
+#include "message.h"
 
 // CUDA encodes versions as 1000 * major + 10 * minor: 13000 -> "13.0".
 static void version_string(int version, char *out, size_t len) {
@@ -60,25 +61,33 @@ void host_describe(DeviceInfo *out) {
 }
 
 // The free device memory, or less when CUDA_STAGES_MAX_DEVICE_MB is set (to rehearse a smaller GPU).
+// The variable is checked first, so that a bad value is one line even where no GPU answers.
 void device_check_memory(double needed, const char *what, const char *advice) {
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;  // the stage's own checks report it
-    double available = (double)free_bytes;
+    char message[512];
+    double cap = -1.0;
     const char *limit = getenv("CUDA_STAGES_MAX_DEVICE_MB");
     if (limit && limit[0]) {
         char *end = NULL;
         errno = 0;
         long long mb = strtoll(limit, &end, 10);
         if (*end != '\0' || errno == ERANGE || mb < 1) {
-            fprintf(stderr, "error: CUDA_STAGES_MAX_DEVICE_MB='%.32s' is not a whole number of MB >= 1\n", limit);
+            // quoted through error_message: a newline or escape in the value stays one line
+            error_message(message, sizeof(message), "CUDA_STAGES_MAX_DEVICE_MB='%.32s' is not a whole number of MB >= 1",
+                          limit);
+            fprintf(stderr, "error: %s\n", message);
             exit(EXIT_USAGE);
         }
-        if ((double)mb * (1 << 20) < available) available = (double)mb * (1 << 20);
+        cap = (double)mb * (1 << 20);
     }
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;  // the stage's own checks report it
+    double available = (double)free_bytes;
+    if (cap >= 0.0 && cap < available) available = cap;
     if (needed > available) {
-        fprintf(stderr, "error: %s needs about %.1f GB of device memory, but the GPU has %.1f GB free%s: %s\n", what,
-                needed / 1e9, available / 1e9, available < (double)free_bytes ? " (CUDA_STAGES_MAX_DEVICE_MB)" : "",
-                advice);
+        error_message(message, sizeof(message), "%s needs about %.1f GB of device memory, but the GPU has %.1f GB free%s: %s",
+                      what, needed / 1e9, available / 1e9,
+                      available < (double)free_bytes ? " (CUDA_STAGES_MAX_DEVICE_MB)" : "", advice);
+        fprintf(stderr, "error: %s\n", message);
         exit(EXIT_CUDA);
     }
 }

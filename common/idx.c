@@ -3,23 +3,45 @@
 // An IDX file is a big-endian header followed by raw uint8 items:
 //     images: 0x00000803, count, rows, cols, then count * rows * cols pixels
 //     labels: 0x00000801, count, then count labels
-// zlib's gzread reads plain and gzip files alike, so "path" and "path.gz" go through one code path.
+// A file that starts with the gzip magic (1f 8b) is decompressed with zlib's inflate, so "path" and
+// "path.gz" go through one code path.
 //
-// Validation: a missing file, a wrong magic, a short header, zero items, absurd sizes (count above
-// 10,000,000, rows or cols outside 1..4096), a body shorter than the header promises, and bytes left
-// over after it are all rejected. Trailing bytes are rejected (not ignored) because they mean the
-// header's count does not describe the file, which is corruption, not padding. mnist_load adds the
-// MNIST shape: 28x28 images, as many labels as images, labels 0..9.
+// Opening: a file is opened without blocking (O_NONBLOCK) and must be a regular file, so a FIFO, a
+// device or a directory under an IDX name is refused at once instead of hanging the program.
+//
+// Validation, in this order, so that nothing is allocated for a file that cannot be right:
+//   1. the header: magic, count (1 .. 10,000,000), rows and cols (1 .. 4096);
+//   2. the header against the file: a plain file must be exactly as long as its header says; a gzip
+//      file must be able to hold that much (deflate expands at most 1032:1) and its trailer's length
+//      field (ISIZE, the uncompressed size mod 2^32) must agree with the header;
+//   3. (mnist_load) all four headers of a set: 28x28 images, as many labels as images in each split,
+//      no gzip file that would expand past 64 MiB at more than 100:1 (a decompression bomb: blank
+//      images compress about 1000:1, image data a few times), and a set that fits in the machine's
+//      physical memory once loaded (pixels and their floats);
+//   4. the body, read into a buffer that starts at 1 MiB and grows only while bytes keep arriving, so
+//      memory follows the data actually present, never a header's promise;
+//   5. the end: a gzip stream must reach its end with a correct CRC-32 and length (zlib checks the
+//      8-byte trailer), and nothing may follow it (a second gzip member counts as trailing data);
+//      a plain file must end right after its body. Trailing bytes are rejected, not ignored: they
+//      mean the header does not describe the file, which is corruption, not padding.
+// mnist_load adds the last MNIST check, labels 0..9.
+//
+// zlib's gzread is not used: it reports a missing trailer only through gzerror/gzclose and skips
+// whatever follows a gzip stream without a word, both of which step 5 must see.
 //
 // Pixels become floats as (float)p / 255.0f, exactly what PyTorch's x.float() / 255 computes, so the
 // C trainers and the Python baselines see identical inputs.
 //
-// Built into build/common/libcommon.a by the top Makefile (link with -lz); tested by tests/test_idx.c.
+// Built into build/common/libcommon.a by the top Makefile (link with -lz); tested by tests/test_idx.c
+// and fuzzed by tests/fuzz/fuzz_idx.c.
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "idx.h"
@@ -30,67 +52,163 @@
 #define IDX_MAX_COUNT 10000000u
 #define IDX_MAX_DIM 4096u
 #define MNIST_SIDE 28
+#define GZIP_MAX_RATIO 1032u   // deflate's largest expansion: 258 bytes from 2 bits
+#define GZIP_MIN_BYTES 18      // a 10-byte header, an empty deflate block, the 8-byte trailer
+#define IDX_INPUT_BYTES ((size_t)1 << 16)
+#define IDX_BOMB_BYTES (64.0 * (1 << 20))  // mnist_load: a gzip file that expands past this ...
+#define IDX_BOMB_RATIO 100.0               // ... at more than this ratio is refused
 
 // ----------------------------------------------------------------------------
-// helpers
+// an open IDX file: the descriptor, the gzip state, the header
 
-
-// An open IDX file and the path actually opened (path or path.gz), for messages.
 typedef struct {
-    gzFile file;
-    char path[4096];
+    int fd;
+    int gz;              // 1: a gzip stream, inflated through z
+    int z_ready;         // inflateInit2 succeeded (inflateEnd needed)
+    int stream_end;      // gz: inflate reached the end of the stream (CRC-32 and length verified)
+    int input_done;      // the file has no more bytes
+    z_stream z;
+    uint8_t *input;      // (IDX_INPUT_BYTES,) compressed bytes read from fd
+    long long file_bytes;
+    const char *what;    // "images" or "labels"
+    uint32_t dims[3];    // count, then rows and cols for images
+    size_t header_len, body_len;
+    char path[4096];     // the path actually opened (path or path.gz), for messages
 } IdxFile;
 
-static int idx_open(const char *path, IdxFile *f, char *err, size_t err_len) {
+static void idx_close(IdxFile *f) {
+    if (f->z_ready) inflateEnd(&f->z);
+    if (f->fd >= 0) close(f->fd);
+    free(f->input);
+    f->fd = -1;
+    f->z_ready = 0;
+    f->input = NULL;
+}
+
+static ssize_t read_fully(int fd, uint8_t *dst, size_t len) {
+    size_t done = 0;
+    while (done < len) {
+        ssize_t got = read(fd, dst + done, len - done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return -1;
+        if (got == 0) break;
+        done += (size_t)got;
+    }
+    return (ssize_t)done;
+}
+
+// Opens path (or path.gz when path does not exist) without blocking; it must be a regular file.
+static int idx_open(const char *path, const char *what, IdxFile *f, char *err, size_t err_len) {
+    memset(f, 0, sizeof(*f));
+    f->fd = -1;
+    f->what = what;
     if (snprintf(f->path, sizeof(f->path), "%s", path) >= (int)sizeof(f->path)) {
         error_message(err, err_len, "path too long: %.64s...", path);
         return -1;
     }
-    errno = 0;
-    f->file = gzopen(f->path, "rb");
-    if (!f->file && errno == ENOENT) {
+    const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+    f->fd = open(f->path, flags);
+    if (f->fd < 0 && errno == ENOENT) {
         if (snprintf(f->path, sizeof(f->path), "%s.gz", path) >= (int)sizeof(f->path)) {
             error_message(err, err_len, "path too long: %.64s...", path);
             return -1;
         }
-        errno = 0;
-        f->file = gzopen(f->path, "rb");
-    }
-    if (!f->file) {
-        if (errno == ENOENT) {
-            error_message(err, err_len, "missing %s (and no %s.gz): run `make data` or point --data at an IDX directory", path, path);
-        } else {
-            error_message(err, err_len, "cannot open %s: %s", f->path, errno ? strerror(errno) : "out of memory");
-        }
-        return -1;
-    }
-    return 0;
-}
-
-static void idx_read_error(IdxFile *f, char *err, size_t err_len) {
-    int code;
-    const char *msg = gzerror(f->file, &code);
-    if (code == Z_ERRNO) {
-        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
-    } else {
-        error_message(err, err_len, "corrupt gzip data in %s (%s): delete it and run `make data`", f->path, msg);
-    }
-}
-
-// Reads exactly len bytes unless the file ends first; returns the bytes read, or -1 on a gzip error
-// (message in err). gzread takes an unsigned int length, so large bodies are read in chunks.
-static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, size_t err_len) {
-    size_t done = 0;
-    while (done < len) {
-        size_t chunk = len - done;
-        if (chunk > (1u << 30)) chunk = 1u << 30;
-        int got = gzread(f->file, dst + done, (unsigned)chunk);
-        if (got < 0) {
-            idx_read_error(f, err, err_len);
+        f->fd = open(f->path, flags);
+        if (f->fd < 0 && errno == ENOENT) {
+            error_message(err, err_len, "missing %s (and no %s.gz): run `make data` or point --data at an IDX directory",
+                          path, path);
             return -1;
         }
-        if (got == 0) break;  // end of file; a cut-off gzip stream also ends here, as the truncation it is
-        done += (size_t)got;
+    }
+    if (f->fd < 0) {
+        error_message(err, err_len, "cannot open %s: %s", f->path, strerror(errno));
+        return -1;
+    }
+    struct stat info;
+    if (fstat(f->fd, &info) != 0) {
+        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+        goto fail;
+    }
+    if (S_ISDIR(info.st_mode)) {
+        error_message(err, err_len, "%s is a directory, not an IDX file: point --data at the directory that holds the files",
+                      f->path);
+        goto fail;
+    }
+    if (!S_ISREG(info.st_mode)) {
+        error_message(err, err_len, "%s is not a regular file (a FIFO, socket or device): an IDX file must be a plain or .gz file on disk",
+                      f->path);
+        goto fail;
+    }
+    // regular files never block; drop the flag so that reads behave as usual
+    int status_flags = fcntl(f->fd, F_GETFL);
+    if (status_flags >= 0) fcntl(f->fd, F_SETFL, status_flags & ~O_NONBLOCK);
+    f->file_bytes = (long long)info.st_size;
+
+    uint8_t magic[2];
+    ssize_t got = read_fully(f->fd, magic, 2);
+    if (got < 0 || lseek(f->fd, 0, SEEK_SET) != 0) {
+        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+        goto fail;
+    }
+    f->gz = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    if (f->gz) {
+        f->input = malloc(IDX_INPUT_BYTES);
+        if (!f->input || inflateInit2(&f->z, 16 + MAX_WBITS) != Z_OK) {  // 16: gzip wrapper only
+            error_message(err, err_len, "out of host memory to decompress %s", f->path);
+            goto fail;
+        }
+        f->z_ready = 1;
+    }
+    return 0;
+fail:
+    idx_close(f);
+    return -1;
+}
+
+static void idx_corrupt_gzip(IdxFile *f, char *err, size_t err_len) {
+    error_message(err, err_len, "corrupt gzip data in %s (%s): delete it and run `make data`", f->path,
+                  f->z.msg ? f->z.msg : "zlib error");
+}
+
+// Reads up to len bytes of the IDX content (decompressed for gzip); returns the bytes read, fewer only
+// when the content ends, or -1 with a message in err.
+static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, size_t err_len) {
+    if (!f->gz) {
+        ssize_t got = read_fully(f->fd, dst, len);
+        if (got < 0) {
+            error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+            return -1;
+        }
+        return got;
+    }
+    size_t done = 0;
+    while (done < len && !f->stream_end) {
+        size_t chunk = len - done;
+        if (chunk > (1u << 30)) chunk = 1u << 30;
+        f->z.next_out = dst + done;
+        f->z.avail_out = (uInt)chunk;
+        while (f->z.avail_out > 0 && !f->stream_end) {
+            if (f->z.avail_in == 0 && !f->input_done) {
+                ssize_t got = read_fully(f->fd, f->input, IDX_INPUT_BYTES);
+                if (got < 0) {
+                    error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+                    return -1;
+                }
+                if (got == 0) f->input_done = 1;
+                f->z.next_in = f->input;
+                f->z.avail_in = (uInt)got;
+            }
+            if (f->z.avail_in == 0 && f->input_done) break;  // the file ended inside the stream
+            int status = inflate(&f->z, Z_NO_FLUSH);
+            if (status == Z_STREAM_END) {
+                f->stream_end = 1;
+            } else if (status != Z_OK && status != Z_BUF_ERROR) {
+                idx_corrupt_gzip(f, err, err_len);
+                return -1;
+            }
+        }
+        done = (size_t)(f->z.next_out - dst);
+        if (f->z.avail_out > 0) break;  // the stream or the file ended
     }
     return (int64_t)done;
 }
@@ -99,43 +217,133 @@ static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-// Reads the header (4 bytes per field), checks the magic, returns the other fields in dims[]. The
-// magic is checked before the rest is read, so a file of the wrong kind is reported as such.
-static int idx_read_header(IdxFile *f, uint32_t magic, int n_fields, uint32_t *dims, const char *what,
-                           char *err, size_t err_len) {
+// Reads and validates the header (steps 1 and 2 above): magic, dims, and the file's size against the
+// body the header promises. images: 3 dims (count, rows, cols); labels: 1 (count).
+static int idx_read_header(IdxFile *f, char *err, size_t err_len) {
+    int images = strcmp(f->what, "images") == 0;
+    uint32_t magic = images ? IDX_MAGIC_IMAGES : IDX_MAGIC_LABELS;
+    int n_fields = images ? 4 : 2;
     uint8_t header[16];  // (n_fields * 4,) big-endian
-    size_t header_len = (size_t)n_fields * 4;
+    f->header_len = (size_t)n_fields * 4;
     int64_t got = idx_read_bytes(f, header, 4, err, err_len);
     if (got == 4) {
         uint32_t found = be32(header);
         if (found != magic) {
             error_message(err, err_len, "bad magic 0x%08x in %s: not an IDX %s file (those start with 0x%08x)", found,
-                    f->path, what, magic);
+                          f->path, f->what, magic);
             return -1;
         }
-        int64_t rest = idx_read_bytes(f, header + 4, header_len - 4, err, err_len);
+        int64_t rest = idx_read_bytes(f, header + 4, f->header_len - 4, err, err_len);
         got = rest < 0 ? -1 : 4 + rest;
     }
     if (got < 0) return -1;
-    if ((size_t)got < header_len) {
-        error_message(err, err_len, "truncated header in %s: %lld of %zu bytes; delete it and run `make data`",
-                f->path, (long long)got, header_len);
+    if ((size_t)got < f->header_len) {
+        error_message(err, err_len, "truncated header in %s: %lld of %zu bytes; delete it and run `make data`", f->path,
+                      (long long)got, f->header_len);
         return -1;
     }
-    for (int i = 1; i < n_fields; i++) dims[i - 1] = be32(header + 4 * i);
+    for (int i = 1; i < n_fields; i++) f->dims[i - 1] = be32(header + 4 * i);
+
+    uint32_t count = f->dims[0];
+    if (count == 0) {
+        error_message(err, err_len, "%s holds zero %s", f->path, f->what);
+        return -1;
+    }
+    if (images) {
+        if (count > IDX_MAX_COUNT || f->dims[1] < 1 || f->dims[1] > IDX_MAX_DIM || f->dims[2] < 1 ||
+            f->dims[2] > IDX_MAX_DIM) {
+            error_message(err, err_len, "absurd dimensions in %s: %u images of %ux%u (allowed: up to %u images, 1..%u per side)",
+                          f->path, count, f->dims[1], f->dims[2], IDX_MAX_COUNT, IDX_MAX_DIM);
+            return -1;
+        }
+        f->body_len = (size_t)count * f->dims[1] * f->dims[2];
+    } else {
+        if (count > IDX_MAX_COUNT) {
+            error_message(err, err_len, "absurd count in %s: %u labels (allowed: up to %u)", f->path, count, IDX_MAX_COUNT);
+            return -1;
+        }
+        f->body_len = count;
+    }
+    const char *body = images ? "pixels" : "labels";
+
+    // the file against the header, before a byte of the body is read or allocated
+    unsigned long long total = (unsigned long long)f->header_len + f->body_len;
+    if (!f->gz) {
+        unsigned long long size = (unsigned long long)f->file_bytes;
+        if (size < total) {
+            error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %llu; delete it and run `make data`",
+                          body, f->path, f->body_len, size - f->header_len);
+            return -1;
+        }
+        if (size > total) {
+            error_message(err, err_len, "%s has %llu bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
+                          f->path, size - total, f->body_len, body);
+            return -1;
+        }
+        return 0;
+    }
+    if (f->file_bytes < GZIP_MIN_BYTES || total / GZIP_MAX_RATIO > (unsigned long long)f->file_bytes) {
+        error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, more than a %lld-byte gzip file can hold; delete it and run `make data`",
+                      body, f->path, f->body_len, f->file_bytes);
+        return -1;
+    }
+    uint8_t trailer[4];  // ISIZE: the uncompressed length mod 2^32, little-endian
+    if (pread(f->fd, trailer, 4, (off_t)f->file_bytes - 4) != 4) {
+        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+        return -1;
+    }
+    uint32_t isize = (uint32_t)trailer[0] | ((uint32_t)trailer[1] << 8) | ((uint32_t)trailer[2] << 16) |
+                     ((uint32_t)trailer[3] << 24);
+    if (isize != (uint32_t)total) {
+        error_message(err, err_len, "truncated or corrupt gzip file %s (cut off, damaged, or with bytes after its gzip stream): its trailer records %u bytes (mod 2^32), its header promises %llu; delete it and run `make data`",
+                      f->path, isize, total);
+        return -1;
+    }
     return 0;
 }
 
-// Reads the body of size len into a new buffer and checks that nothing follows it. The buffer starts
-// at 1 MiB at most and doubles (up to len) only while bytes keep arriving, so a header that promises
-// more than the file holds (a corrupt count, a cut-off download) costs no more memory than the file.
+// Step 5: nothing may follow the body, and a gzip stream must end, verified, with nothing after it.
+static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
+    const char *body = strcmp(f->what, "images") == 0 ? "pixels" : "labels";
+    uint8_t extra;
+    int64_t more = idx_read_bytes(f, &extra, 1, err, err_len);  // reaches the gzip trailer, if any
+    if (more < 0) return -1;
+    if (more > 0) {
+        error_message(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
+                      f->path, f->body_len, body);
+        return -1;
+    }
+    if (!f->gz) return 0;
+    if (!f->stream_end) {
+        error_message(err, err_len, "truncated gzip stream in %s: it ends before its trailer (CRC-32 and length), so the data cannot be verified; delete it and run `make data`",
+                      f->path);
+        return -1;
+    }
+    ssize_t after = f->z.avail_in;
+    if (after == 0 && !f->input_done) after = read_fully(f->fd, f->input, 1);
+    if (after < 0) {
+        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+        return -1;
+    }
+    if (after > 0) {
+        error_message(err, err_len, "%s has data after the end of its gzip stream (trailing bytes or a second gzip member): delete it and run `make data`",
+                      f->path);
+        return -1;
+    }
+    return 0;
+}
+
+// Reads the body of the size the header gives into a new buffer, then checks the end (step 5). The
+// buffer starts at 1 MiB at most and doubles (up to the body's size) only while bytes keep arriving.
 #define IDX_FIRST_CHUNK ((size_t)1 << 20)
-static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *err, size_t err_len) {
+static uint8_t *idx_read_body(IdxFile *f, char *err, size_t err_len) {
+    const char *body_name = strcmp(f->what, "images") == 0 ? "pixels" : "labels";
+    size_t len = f->body_len;
     size_t cap = len < IDX_FIRST_CHUNK ? len : IDX_FIRST_CHUNK, done = 0;
     uint8_t *body = malloc(cap);
     for (;;) {
         if (!body) {
-            error_message(err, err_len, "out of host memory for %zu bytes of %s from %s", cap, what, f->path);
+            error_message(err, err_len, "out of host memory for %zu bytes of %s from %s", cap, body_name, f->path);
             return NULL;
         }
         int64_t got = idx_read_bytes(f, body + done, cap - done, err, err_len);
@@ -144,7 +352,7 @@ static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *er
             return NULL;
         }
         done += (size_t)got;
-        if (done < cap || cap == len) break;  // the file ended, or the body is complete
+        if (done < cap || cap == len) break;  // the content ended, or the body is complete
         size_t next = cap > len / 2 ? len : 2 * cap;
         uint8_t *grown = realloc(body, next);
         if (!grown) free(body);
@@ -153,19 +361,11 @@ static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *er
     }
     if (done < len) {
         error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %zu; delete it and run `make data`",
-                what, f->path, len, done);
+                      body_name, f->path, len, done);
         free(body);
         return NULL;
     }
-    // This read also reaches the gzip trailer, where a corrupt stream's checksum fails.
-    uint8_t extra;
-    int more = gzread(f->file, &extra, 1);
-    if (more < 0) idx_read_error(f, err, err_len);
-    if (more > 0) {
-        error_message(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
-                f->path, len, what);
-    }
-    if (more != 0) {
+    if (idx_check_end(f, err, err_len) != 0) {
         free(body);
         return NULL;
     }
@@ -178,55 +378,27 @@ static uint8_t *idx_read_body(IdxFile *f, size_t len, const char *what, char *er
 int idx_read_images(const char *path, IdxImages *out, char *err, size_t err_len) {
     memset(out, 0, sizeof(*out));
     IdxFile f;
-    if (idx_open(path, &f, err, err_len) != 0) return -1;
-    uint32_t dims[3];  // count, rows, cols
-    if (idx_read_header(&f, IDX_MAGIC_IMAGES, 4, dims, "images", err, err_len) != 0) goto fail;
-    if (dims[0] == 0) {
-        error_message(err, err_len, "%s holds zero images", f.path);
-        goto fail;
-    }
-    if (dims[0] > IDX_MAX_COUNT || dims[1] < 1 || dims[1] > IDX_MAX_DIM || dims[2] < 1 || dims[2] > IDX_MAX_DIM) {
-        error_message(err, err_len, "absurd dimensions in %s: %u images of %ux%u (allowed: up to %u images, 1..%u per side)",
-                f.path, dims[0], dims[1], dims[2], IDX_MAX_COUNT, IDX_MAX_DIM);
-        goto fail;
-    }
-    size_t len = (size_t)dims[0] * dims[1] * dims[2];
-    uint8_t *pixels = idx_read_body(&f, len, "pixels", err, err_len);
-    if (!pixels) goto fail;
-    gzclose(f.file);
-    out->count = (int)dims[0];
-    out->rows = (int)dims[1];
-    out->cols = (int)dims[2];
+    if (idx_open(path, "images", &f, err, err_len) != 0) return -1;
+    uint8_t *pixels = idx_read_header(&f, err, err_len) == 0 ? idx_read_body(&f, err, err_len) : NULL;
+    idx_close(&f);
+    if (!pixels) return -1;
+    out->count = (int)f.dims[0];
+    out->rows = (int)f.dims[1];
+    out->cols = (int)f.dims[2];
     out->pixels = pixels;
     return 0;
-fail:
-    gzclose(f.file);
-    return -1;
 }
 
 int idx_read_labels(const char *path, IdxLabels *out, char *err, size_t err_len) {
     memset(out, 0, sizeof(*out));
     IdxFile f;
-    if (idx_open(path, &f, err, err_len) != 0) return -1;
-    uint32_t count;
-    if (idx_read_header(&f, IDX_MAGIC_LABELS, 2, &count, "labels", err, err_len) != 0) goto fail;
-    if (count == 0) {
-        error_message(err, err_len, "%s holds zero labels", f.path);
-        goto fail;
-    }
-    if (count > IDX_MAX_COUNT) {
-        error_message(err, err_len, "absurd count in %s: %u labels (allowed: up to %u)", f.path, count, IDX_MAX_COUNT);
-        goto fail;
-    }
-    uint8_t *labels = idx_read_body(&f, count, "labels", err, err_len);
-    if (!labels) goto fail;
-    gzclose(f.file);
-    out->count = (int)count;
+    if (idx_open(path, "labels", &f, err, err_len) != 0) return -1;
+    uint8_t *labels = idx_read_header(&f, err, err_len) == 0 ? idx_read_body(&f, err, err_len) : NULL;
+    idx_close(&f);
+    if (!labels) return -1;
+    out->count = (int)f.dims[0];
     out->labels = labels;
     return 0;
-fail:
-    gzclose(f.file);
-    return -1;
 }
 
 void idx_free_images(IdxImages *images) {
@@ -240,70 +412,110 @@ void idx_free_labels(IdxLabels *labels) {
 }
 
 // ----------------------------------------------------------------------------
-// MNIST: one split (images + labels) with the MNIST shape checks, then the whole set
+// MNIST: the four headers first (shape and counts), then the bodies
 
-static int mnist_load_split(const char *dir, const char *images_name, const char *labels_name,
-                            float **images_out, uint8_t **labels_out, int *count_out, char *err, size_t err_len) {
-    char images_path[4096], labels_path[4096];
-    if (snprintf(images_path, sizeof(images_path), "%s/%s", dir, images_name) >= (int)sizeof(images_path) ||
-        snprintf(labels_path, sizeof(labels_path), "%s/%s", dir, labels_name) >= (int)sizeof(labels_path)) {
-        error_message(err, err_len, "data directory path too long: %.64s...", dir);
-        return -1;
-    }
-    IdxImages images;
-    IdxLabels labels;
-    if (idx_read_images(images_path, &images, err, err_len) != 0) return -1;
-    if (images.rows != MNIST_SIDE || images.cols != MNIST_SIDE) {
-        error_message(err, err_len, "%s holds %dx%d images; MNIST-shaped data must be %dx%d", images_path, images.rows,
-                images.cols, MNIST_SIDE, MNIST_SIDE);
-        idx_free_images(&images);
-        return -1;
-    }
-    if (idx_read_labels(labels_path, &labels, err, err_len) != 0) {
-        idx_free_images(&images);
-        return -1;
-    }
-    int status = -1;
-    float *pixels = NULL;  // (count, 784)
-    if (labels.count != images.count) {
-        error_message(err, err_len, "count mismatch: %s holds %d images but %s holds %d labels", images_path,
-                images.count, labels_path, labels.count);
-        goto done;
-    }
-    for (int i = 0; i < labels.count; i++) {
-        if (labels.labels[i] > 9) {
-            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", labels.labels[i], i, labels_path);
-            goto done;
+enum { TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS, MNIST_FILES };
+static const char *const MNIST_NAMES[MNIST_FILES] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                                     "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+
+// Every header of the set, checked against the MNIST shape and against each other, before any body.
+static int mnist_open_all(const char *dir, IdxFile files[MNIST_FILES], char *err, size_t err_len) {
+    for (int i = 0; i < MNIST_FILES; i++) {
+        char path[4096];
+        if (snprintf(path, sizeof(path), "%s/%s", dir, MNIST_NAMES[i]) >= (int)sizeof(path)) {
+            error_message(err, err_len, "data directory path too long: %.64s...", dir);
+            return -1;
+        }
+        int images = i == TRAIN_IMAGES || i == TEST_IMAGES;
+        if (idx_open(path, images ? "images" : "labels", &files[i], err, err_len) != 0) return -1;
+        if (idx_read_header(&files[i], err, err_len) != 0) return -1;
+        if (images && (files[i].dims[1] != MNIST_SIDE || files[i].dims[2] != MNIST_SIDE)) {
+            error_message(err, err_len, "%s holds %ux%u images; MNIST-shaped data must be %dx%d", files[i].path,
+                          files[i].dims[1], files[i].dims[2], MNIST_SIDE, MNIST_SIDE);
+            return -1;
+        }
+        if (!images && files[i].dims[0] != files[i - 1].dims[0]) {
+            error_message(err, err_len, "count mismatch: %s holds %u images but %s holds %u labels", files[i - 1].path,
+                          files[i - 1].dims[0], files[i].path, files[i].dims[0]);
+            return -1;
         }
     }
-    size_t n_pixels = (size_t)images.count * MNIST_SIDE * MNIST_SIDE;
-    pixels = malloc(n_pixels * sizeof(float));
-    if (!pixels) {
-        error_message(err, err_len, "out of host memory for %d images from %s", images.count, images_path);
-        goto done;
+    // Headers that agree can describe a decompression bomb: blank images compress about 1000:1, image
+    // data a few times (MNIST 4.7:1). A gzip file that would expand past 64 MiB at more than 100:1 is refused.
+    for (int i = 0; i < MNIST_FILES; i++) {
+        double expanded = (double)(files[i].header_len + files[i].body_len);
+        double ratio = files[i].gz && files[i].file_bytes > 0 ? expanded / (double)files[i].file_bytes : 0.0;
+        if (expanded > IDX_BOMB_BYTES && ratio > IDX_BOMB_RATIO) {
+            error_message(err, err_len, "%s would expand %.0f times, from %.1f MB to %.1f GB: not image data (a decompression bomb?); delete it and run `make data`",
+                          files[i].path, ratio, (double)files[i].file_bytes / 1e6, expanded / 1e9);
+            return -1;
+        }
     }
-    for (size_t i = 0; i < n_pixels; i++) pixels[i] = (float)images.pixels[i] / 255.0f;
-    *images_out = pixels;
-    *labels_out = labels.labels;  // ownership moves to the caller
-    labels.labels = NULL;
-    *count_out = images.count;
-    status = 0;
-done:
-    idx_free_images(&images);
-    idx_free_labels(&labels);
-    return status;
+    // Headers that agree can still describe more than this machine holds (10,000,000 blank images are
+    // 7.6 MB of gzip): pixels, their floats and the labels, against the physical memory, before reading.
+    double need = 0.0;
+    for (int i = 0; i < MNIST_FILES; i += 2) need += (double)files[i].dims[0] * (MNIST_SIDE * MNIST_SIDE * 5.0 + 1.0);
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_size > 0 && need > (double)pages * (double)page_size) {
+        error_message(err, err_len, "out of host memory: %s and %s hold %u and %u images (%.1f GB to load), more than this machine's %.1f GB",
+                      files[TRAIN_IMAGES].path, files[TEST_IMAGES].path, files[TRAIN_IMAGES].dims[0],
+                      files[TEST_IMAGES].dims[0], need / 1e9, (double)pages * (double)page_size / 1e9);
+        return -1;
+    }
+    return 0;
+}
+
+// One split: the pixels as floats and the labels (checked 0..9).
+static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, float **images_out, uint8_t **labels_out,
+                            int *count_out, char *err, size_t err_len) {
+    int count = (int)images_file->dims[0];
+    uint8_t *labels = idx_read_body(labels_file, err, err_len);
+    if (!labels) return -1;
+    for (int i = 0; i < count; i++) {
+        if (labels[i] > 9) {
+            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", labels[i], i, labels_file->path);
+            free(labels);
+            return -1;
+        }
+    }
+    uint8_t *pixels = idx_read_body(images_file, err, err_len);
+    if (!pixels) {
+        free(labels);
+        return -1;
+    }
+    size_t n_pixels = (size_t)count * MNIST_SIDE * MNIST_SIDE;
+    float *scaled = malloc(n_pixels * sizeof(float));  // (count, 784)
+    if (!scaled) {
+        error_message(err, err_len, "out of host memory for %d images from %s", count, images_file->path);
+        free(pixels);
+        free(labels);
+        return -1;
+    }
+    for (size_t i = 0; i < n_pixels; i++) scaled[i] = (float)pixels[i] / 255.0f;
+    free(pixels);
+    *images_out = scaled;
+    *labels_out = labels;
+    *count_out = count;
+    return 0;
 }
 
 int mnist_load(const char *dir, MnistSet *out, char *err, size_t err_len) {
     memset(out, 0, sizeof(*out));
-    if (mnist_load_split(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte", &out->train_images,
-                         &out->train_labels, &out->n_train, err, err_len) != 0 ||
-        mnist_load_split(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", &out->test_images,
-                         &out->test_labels, &out->n_test, err, err_len) != 0) {
-        mnist_free(out);
-        return -1;
+    IdxFile files[MNIST_FILES];
+    for (int i = 0; i < MNIST_FILES; i++) {
+        memset(&files[i], 0, sizeof(files[i]));
+        files[i].fd = -1;
     }
-    return 0;
+    int status = -1;
+    if (mnist_open_all(dir, files, err, err_len) == 0 &&
+        mnist_read_split(&files[TRAIN_IMAGES], &files[TRAIN_LABELS], &out->train_images, &out->train_labels,
+                         &out->n_train, err, err_len) == 0 &&
+        mnist_read_split(&files[TEST_IMAGES], &files[TEST_LABELS], &out->test_images, &out->test_labels, &out->n_test,
+                         err, err_len) == 0)
+        status = 0;
+    for (int i = 0; i < MNIST_FILES; i++) idx_close(&files[i]);
+    if (status != 0) mnist_free(out);
+    return status;
 }
 
 void mnist_free(MnistSet *set) {

@@ -9,9 +9,10 @@
 //
 // It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from
 // --seed (common/data.c), runs --warmup untimed 1-epoch trainings and --repeat timed ones of the
-// stage's train_mnist (or the CPU reference), stops with exit 5 when a loss is NaN/Inf, and reports
-// medians of the timed runs (stdout, --csv, --curve). Before any training it checks that the GPU has
-// room for the run. Every failure is one line on stderr and an exit code of exit_codes.h.
+// stage's train_mnist (or the CPU reference), stops with exit 5 when a loss diverged (NaN, Inf, or
+// past 1e6 times its first value: divergence.h), and reports medians of the timed runs (stdout, --csv,
+// --curve). Before any training it checks the --csv and --curve files and that the GPU has room for
+// the run. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
@@ -23,8 +24,10 @@
 #include "args.h"
 #include "data.h"
 #include "device.h"
+#include "divergence.h"
 #include "exit_codes.h"
 #include "idx.h"
+#include "message.h"
 #include "reference.h"
 #include "report.h"
 #include "trainer.h"
@@ -150,18 +153,25 @@ static void train_once(const MnistConfig *cfg, const MnistData *data, int refere
     }
 }
 
-// The epoch (1-based) in which a loss, an accuracy or a parameter first went NaN/Inf, or -1 when none did.
-static int first_bad_epoch(const MnistConfig *cfg, int steps, const MnistResult *out, const char **what) {
+// The epoch (1-based) in which a loss first diverged (divergence.h: NaN, Inf, or past 1e6 times the
+// first loss of its series) or an accuracy or a parameter went NaN/Inf, or -1 when none did.
+static int first_bad_epoch(const MnistConfig *cfg, int steps, const MnistResult *out, const char **what, char *text,
+                           size_t len) {
+    double first_step = out->step_loss[0], first_test = out->test_loss[0];
     for (int e = 0; e < cfg->epochs; e++) {
         for (int s = 0; s < steps; s++) {
             float loss = out->step_loss[(int64_t)e * steps + s];
-            if (!isfinite(loss)) {
-                *what = isnan(loss) ? "NaN" : "Inf";
+            if (loss_diverged(loss, first_step)) {
+                *what = loss_divergence_text(loss, first_step, text, len);
                 return e + 1;
             }
         }
-        if (!isfinite(out->test_loss[e]) || !isfinite(out->test_acc[e])) {
-            *what = isnan(out->test_loss[e]) || isnan(out->test_acc[e]) ? "NaN" : "Inf";
+        if (loss_diverged(out->test_loss[e], first_test)) {
+            *what = loss_divergence_text(out->test_loss[e], first_test, text, len);
+            return e + 1;
+        }
+        if (!isfinite(out->test_acc[e])) {
+            *what = isnan(out->test_acc[e]) ? "NaN" : "Inf";
             return e + 1;
         }
     }
@@ -187,7 +197,7 @@ int main(int argc, char **argv) {
     char err[1024];
     Options opt;
     int parsed = parse_args(argc, argv, TRAINER_MNIST, &opt, err, sizeof(err));
-    if (parsed == 1) return EXIT_OK;
+    if (parsed == 1) return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
     if (parsed != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
@@ -196,7 +206,7 @@ int main(int argc, char **argv) {
     if (opt.list_variants) {
         for (int v = 0; MNIST_VARIANTS[v]; v++) printf("variant %s\n", MNIST_VARIANTS[v]);
         for (int p = 0; MNIST_PRECISIONS[p]; p++) printf("precision %s\n", MNIST_PRECISIONS[p]);
-        return EXIT_OK;
+        return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
     }
 
     // the CPU reference has one version: the stage's default, in fp32 inputs (computed in double)
@@ -210,6 +220,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
+
+    // a long --reference run tells how far it is, unless --quiet
+    double progress_seconds;
+    if (args_progress_seconds(&progress_seconds, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (opt.reference && !opt.quiet) reference_set_progress(stderr, progress_seconds);
+
+    // the output files before any work: a run must not end in an unwritable --csv or a mixed schema
+    if (!opt.export_dir && report_check_outputs(opt.csv_path, opt.curve_path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
     Precision precision = PRECISION_FP32;
     for (int p = 0; p < PRECISION_COUNT; p++)
         if (strcmp(PRECISION_NAMES[p], opt.precision) == 0) precision = (Precision)p;
@@ -220,8 +244,10 @@ int main(int argc, char **argv) {
         return EXIT_DATA;
     }
     if (opt.batch > set.n_train) {
-        fprintf(stderr, "error: --batch %d is larger than the %d training images in %s (valid: 1 .. %d)\n", opt.batch,
-                set.n_train, opt.data_dir, set.n_train);
+        // the directory is quoted through error_message: a newline in its name stays one line
+        error_message(err, sizeof(err), "--batch %d is larger than the %d training images in %s (valid: 1 .. %d)",
+                      opt.batch, set.n_train, opt.data_dir, set.n_train);
+        fprintf(stderr, "error: %s\n", err);
         mnist_free(&set);
         return EXIT_USAGE;
     }
@@ -275,6 +301,7 @@ int main(int argc, char **argv) {
         free(batch_order);
         free(init_params);
         mnist_free(&set);
+        if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
         return status;
     }
 
@@ -313,7 +340,8 @@ int main(int argc, char **argv) {
                    mean_step_loss(o.step_loss, e, steps), o.test_loss[e], 100.0 * o.test_acc[e]);
 
     const char *bad = NULL;
-    int bad_epoch = first_bad_epoch(&cfg, steps, &out, &bad);
+    char bad_text[128];
+    int bad_epoch = first_bad_epoch(&cfg, steps, &out, &bad, bad_text, sizeof(bad_text));
     int status = report_training_outcome(bad_epoch, bad, &out.timing, opt.quiet, opt.breakdown);
     if (status != EXIT_OK) goto done;
 
@@ -335,15 +363,16 @@ int main(int argc, char **argv) {
         status = EXIT_USAGE;
     }
     // step losses by global step (0-based: before that step's update), test figures by epochs done
-    if (opt.curve_path && status == EXIT_OK &&
-        (report_append_curve(opt.curve_path, &row, "step_loss", o.step_loss, NULL, 0, cfg.epochs * steps, err,
-                             sizeof(err)) != 0 ||
-         report_append_curve(opt.curve_path, &row, "test_loss", o.test_loss, NULL, 1, cfg.epochs, err,
-                             sizeof(err)) != 0 ||
-         report_append_curve(opt.curve_path, &row, "test_acc", o.test_acc, NULL, 1, cfg.epochs, err,
-                             sizeof(err)) != 0)) {
-        fprintf(stderr, "error: --curve: %s\n", err);
-        status = EXIT_USAGE;
+    if (opt.curve_path && status == EXIT_OK) {
+        const CurveSeries series[] = {
+            {"step_loss", o.step_loss, NULL, 0, cfg.epochs * steps},
+            {"test_loss", o.test_loss, NULL, 1, cfg.epochs},
+            {"test_acc", o.test_acc, NULL, 1, cfg.epochs},
+        };
+        if (report_append_curves(opt.curve_path, &row, series, 3, err, sizeof(err)) != 0) {
+            fprintf(stderr, "error: --curve: %s\n", err);
+            status = EXIT_USAGE;
+        }
     }
 
 done:
@@ -356,5 +385,7 @@ done:
     free(batch_order);
     free(init_params);
     mnist_free(&set);
+    // the result line too: a full disk or /dev/full on stdout is a failed run, not exit 0
+    if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
     return status;
 }

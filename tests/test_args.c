@@ -174,6 +174,21 @@ Test(args, out_of_range) {
     expect_rejected(MNIST("--batch", "60001"), "--batch", NULL);
 }
 
+Test(args, beyond_64_bits_is_out_of_range_not_garbage) {
+    // whole numbers too large for any counter: "out of range", never "not a whole number" (issue 20)
+    const char *huge[] = {"1e30", "-1e30", "1e400", "99999999999999999999", "-99999999999999999999", "9.5e18"};
+    for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+        expect_rejected(REGRESSION("--epochs", huge[i]), "out of range", "1 .. 100000");
+        expect_rejected(REGRESSION("--points", huge[i]), "out of range", huge[i]);
+        expect_rejected(MNIST("--repeat", huge[i]), "out of range", NULL);
+    }
+    // and what is no whole number stays so
+    expect_rejected(REGRESSION("--epochs", "1e-400"), "not a whole number", NULL);
+    expect_rejected(REGRESSION("--epochs", "1.5e0"), "not a whole number", NULL);
+    cr_assert_eq(REGRESSION("--points", "2e9"), 0, "%s", err);
+    cr_assert_eq(opt.points, 2000000000);
+}
+
 Test(args, bad_learning_rates) {
     const char *bad[] = {"nan", "inf", "-inf", "0", "-0.1", "100.5", "1e-300"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) expect_rejected(REGRESSION("--lr", bad[i]), "--lr", bad[i]);
@@ -258,4 +273,20 @@ Test(args, pick_names) {
     expect_rejected(args_pick("--variant", "fused", names, "stage 02 regression", err, sizeof(err)), "'fused'",
                     "baseline, atomic");
     cr_assert_not_null(strstr(err, "stage 02 regression"));
+}
+
+Test(args, progress_seconds_from_the_environment) {
+    double seconds;
+    unsetenv("CUDA_STAGES_PROGRESS_SECONDS");
+    cr_assert_eq(args_progress_seconds(&seconds, err, sizeof(err)), 0);
+    cr_assert_eq(seconds, 10.0);
+    setenv("CUDA_STAGES_PROGRESS_SECONDS", "0.5", 1);
+    cr_assert_eq(args_progress_seconds(&seconds, err, sizeof(err)), 0);
+    cr_assert_eq(seconds, 0.5);
+    const char *bad[] = {"soon", "-1", "1e9", "nan", " 5", "5\nerror: forged"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("CUDA_STAGES_PROGRESS_SECONDS", bad[i], 1);
+        expect_rejected(args_progress_seconds(&seconds, err, sizeof(err)), "CUDA_STAGES_PROGRESS_SECONDS", "0 .. 86400");
+    }
+    unsetenv("CUDA_STAGES_PROGRESS_SECONDS");
 }

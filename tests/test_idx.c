@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -35,7 +37,7 @@ static void remove_tmp_dir(void) {
     while ((entry = readdir(dir)) != NULL) {
         if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0) continue;
         snprintf(path, sizeof(path), "%s/%s", tmp_dir, entry->d_name);
-        unlink(path);
+        if (unlink(path) != 0) rmdir(path);
     }
     closedir(dir);
     rmdir(tmp_dir);
@@ -371,6 +373,239 @@ Test(idx, messages_stay_one_line) {
     write_bytes("bad\tname", (const uint8_t *)"garbage!", 8, 0);
     assert_error(idx_read_labels(tmp_path("bad\tname"), &(IdxLabels){0}, err, sizeof(err)), "bad magic");
     cr_assert_not_null(strstr(err, "bad?name"), "%s", err);
+}
+
+// ----------------------------------------------------------------------------
+// compressed streams are read to their end and verified (issue 20): the gzip trailer's CRC-32 and
+// length, nothing after the stream
+
+// The bytes of a gzip file holding n_images 28x28 images (pixel i = (3 + 7 i) % 256). Caller frees.
+static uint8_t *gzip_image_file(uint32_t n_images, size_t *len) {
+    write_images("source.gz", n_images, 28, 28, 1);
+    FILE *f = fopen(tmp_path("source.gz"), "rb");
+    cr_assert_not_null(f);
+    uint8_t *buf = malloc(1 << 20);
+    cr_assert_not_null(buf);
+    *len = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    unlink(tmp_path("source.gz"));
+    cr_assert_gt(*len, 30);
+    return buf;
+}
+
+// Reads name as images: -1 with one line that mentions word, or (for a damaged stream that zlib can
+// decode) never pixels other than the original ones.
+static void assert_refused(const char *name, const char *word) {
+    IdxImages images;
+    int status = idx_read_images(tmp_path(name), &images, err, sizeof(err));
+    cr_assert_eq(status, -1, "%s was accepted", name);
+    cr_assert_null(strchr(err, '\n'), "%s", err);
+    cr_assert_not_null(strstr(err, word), "%s: err does not mention '%s': %s", name, word, err);
+    cr_assert_null(images.pixels);
+}
+
+Test(idx, gzip_trailer_cut_off) {
+    size_t n;
+    uint8_t *gz = gzip_image_file(40, &n);
+    write_bytes("no-trailer.gz", gz, n - 8, 0);   // the whole trailer (CRC-32 and length) missing
+    write_bytes("no-length.gz", gz, n - 4, 0);    // the length missing
+    write_bytes("half-trailer.gz", gz, n - 2, 0);
+    assert_refused("no-trailer", "gzip");
+    assert_refused("no-length", "gzip");
+    assert_refused("half-trailer", "gzip");
+    // cut, and one payload byte flipped: the damaged pixels must never be trained on
+    gz[n / 2] ^= 0x10;
+    write_bytes("cut-and-flipped.gz", gz, n - 8, 0);
+    assert_refused("cut-and-flipped", "gzip");
+    free(gz);
+}
+
+Test(idx, gzip_checksum_and_length_verified) {
+    size_t n;
+    uint8_t *gz = gzip_image_file(40, &n);
+    gz[n - 8] ^= 0x01;  // the CRC-32 no longer matches the data
+    write_bytes("bad-crc.gz", gz, n, 0);
+    assert_refused("bad-crc", "corrupt gzip data");
+    gz[n - 8] ^= 0x01;
+    gz[n - 3] ^= 0x01;  // the length field no longer matches
+    write_bytes("bad-length.gz", gz, n, 0);
+    assert_refused("bad-length", "gzip");
+    free(gz);
+}
+
+Test(idx, gzip_every_flipped_byte_refused_or_harmless) {
+    size_t n;
+    uint8_t *gz = gzip_image_file(3, &n);
+    IdxImages good;
+    write_bytes("good.gz", gz, n, 0);
+    cr_assert_eq(idx_read_images(tmp_path("good"), &good, err, sizeof(err)), 0, "%s", err);
+    for (size_t i = 10; i < n; i++) {  // past the gzip header (its flags and mtime may differ harmlessly)
+        gz[i] ^= 0x04;
+        write_bytes("flipped.gz", gz, n, 0);
+        gz[i] ^= 0x04;
+        IdxImages images;
+        if (idx_read_images(tmp_path("flipped"), &images, err, sizeof(err)) == 0) {
+            cr_assert_eq(memcmp(images.pixels, good.pixels, (size_t)3 * 784), 0, "byte %zu flipped: damaged pixels accepted", i);
+            idx_free_images(&images);
+        }
+    }
+    idx_free_images(&good);
+    free(gz);
+}
+
+Test(idx, gzip_trailing_data_rejected) {
+    size_t n;
+    uint8_t *gz = gzip_image_file(40, &n);
+    uint8_t *longer = malloc(2 * n + 16);
+    cr_assert_not_null(longer);
+    memcpy(longer, gz, n);
+    memcpy(longer + n, "junk after it", 13);
+    write_bytes("junk.gz", longer, n + 13, 0);
+    assert_refused("junk", "bytes after its gzip stream");
+    memset(longer + n, 0, 16);  // zero padding is trailing data too
+    write_bytes("zeros.gz", longer, n + 16, 0);
+    assert_refused("zeros", "gzip");
+    // a second gzip member: its trailer agrees with the header, so only reading to the end finds it
+    memcpy(longer + n, gz, n);
+    write_bytes("two.gz", longer, 2 * n, 0);
+    assert_refused("two", "after the end of its gzip stream");
+    free(longer);
+    free(gz);
+}
+
+Test(idx, gzip_promise_beyond_what_the_file_can_hold) {
+    // 10,000,000 images in a gzip file of a few hundred bytes: deflate expands at most 1032:1
+    uint8_t header[16];
+    put_be32(header, 0x803);
+    put_be32(header + 4, 10000000);
+    put_be32(header + 8, 28);
+    put_be32(header + 12, 28);
+    write_bytes("promise.gz", header, sizeof(header), 1);
+    assert_refused("promise", "more than a");
+}
+
+// ----------------------------------------------------------------------------
+// nothing blocks: a FIFO, a directory or a device under an IDX name is refused at once
+
+Test(idx, fifo_is_refused_without_blocking, .timeout = 10) {
+    cr_assert_eq(mkfifo(tmp_path("images"), 0600), 0);
+    IdxImages images;
+    assert_error(idx_read_images(tmp_path("images"), &images, err, sizeof(err)), "not a regular file");
+    // the same for one file of a set, with or without .gz
+    write_mnist_set(6, 4);
+    unlink(tmp_path("t10k-labels-idx1-ubyte.gz"));
+    cr_assert_eq(mkfifo(tmp_path("t10k-labels-idx1-ubyte.gz"), 0600), 0);
+    MnistSet set;
+    assert_error(mnist_load(tmp_dir, &set, err, sizeof(err)), "not a regular file");
+    cr_assert_not_null(strstr(err, "t10k-labels-idx1-ubyte.gz"), "%s", err);
+}
+
+Test(idx, directory_and_device_refused, .timeout = 10) {
+    cr_assert_eq(mkdir(tmp_path("images"), 0700), 0);
+    IdxImages images;
+    assert_error(idx_read_images(tmp_path("images"), &images, err, sizeof(err)), "directory");
+    IdxLabels labels;
+    assert_error(idx_read_labels("/dev/zero", &labels, err, sizeof(err)), "not a regular file");
+}
+
+// ----------------------------------------------------------------------------
+// memory follows the data, never a header's promise: every header of a set is checked (shape,
+// counts across files) before any body is read
+
+// A gzip images file of count x rows x cols zero pixels, written in chunks (small and quick to make).
+static void write_zero_images_gz(const char *name, uint32_t count, uint32_t rows, uint32_t cols) {
+    gzFile f = gzopen(tmp_path(name), "wb1");
+    cr_assert_not_null(f);
+    uint8_t header[16];
+    put_be32(header, 0x803);
+    put_be32(header + 4, count);
+    put_be32(header + 8, rows);
+    put_be32(header + 12, cols);
+    cr_assert_eq(gzwrite(f, header, 16), 16);
+    static uint8_t zeros[1 << 16];
+    size_t left = (size_t)count * rows * cols;
+    while (left > 0) {
+        unsigned chunk = left < sizeof(zeros) ? (unsigned)left : (unsigned)sizeof(zeros);
+        cr_assert_eq(gzwrite(f, zeros, chunk), (int)chunk);
+        left -= chunk;
+    }
+    cr_assert_eq(gzclose(f), Z_OK);
+}
+
+static long peak_rss_kb(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_maxrss;
+}
+
+// mnist_load must fail with word in err, having grown the peak resident memory by less than 16 MB.
+static void assert_refused_small(const char *word) {
+    long before = peak_rss_kb();
+    MnistSet set;
+    assert_error(mnist_load(tmp_dir, &set, err, sizeof(err)), word);
+    long grown_kb = peak_rss_kb() - before;
+    cr_assert_lt(grown_kb, 16 * 1024, "refusing the set took %ld MB of memory (%s)", grown_kb / 1024, err);
+    cr_assert_null(set.train_images);
+}
+
+Test(idx, counts_checked_before_any_body) {
+    // 100,000 real (zero) training images, 78 MB uncompressed, but only 6 labels
+    write_mnist_set(6, 4);
+    unlink(tmp_path("train-images-idx3-ubyte"));
+    write_zero_images_gz("train-images-idx3-ubyte.gz", 100000, 28, 28);
+    assert_refused_small("mismatch");
+    // the training files agree, the test files do not: still refused before the training bodies
+    write_labels("train-labels-idx1-ubyte", 100000, -1, 0, 0);
+    write_labels("t10k-labels-idx1-ubyte.gz", 3, -1, 0, 1);
+    assert_refused_small("mismatch");
+}
+
+Test(idx, consistent_decompression_bomb_refused) {
+    // every header agrees (100,000 images and labels), but the images are 78 MB of zeros in a gzip file
+    // of 80 KB: expanding about 1000:1, past 64 MiB, it is refused before a byte of it is inflated
+    write_mnist_set(6, 4);
+    unlink(tmp_path("train-images-idx3-ubyte"));
+    write_zero_images_gz("train-images-idx3-ubyte.gz", 100000, 28, 28);
+    write_labels("train-labels-idx1-ubyte", 100000, -1, 0, 0);
+    assert_refused_small("decompression bomb");
+    // and a modest one (6 MB, under 64 MiB) still loads: small blank sets are fine
+    write_zero_images_gz("train-images-idx3-ubyte.gz", 8000, 28, 28);
+    write_labels("train-labels-idx1-ubyte", 8000, -1, 0, 0);
+    MnistSet set;
+    cr_assert_eq(mnist_load(tmp_dir, &set, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(set.n_train, 8000);
+    mnist_free(&set);
+}
+
+Test(idx, shape_checked_before_any_body) {
+    write_mnist_set(6, 4);
+    unlink(tmp_path("train-images-idx3-ubyte"));
+    write_zero_images_gz("train-images-idx3-ubyte.gz", 6, 4096, 4096);  // 100 MB of 4096x4096 images
+    assert_refused_small("28x28");
+}
+
+Test(idx, forged_gzip_length_costs_no_memory) {
+    // a header promising 100,000 images over a stream that holds 10, its trailer's length forged to
+    // agree with the header: the stream runs out long before the promise, and memory with it
+    write_mnist_set(6, 4);
+    unlink(tmp_path("train-images-idx3-ubyte"));
+    write_labels("train-labels-idx1-ubyte", 100000, -1, 0, 0);
+    gzFile f = gzopen(tmp_path("train-images-idx3-ubyte.gz"), "wb");
+    cr_assert_not_null(f);
+    size_t len;
+    uint8_t *bytes = image_bytes(0x803, 10, 28, 28, 0, 3, &len);
+    put_be32(bytes + 4, 100000);
+    cr_assert_eq(gzwrite(f, bytes, (unsigned)len), (int)len);
+    cr_assert_eq(gzclose(f), Z_OK);
+    free(bytes);
+    FILE *file = fopen(tmp_path("train-images-idx3-ubyte.gz"), "r+b");
+    cr_assert_not_null(file);
+    uint32_t promised = 16 + 100000u * 784u;
+    uint8_t isize[4] = {(uint8_t)promised, (uint8_t)(promised >> 8), (uint8_t)(promised >> 16), (uint8_t)(promised >> 24)};
+    cr_assert_eq(fseek(file, -4, SEEK_END), 0);
+    cr_assert_eq(fwrite(isize, 1, 4, file), 4);
+    cr_assert_eq(fclose(file), 0);
+    assert_refused_small("train-images-idx3-ubyte.gz");
 }
 
 // ----------------------------------------------------------------------------

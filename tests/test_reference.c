@@ -633,3 +633,70 @@ Test(reference, gemm_precision_rounds_only_what_it_must) {
     cr_expect(fabs(loss[PRECISION_BF16] - loss[PRECISION_FP32]) < 1e-2 * loss[PRECISION_FP32]);
     mlp_problem_free(&pb);
 }
+
+// divergence and progress (issue 20): a run that has diverged stops there; a long run says how far it is
+
+Test(reference, regression_stops_at_a_diverged_loss) {
+    // lr 0.5 on 1000 points: the loss passes 1e6 times its first value by the logged epoch 10
+    RegressionSet set;
+    char err[256];
+    cr_assert_eq(regression_generate(1000, 42, &set, err, sizeof(err)), 0, "%s", err);
+    RegressionData data = regression_data_view(&set);
+    RegressionConfig cfg = {.epochs = 1000, .lr = 0.5f, .log_every = 10};
+    int logged = regression_logged_count(cfg.epochs, cfg.log_every);
+    float *train_loss = malloc(sizeof(float) * logged), *test_loss = malloc(sizeof(float) * logged);
+    double *epoch_ms = malloc(sizeof(double) * cfg.epochs);
+    cr_assert(train_loss && test_loss && epoch_ms);
+    poison(train_loss, logged);
+    poison(test_loss, logged);
+    RegressionResult out = {.train_loss = train_loss, .test_loss = test_loss};
+    poison_timing(&out.timing, epoch_ms, cfg.epochs);
+    reference_train_regression(&cfg, &data, &out);
+    cr_assert(isfinite(train_loss[0]) && train_loss[0] > 0.0f);
+    cr_assert_gt(train_loss[1], 1e6 * train_loss[0], "epoch 10: %g", train_loss[1]);
+    cr_assert(isnan(train_loss[2]), "the run went on after the loss diverged");
+    cr_assert(isnan(epoch_ms[cfg.epochs - 1]), "the last epoch ran");
+    cr_assert(isfinite(out.timing.e2e_ms));
+    free(train_loss);
+    free(test_loss);
+    free(epoch_ms);
+    regression_free(&set);
+}
+
+Test(reference, mnist_stops_at_a_diverged_loss) {
+    MnistRun run;
+    mnist_run_init(&run, 2, (const int[]){6, 5, MNIST_CLASSES}, 20, 1e8f);
+    reference_train_mnist(&run.cfg, &run.data, &run.result, -1);
+    float first = run.result.step_loss[0];
+    cr_assert(isfinite(first), "step 0: %g", first);
+    int bad = -1;
+    for (int i = 0; i < run.cfg.epochs * run.steps && bad < 0; i++)
+        if (!isfinite(run.result.step_loss[i]) || run.result.step_loss[i] > 1e6 * (first > 1.0f ? first : 1.0f)) bad = i;
+    cr_assert_geq(bad, 1, "no step loss diverged with lr 1e8");
+    for (int i = bad + 1; i < run.cfg.epochs * run.steps; i++)
+        cr_assert(isnan(run.result.step_loss[i]), "step %d ran after the loss diverged at step %d", i, bad);
+    cr_assert(isnan(run.epoch_ms[run.cfg.epochs - 1]), "the last epoch ran");
+    mnist_run_free(&run);
+}
+
+Test(reference, progress_lines_for_long_runs) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_not_null(f);
+    reference_set_progress(f, 0.0);  // every epoch; the drivers use CUDA_STAGES_PROGRESS_SECONDS (10)
+    RegressionRun run;
+    regression_run(&run, 1000, 3, 0.01f, 10);
+    MnistRun mnist;
+    mnist_run_init(&mnist, 1, (const int[]){6, MNIST_CLASSES}, 2, 0.1f);
+    reference_train_mnist(&mnist.cfg, &mnist.data, &mnist.result, -1);
+    reference_set_progress(NULL, 10.0);
+    fclose(f);
+    cr_assert_not_null(strstr(text, "progress: CPU reference regression, epoch 1 of 3 (33.3% done)"), "%s", text);
+    cr_assert_not_null(strstr(text, "epoch 3 of 3 (100.0% done)"), "%s", text);
+    cr_assert_not_null(strstr(text, "progress: CPU reference mnist, epoch 2 of 2"), "%s", text);
+    cr_assert_not_null(strstr(text, "left\n"), "%s", text);
+    free(text);
+    regression_run_free(&run);
+    mnist_run_free(&mnist);
+}

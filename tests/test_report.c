@@ -6,10 +6,14 @@
 //     gcc -std=c11 -D_POSIX_C_SOURCE=200809L -Icommon -I/usr/local/cuda/include tests/test_report.c
 //         common/report.c common/timing.c -L/usr/local/cuda/lib64 -lcudart -lcriterion -lm -o /tmp/treport && /tmp/treport
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "report.h"
@@ -27,16 +31,21 @@ static void make_dir(void) {
 }
 
 static void remove_dir(void) {
-    const char *names[] = {"rows.csv", "curve.csv", "a/b/blob.bin"};
-    char path[256];
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-        remove(path);
-    }
+    char path[512];
+    snprintf(path, sizeof(path), "%s/a/b/blob.bin", dir);
+    remove(path);
     snprintf(path, sizeof(path), "%s/a/b", dir);
     rmdir(path);
     snprintf(path, sizeof(path), "%s/a", dir);
     rmdir(path);
+    DIR *d = opendir(dir);
+    struct dirent *entry;
+    while (d && (entry = readdir(d)) != NULL) {
+        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+        if (unlink(path) != 0) rmdir(path);
+    }
+    if (d) closedir(d);
     rmdir(dir);
 }
 
@@ -206,6 +215,170 @@ Test(report, write_file_creates_directories) {
     cr_assert_eq(fread(back, 1, sizeof(back), f), sizeof(bytes));
     fclose(f);
     cr_assert_eq(memcmp(back, bytes, sizeof(bytes)), 0);
+}
+
+// ----------------------------------------------------------------------------
+// output files are whole or untouched (issue 20): temporary file + rename, every write checked, the
+// header matched before an append, the paths checked before any training
+
+// The whole file as a string (caller frees); NULL when it does not exist.
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = calloc(1, 1 << 16);
+    cr_assert_not_null(text);
+    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+// Entries of dir other than the names given (NULL-terminated): none may be a leftover temporary file.
+static void assert_no_leftovers(void) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    struct dirent *entry;
+    while ((entry = readdir(d)) != NULL)
+        cr_assert_null(strstr(entry->d_name, ".tmp-"), "temporary file left behind: %s", entry->d_name);
+    closedir(d);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fputs(text, f) >= 0, 1);
+    cr_assert_eq(fclose(f), 0);
+}
+
+// Files may grow only to limit bytes from here on; a write beyond fails with EFBIG (not a signal).
+static void limit_file_size(size_t limit) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {limit, limit};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+}
+
+Test(report, csv_of_another_header_is_refused_untouched) {
+    char curve[160];
+    snprintf(curve, sizeof(curve), "%s/curve.csv", dir);
+    write_text(curve, REPORT_CURVE_HEADER "\n03,mnist,fused,128,step_loss,0,2.3\n");
+    char *before = slurp(curve);
+    ResultRow row = mnist_row();
+    cr_assert_eq(report_append_csv(&row, curve, err, sizeof(err)), -1, "a result row went into a curve file");
+    cr_assert_not_null(strstr(err, "another kind of rows"), "%s", err);
+    cr_assert_null(strchr(err, '\n'), "%s", err);
+    char *after = slurp(curve);
+    cr_assert_str_eq(after, before);
+    // and the other way round: curve rows into a result-row file
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    free(before);
+    before = slurp(csv_path);
+    const float values[] = {1.0f};
+    cr_assert_eq(report_append_curve(csv_path, &row, "test_loss", values, NULL, 1, 1, err, sizeof(err)), -1);
+    free(after);
+    after = slurp(csv_path);
+    cr_assert_str_eq(after, before);
+    // a file that is not a CSV at all, and one whose last row was cut off
+    write_text(csv_path, "hello\n");
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), -1);
+    write_text(csv_path, REPORT_CSV_HEADER "\n03,mnist,fu");
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), -1);
+    cr_assert_not_null(strstr(err, "newline"), "%s", err);
+    free(before);
+    free(after);
+}
+
+Test(report, failed_append_leaves_the_file_as_it_was) {
+    ResultRow row = mnist_row();
+    for (int i = 0; i < 8; i++) cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    char *before = slurp(csv_path);
+    struct stat info;
+    cr_assert_eq(stat(csv_path, &info), 0);
+    // the disk fills up in the middle of the next row
+    limit_file_size((size_t)info.st_size + 40);
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), -1, "a failed write was reported as success");
+    cr_assert_not_null(strstr(err, csv_path), "%s", err);
+    char *after = slurp(csv_path);
+    cr_assert_str_eq(after, before, "a half-written row was left in the file");
+    assert_no_leftovers();
+    free(before);
+    free(after);
+}
+
+Test(report, failed_curve_leaves_no_series_behind) {
+    char curve[160];
+    snprintf(curve, sizeof(curve), "%s/curve.csv", dir);
+    ResultRow row = mnist_row();
+    static float values[400];
+    const CurveSeries series[] = {{"step_loss", values, NULL, 0, 400}, {"test_loss", values, NULL, 1, 4}};
+    limit_file_size(4096);  // room for some of the step losses, not for all of them
+    cr_assert_eq(report_append_curves(curve, &row, series, 2, err, sizeof(err)), -1);
+    cr_assert_null(slurp(curve), "a partial curve file was left");
+    assert_no_leftovers();
+}
+
+Test(report, export_file_whole_or_not_at_all) {
+    char sub[160], path[200];
+    snprintf(sub, sizeof(sub), "%s/a/b", dir);
+    static unsigned char big[64 * 1024];
+    memset(big, 7, sizeof(big));
+    const unsigned char old[] = {1, 2, 3};
+    cr_assert_eq(report_write_file(sub, "blob.bin", old, sizeof(old), err, sizeof(err)), 0, "%s", err);
+    limit_file_size(16 * 1024);
+    cr_assert_eq(report_write_file(sub, "blob.bin", big, sizeof(big), err, sizeof(err)), -1);
+    cr_assert_not_null(strstr(err, "blob.bin"), "%s", err);
+    snprintf(path, sizeof(path), "%s/blob.bin", sub);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    unsigned char back[16];
+    cr_assert_eq(fread(back, 1, sizeof(back), f), sizeof(old), "a truncated export replaced the old file");
+    fclose(f);
+}
+
+Test(report, non_regular_outputs_refused_without_blocking, .timeout = 10) {
+    char fifo[160];
+    snprintf(fifo, sizeof(fifo), "%s/fifo.csv", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    ResultRow row = mnist_row();
+    cr_assert_eq(report_append_csv(&row, fifo, err, sizeof(err)), -1);
+    cr_assert_not_null(strstr(err, "not a regular file"), "%s", err);
+    cr_assert_eq(report_check_outputs("/dev/full", NULL, err, sizeof(err)), -1);
+    cr_assert_not_null(strstr(err, "--csv"), "%s", err);
+    cr_assert_eq(report_check_outputs(NULL, fifo, err, sizeof(err)), -1);
+    cr_assert_not_null(strstr(err, "--curve"), "%s", err);
+}
+
+Test(report, outputs_checked_before_training) {
+    char curve[160], link[160];
+    snprintf(curve, sizeof(curve), "%s/curve.csv", dir);
+    cr_assert_eq(report_check_outputs(csv_path, curve, err, sizeof(err)), 0, "%s", err);
+    cr_assert_null(slurp(csv_path), "checking created the file");
+    assert_no_leftovers();
+    cr_assert_eq(report_check_outputs("/nonexistent/dir/rows.csv", NULL, err, sizeof(err)), -1);
+    cr_assert_eq(report_check_outputs(csv_path, csv_path, err, sizeof(err)), -1);
+    cr_assert_not_null(strstr(err, "same file"), "%s", err);
+    write_text(curve, REPORT_CURVE_HEADER "\n");
+    cr_assert_eq(report_check_outputs(curve, NULL, err, sizeof(err)), -1, "a curve file accepted as --csv");
+    cr_assert_eq(report_check_outputs(NULL, curve, err, sizeof(err)), 0, "%s", err);
+    // the same file under two names
+    snprintf(link, sizeof(link), "%s/link.csv", dir);
+    cr_assert_eq(symlink(curve, link), 0);
+    cr_assert_eq(report_check_outputs(link, curve, err, sizeof(err)), -1);
+    // an append through a symbolic link goes to the file it names, and the link stays
+    ResultRow row = mnist_row();
+    const float values[] = {1.5f};
+    cr_assert_eq(report_append_curve(link, &row, "test_loss", values, NULL, 1, 1, err, sizeof(err)), 0, "%s", err);
+    struct stat info;
+    cr_assert_eq(lstat(link, &info), 0);
+    cr_assert(S_ISLNK(info.st_mode), "the link was replaced");
+    char lines[8][1024];
+    cr_assert_eq(read_lines(curve, lines), 2);
+}
+
+Test(report, stdout_write_errors_are_reported) {
+    cr_assert_not_null(freopen("/dev/null", "w", stderr));  // the error line it prints
+    cr_assert_not_null(freopen("/dev/full", "w", stdout));
+    printf("a result line\n");
+    cr_assert_eq(report_flush_stdout(), -1, "a result lost to a full disk counted as written");
 }
 
 // ----------------------------------------------------------------------------
