@@ -183,7 +183,7 @@ class CurveFileTest(unittest.TestCase):
     added without a second header, and read_csv reads the .gz as it reads plain CSV."""
 
     def test_compress_and_extend(self):
-        header = ",".join(rc.CURVE_COLUMNS)
+        header = ",".join(rc.CURVE_COLUMNS_V1)  # a schema 1 file: read with the new columns empty
         with tempfile.TemporaryDirectory() as tmp:
             plain = os.path.join(tmp, "fixture-gpu-curves.csv")
             with open(plain, "w") as f:
@@ -207,7 +207,7 @@ class TargetsTableTest(unittest.TestCase):
     """The stage-07 targets: a figure at or under its target is met, one above says by how much."""
 
     def test_met_and_missed(self):
-        header = ",".join(rc.RESULT_COLUMNS)
+        header = ",".join(rc.RESULT_COLUMNS_V1)  # rows of schema 1, as results/ held them
         rows_text = [header,
                      "07,regression,default,5000000,,,200,0.01,fp32,FIXTURE-GPU,9.0,13.0,13.0,5,2,0.01,3,"
                      "0.01,0.02,,0.7,0.3,fix0002",
