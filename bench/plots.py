@@ -62,7 +62,7 @@ def _sweep(rows, keep, x_of, defaults=None):
         defaults = rc.variant_defaults(rows)
     newest = {}
     for row in rows:
-        if not keep(row) or not rc.is_default_variant(row, defaults):
+        if not keep(row) or not rc.is_default_variant(row, defaults) or not rc.compile_audit(row)[0]:
             continue
         x, ms = x_of(row), rc.number(row, "ms_per_epoch")
         if x is None or ms is None:

@@ -336,6 +336,8 @@ class Entry:
         self.e2e = number(row, "e2e_ms")
         self.loop = number(row, "loop_ms")
         self.ms_per_epoch = number(row, "ms_per_epoch")
+        self.setup = number(row, "setup_ms")
+        self.wall = wall_ms(row)
 
     @property
     def is_ladder_stage(self):
@@ -395,8 +397,8 @@ def select_entries(rows, config, defaults=None):
     """The entries of config's ladder table, ordered: CPU reference, fp32 stages, bf16 stages, PyTorch.
 
     Stages count in their default variant (defaults: variant_defaults, computed from rows when None)
-    and at the LADDER_PRECISIONS only. For each entry the newest row wins, one that ran the
-    configuration's epochs first.
+    and at the LADDER_PRECISIONS only; torch.compile rows only when clean (compile_audit). For each
+    entry the newest row wins, one that ran the configuration's epochs first.
     """
     if defaults is None:
         defaults = variant_defaults(rows)
@@ -405,6 +407,8 @@ def select_entries(rows, config, defaults=None):
         if row["stage"] not in (PYTORCH, REFERENCE) and (
                 not is_default_variant(row, defaults) or (row["precision"] or "fp32") not in LADDER_PRECISIONS):
             return None
+        if not compile_audit(row)[0]:
+            return None  # a torch.compile row that is not clean is no result (compile_audit)
         return _identity(row)
 
     return sorted(_newest(rows, config, key_of).values(), key=_order)
@@ -464,3 +468,65 @@ def last_blocks(curve_rows):
         else:
             points.append(point)
     return curves
+
+
+# ----------------------------------------------------------------------------
+# setup, wall time, spread, the torch.compile audit and runs (schema 2)
+
+def wall_ms(row):
+    """setup + e2e: what a user waits for one training run, preparations included; None unless the
+    row records both (schema 1 rows have no setup)."""
+    setup, e2e = number(row, "setup_ms"), number(row, "e2e_ms")
+    return None if setup is None or e2e is None else setup + e2e
+
+
+def spread(row, column="e2e"):
+    """(n, min, max) of a timed figure over the row's repeats ("e2e", "loop", "setup", "epoch"), or
+    None when the row does not record them."""
+    n = integer(row, "repeats")
+    low, high = number(row, f"{column}_min_ms"), number(row, f"{column}_max_ms")
+    if n is None or n < 1:
+        return None
+    return n, low, high
+
+
+def is_compile_mode(row):
+    return row["stage"] == PYTORCH and "compile-" in row["variant"]
+
+
+def compile_audit(row):
+    """(clean, why not): a torch.compile row is clean when its torch._dynamo audit says 0 graph breaks
+    and 0 recompiles (compilations during the timed runs count as recompiles); a row without the
+    audit (schema 1, or counters missing) is not. Every other row is clean."""
+    if not is_compile_mode(row):
+        return True, ""
+    breaks, recompiles = integer(row, "graph_breaks"), integer(row, "recompiles")
+    if breaks is None or recompiles is None:
+        return False, "not audited (no graph-break and recompile counts)"
+    problems = []
+    if breaks:
+        problems.append(f"{breaks} graph break{'s' if breaks != 1 else ''}")
+    if recompiles:
+        problems.append(f"{recompiles} recompile{'s' if recompiles != 1 else ''}")
+    return not problems, ", ".join(problems)
+
+
+def unclean_compile_rows(rows, config):
+    """[(row, why)]: the newest torch.compile row of each mode of config that is not clean (the
+    tables name them below instead of showing their figures)."""
+    newest = {}
+    for row in rows:
+        if config.matches(row) and is_compile_mode(row):
+            newest[row["variant"]] = row
+    return [(row, compile_audit(row)[1]) for row in newest.values() if not compile_audit(row)[0]]
+
+
+def run_ids(rows):
+    """The distinct run ids of rows in order of first appearance; "" stands for rows that record none
+    (schema 1)."""
+    found = []
+    for row in rows:
+        run = row.get("run_id", "")
+        if run not in found:
+            found.append(run)
+    return found

@@ -43,8 +43,13 @@ def fixture_rows():
 
 
 def table_lines(rows, config):
-    """{label: cells} of a ladder table."""
+    """{label: cells} of a ladder table: label, setup, e2e, wall, e2e spread, loop, ms/epoch,
+    throughput, step (e2e), step (wall), cumulative, ÷ best."""
     return {cells[0]: cells for cells in make_tables.ladder_lines(rc.select_entries(rows, config))}
+
+
+# Columns of the ladder cells (make_tables.ladder_lines).
+SETUP, E2E, WALL, SPREAD, LOOP, EPOCH, RATE, STEP, STEP_WALL, CUMULATIVE, BEST = range(1, 12)
 
 
 class SchemaTest(unittest.TestCase):
@@ -106,21 +111,21 @@ class LadderTest(unittest.TestCase):
 
     def test_regression_speedups(self):
         lines = table_lines(self.rows, rc.Config("regression"))
-        # label, e2e, loop, ms/epoch, GB/s, step, cumulative, ÷ best
-        self.assertEqual(lines["02"][1:8], ["1,000", "900", "4.50", "7.11", "—", "1.00×", ""])
-        self.assertEqual(lines["03"][5:7], ["2.00×", "2.00×"])
-        self.assertEqual(lines["05"][5:7], ["5.00× (vs 03)", "10.00×"])  # stage 04 missing
-        self.assertEqual(lines["CPU reference"][5:7], ["", "0.05×"])
-        self.assertEqual(lines["PyTorch eager"][5:8], ["", "2.50×", "4.00×"])
-        self.assertEqual(lines["PyTorch cuda-graph"][7], "1.50×")
+        self.assertEqual([lines["02"][c] for c in (E2E, LOOP, EPOCH, RATE, STEP, CUMULATIVE, BEST)],
+                         ["1,000", "900", "4.50", "7.11", "—", "1.00×", ""])
+        self.assertEqual([lines["03"][c] for c in (STEP, CUMULATIVE)], ["2.00×", "2.00×"])
+        self.assertEqual([lines["05"][c] for c in (STEP, CUMULATIVE)], ["5.00× (vs 03)", "10.00×"])  # 04 missing
+        self.assertEqual([lines["CPU reference"][c] for c in (STEP, CUMULATIVE)], ["", "0.05×"])
+        self.assertEqual([lines["PyTorch eager"][c] for c in (STEP, CUMULATIVE, BEST)], ["", "2.50×", "4.00×"])
+        self.assertEqual(lines["PyTorch cuda-graph"][BEST], "1.50×")
 
     def test_newest_row_wins(self):
         lines = table_lines(self.rows, rc.Config("regression"))
-        self.assertEqual(lines["02"][1], "1,000")  # the older 02 row says 2,000
+        self.assertEqual(lines["02"][E2E], "1,000")  # the older 02 row says 2,000
         newer = dict(self.rows[0], e2e_ms="250", commit="new0001")
         lines = table_lines(self.rows + [newer], rc.Config("regression"))
-        self.assertEqual(lines["02"][1], "250")
-        self.assertEqual(lines["03"][5], "0.50×")
+        self.assertEqual(lines["02"][E2E], "250")
+        self.assertEqual(lines["03"][STEP], "0.50×")
 
     def test_row_order(self):
         labels = [e.label() for e in rc.select_entries(self.rows, rc.Config("mnist", "1024,1024"))]
@@ -129,16 +134,16 @@ class LadderTest(unittest.TestCase):
 
     def test_other_epochs_are_shown_not_compared(self):
         lines = table_lines(self.rows, rc.Config("mnist", "1024,1024"))
-        self.assertEqual(lines["05"][1], "1,000")  # the canonical run, not the newer 2-epoch sweep run
-        self.assertEqual(lines["PyTorch cpu (1 epoch)"][5:8], ["", "", ""])
+        self.assertEqual(lines["05"][E2E], "1,000")  # the canonical run, not the newer 2-epoch sweep run
+        self.assertEqual([lines["PyTorch cpu (1 epoch)"][c] for c in (STEP, CUMULATIVE, BEST)], ["", "", ""])
         reference = table_lines(self.rows, rc.Config("mnist", "0"))["CPU reference (1 epoch)"]
-        self.assertEqual(reference[6], "")
+        self.assertEqual(reference[CUMULATIVE], "")
 
     def test_bf16_compares_with_the_bf16_stage(self):
         lines = table_lines(self.rows, rc.Config("mnist", "1024,1024"))
-        self.assertEqual(lines["05 · bf16"][5:7], ["", "20.00×"])
-        self.assertEqual(lines["PyTorch bf16-autocast"][7], "2.00×")  # 1000 / 500, not 1000 / 1000
-        self.assertEqual(lines["PyTorch eager"][7], "2.00×")  # 2000 / 1000
+        self.assertEqual([lines["05 · bf16"][c] for c in (STEP, CUMULATIVE)], ["", "20.00×"])
+        self.assertEqual(lines["PyTorch bf16-autocast"][BEST], "2.00×")  # 1000 / 500, not 1000 / 1000
+        self.assertEqual(lines["PyTorch eager"][BEST], "2.00×")  # 2000 / 1000
 
     def test_throughput(self):
         regression = next(r for r in self.rows if r["stage"] == "03" and r["trainer"] == "regression")
@@ -168,16 +173,18 @@ class StageTableTest(unittest.TestCase):
         lines, shown = make_tables.stage_lines(self.rows, "05")
         regression = [cells for cells in lines if cells[0] == "regression 5M"]
         self.assertEqual([cells[1] for cells in regression], ["03", "05"])
-        self.assertEqual(regression[1][6:8], ["5.00×", "5.00×"])
+        # configuration, run, setup, e2e, wall, spread, loop, ms/epoch, throughput, speedup e2e, wall, ms/epoch
+        self.assertEqual([regression[1][c] for c in (9, 11)], ["5.00×", "5.00×"])
+        self.assertEqual([regression[1][c] for c in (2, 3, 4, 10)], ["50.0", "100", "150", "3.40×"])  # 510 / 150
         self.assertNotIn("old0001", {r["commit"] for r in shown})
 
     def test_stage_02_against_the_reference(self):
         lines, _ = make_tables.stage_lines(self.rows, "02")
         mnist0 = [cells for cells in lines if cells[0] == "MNIST --hidden 0"]
         self.assertEqual(mnist0[0][1], "CPU reference (1 epoch)")
-        self.assertEqual(mnist0[1][6:8], ["—", "42.86×"])  # e2e: other epochs; ms/epoch 3000 / 70
+        self.assertEqual([mnist0[1][c] for c in (9, 10, 11)], ["—", "—", "42.86×"])  # e2e: other epochs; 3000 / 70
         missing = [cells for cells in lines if cells[0] == "MNIST --hidden 128"]
-        self.assertEqual(missing, [["MNIST --hidden 128", "02", "no result yet", "", "", "", "", ""]])
+        self.assertEqual(missing, [["MNIST --hidden 128", "02", "no result yet"] + [""] * 9])
 
 
 class CurveFileTest(unittest.TestCase):
@@ -532,8 +539,8 @@ class VariantTest(unittest.TestCase):
 
     def test_ladder_uses_the_default_variant_at_fp32_and_bf16(self):
         lines = table_lines(self.rows, rc.Config("regression"))
-        self.assertEqual(lines["04"][1], "100")  # shared, not the newer shuffle or atomic rows
-        self.assertEqual(lines["04"][5], "5.00×")
+        self.assertEqual(lines["04"][E2E], "100")  # shared, not the newer shuffle or atomic rows
+        self.assertEqual(lines["04"][STEP], "5.00×")
         labels = [e.label() for e in rc.select_entries(self.rows, rc.Config("mnist", "1024,1024"))]
         self.assertEqual(labels, ["06", "06 · bf16"])  # tf32: the variants table only
         known = rc.variant_defaults(self.rows, {("04", "regression"): "shuffle"})
@@ -549,15 +556,17 @@ class VariantTest(unittest.TestCase):
 
     def test_variant_lines(self):
         lines, shown = make_tables.variant_lines(self.rows, "04")
-        # configuration, variant, precision, e2e, loop, ms/epoch, throughput, vs default
+        # configuration, variant, precision, setup, e2e, wall, spread, loop, ms/epoch, throughput, vs default
+        # (e2e), vs default (wall)
         self.assertEqual([cells[1] for cells in lines], ["`shared` (default)", "`atomic`", "`shuffle`"])
-        self.assertEqual(lines[0][7], "")
-        self.assertEqual(lines[1][3], "400")
-        self.assertEqual(lines[1][7], "0.25×")
-        self.assertEqual(lines[2][7], "0.91×")
+        self.assertEqual(lines[0][10], "")
+        self.assertEqual(lines[1][4], "400")
+        self.assertEqual(lines[1][10], "0.25×")
+        self.assertEqual(lines[2][10], "0.91×")
+        self.assertEqual(lines[2][11], "—")  # these rows record no setup: no wall
         self.assertEqual(len(shown), 3)
         lines, _ = make_tables.variant_lines(self.rows, "06")
-        self.assertEqual([(c[0], c[2], c[7]) for c in lines], [("MNIST --hidden 1024,1024", "fp32", ""),
+        self.assertEqual([(c[0], c[2], c[10]) for c in lines], [("MNIST --hidden 1024,1024", "fp32", ""),
                                                                ("MNIST --hidden 1024,1024", "bf16", "2.00×"),
                                                                ("MNIST --hidden 1024,1024", "tf32", "1.50×")])
         self.assertEqual(make_tables.variant_lines(self.rows, "03"), ([], []))  # one variant: no table
@@ -565,9 +574,9 @@ class VariantTest(unittest.TestCase):
     def test_stage_block_has_a_variants_table_where_the_stage_has_variants(self):
         block = make_tables.stage_block([("results/x.csv", self.rows)], "04")
         self.assertIn("**Variants of stage 04**", block)
-        self.assertIn("| regression 5M | `atomic` | fp32 | 400 |", block)
-        self.assertIn("| regression 5M | 03 | 500 |", block)  # the stage before, as ever
-        self.assertIn("| regression 5M | 04 | 100 |", block)
+        self.assertIn("| regression 5M | `atomic` | fp32 | — | 400 |", block)
+        self.assertIn("| regression 5M | 03 | — | 500 |", block)  # the stage before, as ever
+        self.assertIn("| regression 5M | 04 | — | 100 |", block)
         self.assertIn("vs default = the default variant's fp32 e2e", block)
         plain = make_tables.stage_block([("results/x.csv", self.rows)], "03")
         self.assertNotIn("Variants of stage", plain)
