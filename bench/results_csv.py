@@ -530,3 +530,36 @@ def run_ids(rows):
         if run not in found:
             found.append(run)
     return found
+
+
+# ----------------------------------------------------------------------------
+# PyTorch modes (bench/torch_common.py runs them; here so that they are tested without PyTorch)
+
+def mode_precision(mode):
+    """bf16 for the bf16-* modes (autocast), fp32 for the others."""
+    return "bf16" if mode.startswith("bf16-") else "fp32"
+
+
+def mode_compiles(mode):
+    """compile-default, compile-max-autotune, bf16-compile-max-autotune: torch.compile."""
+    return "compile-" in mode
+
+
+def mode_max_autotune(mode):
+    return mode.endswith("compile-max-autotune")
+
+
+def mode_captured(mode):
+    """cuda-graph, bf16-cuda-graph: the whole training step captured once, replayed every step."""
+    return mode in ("cuda-graph", "bf16-cuda-graph")
+
+
+def pytorch_setup_ms(mode, capture_ms, warmup_train_ms, warmup_epochs, ms_per_epoch):
+    """A PyTorch row's setup_ms: the capture for the captured modes; for the compile modes the warm-up
+    training less warmup_epochs timed epochs (what compilation, autotuning and CUDA Graph Trees'
+    recording cost, never below 0); 0 for the eager modes and cpu, which prepare nothing."""
+    if mode_captured(mode):
+        return capture_ms
+    if mode_compiles(mode):
+        return max(warmup_train_ms - warmup_epochs * ms_per_epoch, 0.0)
+    return 0.0

@@ -161,18 +161,10 @@ def compiled(mode, fn):
     return torch.compile(fn, dynamic=False)
 
 
-def compiling(mode):
-    """compile-default, compile-max-autotune, bf16-compile-max-autotune."""
-    return "compile-" in mode
-
-
-def max_autotune(mode):
-    return mode.endswith("compile-max-autotune")
-
-
-def captured(mode):
-    """The modes that capture the whole training step in a CUDA graph and replay it."""
-    return mode in ("cuda-graph", "bf16-cuda-graph")
+compiling = results_csv.mode_compiles  # compile-default, compile-max-autotune, bf16-compile-max-autotune
+max_autotune = results_csv.mode_max_autotune
+captured = results_csv.mode_captured  # cuda-graph, bf16-cuda-graph: the training step in a CUDA graph
+precision_of = results_csv.mode_precision  # bf16 for the bf16-* modes
 
 
 def keep_addresses(mode, tensors):
@@ -182,10 +174,6 @@ def keep_addresses(mode, tensors):
     if max_autotune(mode):
         for t in tensors:
             torch._dynamo.mark_static_address(t)
-
-
-def precision_of(mode):
-    return "bf16" if mode.startswith("bf16-") else "fp32"
 
 
 def autocast(mode):
@@ -409,17 +397,6 @@ class Baseline:
         return clock.result()
 
 
-def setup_of(mode, capture_ms, warmup_train_ms, warmup_epochs, ms_per_epoch):
-    """The row's setup_ms (see the module's docstring): the capture for the cuda-graph modes, the
-    warm-up training less warmup_epochs timed epochs for the compile modes (what compilation,
-    autotuning and CUDA Graph Trees' recording cost), 0 for the eager modes and cpu."""
-    if captured(mode):
-        return capture_ms
-    if compiling(mode):
-        return max(warmup_train_ms - warmup_epochs * ms_per_epoch, 0.0)
-    return 0.0
-
-
 def measure(baseline, repeat):
     """Warm-up, then repeat timed runs (one for the CPU mode): median e2e, loop and h2d, the median of
     the runs' median epoch, the number of runs and the min / max of each, and setup_ms, in ms (None
@@ -448,7 +425,7 @@ def measure(baseline, repeat):
         "loop_min_ms": min(loop), "loop_max_ms": max(loop),
         "epoch_min_ms": min(epoch), "epoch_max_ms": max(epoch),
     }
-    timing["setup_ms"] = setup_of(baseline.mode, capture_ms, warmup_train_ms, warmup_epochs, timing["ms_per_epoch"])
+    timing["setup_ms"] = results_csv.pytorch_setup_ms(baseline.mode, capture_ms, warmup_train_ms, warmup_epochs, timing["ms_per_epoch"])
     if timing["setup_ms"]:
         print(f"  {baseline.mode}: setup {timing['setup_ms']:.1f} ms (the row's setup_ms)", flush=True)
     timing.update(audit)
