@@ -888,7 +888,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     results_dir = args.results or os.path.join(args.root, "results")
     global MIXED_RUNS
-    MIXED_RUNS = "mark" if args.allow_mixed_runs else "refuse"
+    saved, MIXED_RUNS = MIXED_RUNS, "mark" if args.allow_mixed_runs else "refuse"
+    try:
+        return run(args, results_dir)
+    finally:
+        MIXED_RUNS = saved
+
+
+def run(args, results_dir):
+    """main's work, once the policy for mixed runs is set."""
     claims = []
 
     try:

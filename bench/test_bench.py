@@ -775,5 +775,352 @@ class MakefileCommitTest(unittest.TestCase):
         self.assertEqual(self.info(self.tmp), f"commit {head} dirty 1")
 
 
+
+# ----------------------------------------------------------------------------
+# issue 16: setup and wall, spread, one run per table, the torch.compile audit, predictions
+
+def timed_row(stage, trainer="mnist", hidden="128", setup=None, e2e=100.0, per_epoch=9.0, epochs=10, run="run-1",
+              variant="default", precision="fp32", **columns):
+    """A schema 2 row: e2e and ms/epoch as given, loop = e2e - 5, three repeats of e2e ± 10%."""
+    row = result_row(stage=stage, trainer=trainer, variant=variant, precision=precision, epochs=epochs,
+                     e2e_ms=e2e, loop_ms=e2e - 5, ms_per_epoch=per_epoch, repeats=3, e2e_min_ms=0.9 * e2e,
+                     e2e_max_ms=1.1 * e2e, run_id=run, commit="c16")
+    if trainer == "regression":
+        row.update(points=str(rc.REGRESSION_POINTS), epochs=str(rc.REGRESSION_EPOCHS if epochs == 10 else epochs))
+    else:
+        row.update(hidden=hidden, batch="128")
+    if setup is not None:
+        row["setup_ms"] = str(setup)
+    row.update({k: str(v) for k, v in columns.items()})
+    return row
+
+
+class MixedRunsPolicy:
+    """Runs a block with make_tables.MIXED_RUNS set, and puts it back."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def __enter__(self):
+        self.saved, make_tables.MIXED_RUNS = make_tables.MIXED_RUNS, self.policy
+
+    def __exit__(self, *exc):
+        make_tables.MIXED_RUNS = self.saved
+
+
+class SetupWallSpreadTest(unittest.TestCase):
+    def test_wall_is_setup_plus_e2e_and_needs_both(self):
+        self.assertEqual(rc.wall_ms(timed_row("07", setup=130, e2e=227)), 357)
+        self.assertIsNone(rc.wall_ms(timed_row("07", e2e=227)))  # schema 1: no setup recorded
+        self.assertEqual(make_tables.fmt_setup(None), "—")
+        self.assertEqual(make_tables.fmt_setup(0.0), "0")
+        self.assertEqual(make_tables.fmt_setup(49.5), "49.5")
+
+    def test_spread(self):
+        row = timed_row("05", e2e=20)
+        self.assertEqual(rc.spread(row), (3, 18.0, 22.0))
+        self.assertEqual(make_tables.fmt_spread(row), "18.0–22.0 (n=3)")
+        self.assertEqual(make_tables.fmt_spread(dict(row, repeats="1")), "n=1")
+        self.assertEqual(make_tables.fmt_spread(dict(row, repeats="")), "—")
+
+    def test_ladder_shows_setup_wall_and_both_step_speedups(self):
+        # the issue's H100 figures, MNIST --hidden 128: 07 faster in e2e, slower in wall
+        rows = [timed_row("06", setup=52, e2e=250, per_epoch=24), timed_row("07", setup=130, e2e=227, per_epoch=21.5)]
+        lines = table_lines(rows, rc.Config("mnist", "128"))
+        seven = lines["07"]
+        self.assertEqual([seven[c] for c in (SETUP, E2E, WALL, SPREAD)], ["130", "227", "357", "204–250 (n=3)"])
+        self.assertEqual([seven[c] for c in (STEP, STEP_WALL)], ["1.10×", "0.85×"])  # 250/227, 302/357
+        block = make_tables.ladder_block([("results/x.csv", rows)], "mnist")
+        self.assertIn("| step speedup (e2e) | step speedup (wall) |", block)
+        self.assertIn("wall = setup + e2e", block)
+
+    def test_payback(self):
+        six, seven = (rc.Entry(timed_row("06", setup=52, e2e=250, per_epoch=24), 10),
+                      rc.Entry(timed_row("07", setup=130, e2e=227, per_epoch=21.5), 10))
+        # fixed: 06 52 + 250 - 240 = 62, 07 130 + 227 - 215 = 142; 80 ms more, 2.5 ms an epoch less: 32 epochs
+        self.assertEqual(make_tables.payback(six, seven), (32, "after"))
+        later = rc.Entry(timed_row("07", setup=131, e2e=227, per_epoch=21.5), 10)
+        self.assertEqual(make_tables.payback(six, later), (33, "after"))  # 81 / 2.5 = 32.4: the 33rd epoch
+        sentence = make_tables.payback_sentence(rc.Config("mnist", "128"), six, seven)
+        self.assertIn("its setup pays back after 32 epochs", sentence)
+        self.assertIn("wall 357 against 302 ms (0.85×)", sentence)
+        slower = rc.Entry(timed_row("07", setup=130, e2e=300, per_epoch=25), 10)
+        self.assertEqual(make_tables.payback(six, slower), (None, "never"))
+        cheap = rc.Entry(timed_row("07", setup=10, e2e=245, per_epoch=24), 10)
+        self.assertEqual(make_tables.payback(six, cheap), (0, "at once"))
+        cheap_slow = rc.Entry(timed_row("07", setup=0, e2e=250, per_epoch=24.5), 10)
+        # fixed 5 against 62: 57 ms ahead, 0.5 ms an epoch behind: ahead for 114 epochs
+        self.assertEqual(make_tables.payback(six, cheap_slow), (114, "until"))
+        self.assertEqual(make_tables.payback(six, rc.Entry(timed_row("07", e2e=227), 10)), (None, None))
+
+    def test_stage_block_says_when_the_setup_pays_back(self):
+        rows = [timed_row("06", setup=52, e2e=250, per_epoch=24), timed_row("07", setup=130, e2e=227, per_epoch=21.5),
+                timed_row("06", "regression", setup=5, e2e=15, per_epoch=0.06, run="run-1"),
+                timed_row("07", "regression", setup=8, e2e=6, per_epoch=0.01)]
+        block = make_tables.stage_block([("results/x.csv", rows)], "07")
+        self.assertIn("**When stage 07's setup pays back**", block)
+        self.assertIn("- MNIST --hidden 128, against 06: setup 130 ms against 52.0 ms, 21.5 against 24.0 ms an "
+                      "epoch: its setup pays back after 32 epochs", block)
+        self.assertIn("- regression 5M, against 06:", block)
+        self.assertIn("| MNIST --hidden 128 | 07 | 130 | 227 | 357 | 204–250 (n=3) |", block)
+        lines, _ = make_tables.stage_lines(rows, "07")
+        seven = next(cells for cells in lines if cells[:2] == ["MNIST --hidden 128", "07"])
+        self.assertEqual(seven[9:12], ["1.10×", "0.85×", "1.12×"])
+        self.assertNotIn("pays back", make_tables.stage_block([("results/x.csv", rows)], "06"))  # nothing before
+
+    def test_schema_1_files_are_read_and_not_appended_to(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "old-gpu.csv")
+            with open(path, "w") as f:
+                f.write(",".join(rc.RESULT_COLUMNS_V1) + "\n")
+                f.write("05,mnist,tile16,,128,128,10,0.1,fp32,OLD-GPU,9.0,13.0,13.0,100,95,9,5,0.1,0.1,0.97,,,abc\n")
+            self.assertEqual(rc.result_files(tmp), [path])
+            row = rc.read_csv(path, rc.RESULT_COLUMNS)[0]
+            self.assertEqual((row["e2e_ms"], row["commit"], row["setup_ms"], row["run_id"]), ("100", "abc", "", ""))
+            self.assertEqual(rc.schema_of(rc.read_header(path), rc.RESULT_COLUMNS), 1)
+            with self.assertRaises(rc.SchemaError):
+                rc.append_csv(path, rc.RESULT_COLUMNS, [row])
+            lines = make_tables.ladder_lines(rc.select_entries([row], rc.Config("mnist", "128")))
+            self.assertEqual([lines[0][c] for c in (SETUP, E2E, WALL, SPREAD)], ["—", "100", "—", "—"])
+        self.assertEqual(rc.schema_of(("stage", "e2e_ms"), rc.RESULT_COLUMNS), None)
+
+    def test_curves_of_another_header_are_not_folded_together(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = os.path.join(tmp, "x-curves.csv")
+            with open(plain, "w") as f:
+                f.write(",".join(rc.CURVE_COLUMNS_V1) + "\n05,mnist,a,0,step_loss,0,1.5\n")
+            rc.compress_curves(plain)
+            with open(plain, "w") as f:
+                f.write(",".join(rc.CURVE_COLUMNS) + "\n05,mnist,a,0,step_loss,0,1.5,GPU,c16,run-1\n")
+            with self.assertRaises(rc.SchemaError):
+                rc.compress_curves(plain)
+
+    def test_source_line_names_run_dirty_torch_and_threads(self):
+        rows = [timed_row("05"), timed_row("pytorch", variant="eager", torch="2.9.0"),
+                timed_row("pytorch", variant="cpu", torch="2.9.0", threads=16),
+                dict(timed_row("cpu-reference", threads=1), precision="fp64")]
+        line = make_tables.source_line(rows, "GPU", "x.csv")
+        self.assertEqual(line, "GPU · `x.csv` · commit c16 · run `run-1` · torch 2.9.0 · CPU threads: PyTorch cpu 16, "
+                               "CPU reference 1")
+        rows[0]["dirty"] = "1"
+        self.assertIn("**built with uncommitted changes**", make_tables.source_line(rows, "GPU", "x.csv"))
+
+
+class OneRunPerTableTest(unittest.TestCase):
+    def setUp(self):
+        self.rows = [timed_row("05", run="run-1"), timed_row("06", run="run-1"), timed_row("07", run="run-2")]
+
+    def test_rows_of_two_runs_are_refused(self):
+        with MixedRunsPolicy("refuse"):
+            with self.assertRaises(make_tables.MixedRunsError) as caught:
+                make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+        self.assertIn("2 runs (`run-1`, `run-2`)", str(caught.exception))
+        with MixedRunsPolicy("refuse"):
+            with self.assertRaises(make_tables.MixedRunsError):
+                make_tables.stage_block([("x.csv", self.rows)], "07")
+            one = make_tables.ladder_table(self.rows[:2], rc.Config("mnist", "128"), "GPU", "x.csv")
+        self.assertNotIn("⚠", one)
+        self.assertIn("run `run-1`", one)
+
+    def test_or_marked_when_allowed(self):
+        with MixedRunsPolicy("mark"):
+            text = make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+        self.assertIn("**⚠ Rows of 2 runs**, not one measurement: `run-1`: 05, 06; `run-2`: 07.", text)
+
+    def test_rows_that_record_no_run_are_marked(self):
+        old = [dict(r, run_id="") for r in self.rows]
+        text = make_tables.ladder_table(old, rc.Config("mnist", "128"), "GPU", "x.csv")
+        self.assertIn("⚠ Run not recorded", text)
+        with MixedRunsPolicy("refuse"):  # recorded and not recorded together: two runs
+            with self.assertRaises(make_tables.MixedRunsError):
+                make_tables.ladder_table(old[:2] + self.rows[2:], rc.Config("mnist", "128"), "GPU", "x.csv")
+
+    def test_main_refuses_unless_told(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "results"))
+            path = os.path.join(root, "results", "gpu.csv")
+            rc.append_csv(path, rc.RESULT_COLUMNS, self.rows)
+            with open(os.path.join(root, "README.md"), "w") as f:
+                f.write("<!-- ladder:mnist begin -->\n<!-- ladder:mnist end -->\n")
+            self.assertEqual(MarkerTest.run_main("--root", root), 1)
+            self.assertEqual(MarkerTest.run_main("--root", root, "--allow-mixed-runs"), 0)
+            with open(os.path.join(root, "README.md")) as f:
+                self.assertIn("Rows of 2 runs", f.read())
+        self.assertEqual(make_tables.MIXED_RUNS, "refuse")
+
+
+class CompileAuditTest(unittest.TestCase):
+    def rows(self, breaks, recompiles):
+        return [timed_row("07"), timed_row("pytorch", variant="eager"),
+                timed_row("pytorch", variant="compile-default", graph_breaks=breaks, recompiles=recompiles),
+                timed_row("pytorch", variant="bf16-compile-max-autotune", precision="bf16", graph_breaks=0,
+                          recompiles=0)]
+
+    def test_audit(self):
+        self.assertEqual(rc.compile_audit(timed_row("pytorch", variant="eager")), (True, ""))
+        self.assertEqual(rc.compile_audit(timed_row("pytorch", variant="compile-default", graph_breaks=0,
+                                                    recompiles=0)), (True, ""))
+        self.assertEqual(rc.compile_audit(timed_row("pytorch", variant="compile-default", graph_breaks=2,
+                                                    recompiles=1)), (False, "2 graph breaks, 1 recompile"))
+        self.assertEqual(rc.compile_audit(timed_row("pytorch", variant="compile-max-autotune"))[0], False)
+
+    def test_a_clean_compile_row_is_a_result(self):
+        labels = [e.label() for e in rc.select_entries(self.rows(0, 0), rc.Config("mnist", "128"))]
+        self.assertEqual(labels, ["07", "PyTorch eager", "PyTorch compile-default", "PyTorch bf16-compile-max-autotune"])
+
+    def test_an_unclean_or_unaudited_one_is_named_not_shown(self):
+        for breaks, recompiles, why in ((1, 0, "1 graph break"), (0, 3, "3 recompiles"), ("", "", "not audited")):
+            rows = self.rows(breaks, recompiles)
+            labels = [e.label() for e in rc.select_entries(rows, rc.Config("mnist", "128"))]
+            self.assertNotIn("PyTorch compile-default", labels)
+            text = make_tables.ladder_table(rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+            self.assertIn(f"*Not shown as results: PyTorch compile-default: {why}", text)
+            self.assertNotIn("| PyTorch compile-default |", text)
+            self.assertEqual(plots.ladder_data(rows, rc.Config("mnist", "128"))[1],
+                             [("PyTorch eager", 100.0), ("PyTorch bf16-compile-max-autotune", 100.0)])
+
+
+class PytorchModesTest(unittest.TestCase):
+    def test_bf16_modes(self):
+        self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_precision(m) == "bf16"],
+                         ["bf16-autocast", "bf16-cuda-graph", "bf16-compile-max-autotune"])
+        self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_captured(m)], ["cuda-graph", "bf16-cuda-graph"])
+        self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_compiles(m)],
+                         ["compile-default", "compile-max-autotune", "bf16-compile-max-autotune"])
+        self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_max_autotune(m)],
+                         ["compile-max-autotune", "bf16-compile-max-autotune"])
+
+    def test_setup(self):
+        self.assertEqual(rc.pytorch_setup_ms("bf16-cuda-graph", 40.0, 900.0, 2, 100.0), 40.0)
+        self.assertEqual(rc.pytorch_setup_ms("compile-default", 0.0, 30_200.0, 2, 100.0), 30_000.0)
+        self.assertEqual(rc.pytorch_setup_ms("bf16-compile-max-autotune", 0.0, 150.0, 2, 100.0), 0.0)
+        self.assertEqual(rc.pytorch_setup_ms("eager", 0.0, 5_000.0, 2, 100.0), 0.0)
+        self.assertEqual(rc.pytorch_setup_ms("bf16-autocast", 0.0, 5_000.0, 2, 100.0), 0.0)
+
+    def test_pytorch_canonical_runs_bf16_through_a_graph(self):
+        bench = run_bench.Bench(run_bench.PLANS["full"], tempfile.gettempdir(), ["07"], "x", run_bench.Budget(100))
+        calls = []
+        bench.canonical_export = lambda config: f"{config}.json"
+        bench.pytorch = lambda trainer, export, modes, repeat, **kw: calls.append((export, tuple(modes)))
+        with contextlib.redirect_stdout(io.StringIO()):
+            bench.pytorch_canonical()
+            bench.optional = True
+            bench.pytorch_compile()
+        modes = dict(calls[:4])
+        self.assertIn("bf16-cuda-graph", modes["1024,1024.json"])
+        self.assertNotIn("bf16-cuda-graph", modes["128.json"])
+        self.assertNotIn("bf16-autocast", modes["regression.json"])
+        self.assertIn(("1024,1024.json", ("bf16-compile-max-autotune",)), calls[4:])
+
+
+PREDICTIONS = """# 07
+
+## Prediction
+
+prose
+
+<!-- predictions begin -->
+| trainer | config | metric | predicted low | predicted high |
+|:--|:--|:--|--:|--:|
+| mnist | 128 | speedup_epoch | 1.3 | 1.5 |
+| mnist | 0 | speedup_e2e | | 1.1 |
+| regression | 5M variant=cublas | loop_ms | 7 | 10 |
+| mnist | 1024,1024 | setup_ms | 100 | |
+<!-- predictions end -->
+
+## Measured
+
+<!-- outcome:stage07 begin -->
+<!-- outcome:stage07 end -->
+"""
+
+
+class PredictionsTest(unittest.TestCase):
+    def rows(self):
+        return [timed_row("06", per_epoch=24.0), timed_row("07", per_epoch=18.0),           # 1.33: hit
+                timed_row("06", hidden="0", e2e=150), timed_row("07", hidden="0", e2e=120),   # 1.25: miss
+                timed_row("06", "regression", variant="cublas", e2e=20),
+                timed_row("07", "regression", variant="fused", e2e=6),
+                timed_row("07", "regression", variant="cublas", e2e=14)]                     # loop 9: hit
+
+    def test_parse(self):
+        found = make_tables.parse_predictions(PREDICTIONS, "x.md")
+        self.assertEqual([(p.trainer, p.config.hidden, p.metric, p.low, p.high) for p in found],
+                         [("mnist", "128", "speedup_epoch", 1.3, 1.5), ("mnist", "0", "speedup_e2e", None, 1.1),
+                          ("regression", None, "loop_ms", 7.0, 10.0), ("mnist", "1024,1024", "setup_ms", 100.0, None)])
+        self.assertEqual(found[2].variant, "cublas")
+        self.assertEqual([p.predicted() for p in found], ["1.3–1.5×", "≤ 1.1×", "7–10 ms", "≥ 100 ms"])
+        self.assertEqual(found[0].where, "x.md:10")
+        self.assertEqual(make_tables.parse_predictions("no table\n", "x.md"), [])
+
+    def test_bad_tables_are_errors(self):
+        good = "| mnist | 128 | speedup_epoch | 1.3 | 1.5 |"
+        for bad, message in ((good.replace("speedup_epoch", "speedup"), "metric 'speedup'"),
+                             (good.replace("| 128 |", "| 64 |"), "an MNIST --hidden of the ladder"),
+                             (good.replace("1.3", "1.6"), "is above predicted high"),
+                             (good.replace("1.3 | 1.5", " | "), "needs a low or a high bound"),
+                             (good.replace("1.3", "fast"), "is not a number"),
+                             (good.replace("| 128 |", "| 128 batch=64 |"), "only variant=NAME and precision=NAME"),
+                             (good.replace("| mnist |", "| cifar |"), "trainer 'cifar'"),
+                             (good.replace(" 1.5 |", " 1.5 | x |"), "6 cells")):
+            text = PREDICTIONS.replace(good, bad)
+            with self.assertRaises(make_tables.PredictionError, msg=bad) as caught:
+                make_tables.parse_predictions(text, "x.md")
+            self.assertIn(message, str(caught.exception))
+        with self.assertRaises(make_tables.PredictionError):
+            make_tables.parse_predictions(PREDICTIONS.replace("<!-- predictions end -->", ""), "x.md")
+        with self.assertRaises(make_tables.PredictionError):
+            make_tables.parse_predictions(PREDICTIONS.replace("predicted low", "low"), "x.md")
+
+    def test_outcome_hit_miss_and_ratio(self):
+        predictions = make_tables.parse_predictions(PREDICTIONS, "x.md")
+        lines, used, hits, misses = make_tables.outcome_lines(self.rows(), "07", predictions)
+        # configuration, metric, predicted, measured, measured ÷ predicted, verdict
+        self.assertEqual(lines[0], ["MNIST --hidden 128", "ms/epoch speedup vs 06", "1.3–1.5×", "1.33×", "0.95×", "hit"])
+        self.assertEqual(lines[1][3:], ["1.25×", "1.14×", "**miss**"])  # 1.25 / 1.1
+        self.assertEqual(lines[2], ["regression 5M variant=cublas", "loop", "7–10 ms", "9.00 ms", "1.06×", "hit"])
+        self.assertEqual(lines[3][3:], ["no result yet", "", "—"])
+        self.assertEqual((hits, misses), (2, 1))
+        block = make_tables.outcome_block([("results/x.csv", self.rows())], "07", predictions)
+        self.assertIn("**Verdict: miss**: 1 of 3 predictions measured missed their range.", block)
+        self.assertNotIn("as predicted", block)
+
+    def test_verdict_hit_only_when_every_prediction_measured_hit(self):
+        predictions = make_tables.parse_predictions(PREDICTIONS, "x.md")[:1]
+        block = make_tables.outcome_block([("results/x.csv", self.rows())], "07", predictions)
+        self.assertIn("**Verdict: hit**: all 1 predictions measured came out as predicted.", block)
+        block = make_tables.outcome_block([("results/x.csv", [])], "07", predictions)
+        self.assertIn("Verdict: not measured yet", block)
+
+    def test_as_predicted_only_inside_a_hit_verdict(self):
+        hit = "<!-- outcome:stage07 begin -->\n**Verdict: hit**: came out as predicted.\n<!-- outcome:stage07 end -->\n"
+        miss = "<!-- outcome:stage07 begin -->\n**Verdict: miss**: as predicted\n<!-- outcome:stage07 end -->\n"
+        self.assertEqual(make_tables.prediction_claim_problems("r.md", hit), [])
+        self.assertEqual(len(make_tables.prediction_claim_problems("r.md", miss)), 1)
+        prose = hit + "\nThe loop gained, as\npredicted.\n"  # wrapped across lines
+        self.assertEqual(make_tables.prediction_claim_problems("r.md", prose),
+                         ['r.md:5: says "as predicted" outside a generated outcome block whose verdict is hit'])
+        self.assertEqual(make_tables.prediction_claim_problems("r.md", "It was not as predicted.\n"), [])
+        self.assertEqual(len(make_tables.prediction_claim_problems("r.md", "gained at least as much As Predicted")), 1)
+
+    def test_main_fills_the_outcome_and_check_fails_on_a_prose_claim(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "results"))
+            rc.append_csv(os.path.join(root, "results", "gpu.csv"), rc.RESULT_COLUMNS, self.rows())
+            readme = os.path.join(root, "07-cuda-graphs", "README.md")
+            write(readme, PREDICTIONS)
+            self.assertEqual(MarkerTest.run_main("--root", root), 0)
+            with open(readme) as f:
+                text = f.read()
+            self.assertIn("| MNIST --hidden 128 | ms/epoch speedup vs 06 | 1.3–1.5× | 1.33× | 0.95× | hit |", text)
+            self.assertIn("**Verdict: miss**", text)
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 0)
+            write(readme, text + "\nMNIST gained, as predicted.\n")
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 1)
+            self.assertEqual(MarkerTest.run_main("--root", root), 0)  # updating only warns
+            write(readme, PREDICTIONS.replace("speedup_e2e", "e2e_speedup"))
+            self.assertEqual(MarkerTest.run_main("--root", root), 1)  # a table it cannot read stops it
+
+
 if __name__ == "__main__":
     unittest.main()
