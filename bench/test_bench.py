@@ -990,6 +990,9 @@ class PytorchModesTest(unittest.TestCase):
         self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_max_autotune(m)],
                          ["compile-max-autotune", "bf16-compile-max-autotune"])
 
+    def test_every_mode_has_a_color(self):
+        self.assertTrue({f"PyTorch {m}" for m in rc.PYTORCH_MODES} <= set(plots.COLORS))
+
     def test_setup(self):
         self.assertEqual(rc.pytorch_setup_ms("bf16-cuda-graph", 40.0, 900.0, 2, 100.0), 40.0)
         self.assertEqual(rc.pytorch_setup_ms("compile-default", 0.0, 30_200.0, 2, 100.0), 30_000.0)
@@ -1120,6 +1123,24 @@ class PredictionsTest(unittest.TestCase):
             self.assertEqual(MarkerTest.run_main("--root", root), 0)  # updating only warns
             write(readme, PREDICTIONS.replace("speedup_e2e", "e2e_speedup"))
             self.assertEqual(MarkerTest.run_main("--root", root), 1)  # a table it cannot read stops it
+
+
+
+@unittest.skipUnless(shutil.which("awk"), "needs awk")
+class CompareAwkTest(unittest.TestCase):
+    """make stage N compare (common/compare.awk) shows setup and wall beside e2e, and the wall speedup."""
+
+    def test_setup_and_wall(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "07.csv")
+            rc.append_csv(path, rc.RESULT_COLUMNS, [timed_row("06", setup=52, e2e=250, per_epoch=24),
+                                                     timed_row("07", setup=130, e2e=227, per_epoch=21.5)])
+            out = subprocess.run(["awk", "-f", os.path.join(ROOT, "common", "csv.awk"), "-f",
+                                  os.path.join(ROOT, "common", "compare.awk"), path],
+                                 capture_output=True, text=True, check=True).stdout
+        self.assertRegex(out, r"setup ms +e2e ms +wall ms +loop ms")
+        self.assertRegex(out, r"\n  07 +default +130 +227 +357 +222 ")
+        self.assertIn("stage 07 vs 06: e2e 1.10x, wall 0.85x, loop 1.10x", out)
 
 
 if __name__ == "__main__":
