@@ -472,7 +472,7 @@ def all_blocks(datasets, root, results_dir):
                                                      f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
         if nn == "07":
             files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
-    add_outcome_blocks(files, dirs, datasets, names, known)
+    add_outcome_blocks(files, root, dirs, datasets, names, known)
     return files
 
 
@@ -813,7 +813,9 @@ def outcome_lines(rows, stage, predictions, stage_names=None, defaults=None):
         if hit is None:
             lines.append([config, what, p.predicted(), "no result yet", "", "—"])
             continue
-        used += [e.row for e in (before, this) if e is not None and p.metric.startswith("speedup_") or e is this]
+        used.append(this.row)
+        if p.metric.startswith("speedup_"):
+            used.append(before.row)
         hits, misses = hits + hit, misses + (not hit)
         measured = f"{value:.3g}{unit}" if unit == "×" else f"{fmt_3(value)}{unit}"
         lines.append([config, what, p.predicted(), measured, f"{ratio:.2f}×", "hit" if hit else "**miss**"])
@@ -846,10 +848,10 @@ def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
     return "\n\n".join(parts + [verdict, f"<sub>{note}</sub>"])
 
 
-def add_outcome_blocks(files, dirs, datasets, stage_names=None, known=None):
-    """Adds an outcome:stageNN block to each stage README that has a predictions table."""
+def add_outcome_blocks(files, root, dirs, datasets, stage_names=None, known=None):
+    """Adds an outcome:stageNN block to each stage README (of files) that has a predictions table."""
     for nn, d in dirs.items():
-        path = os.path.join(os.path.dirname(next(iter(files))), d, "README.md")
+        path = os.path.join(root, d, "README.md")
         if nn == "01" or path not in files or not os.path.exists(path):
             continue
         with open(path, encoding="utf-8") as f:
