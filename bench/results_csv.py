@@ -7,6 +7,12 @@ Three kinds of file live in results/, per GPU (<slug> = the GPU's name, lower ca
   <slug>.csv            result rows, one per run: RESULT_COLUMNS, the schema of common/report.h
   <slug>-curves.csv.gz  loss curves in long format: CURVE_COLUMNS (gzip; the run appends to <slug>-curves.csv, then compresses it)
   <slug>-breakdown.csv  per-phase times of --breakdown runs: BREAKDOWN_COLUMNS
+
+Schema versions: the header is the version. Schema 2 (SCHEMA_VERSION) added setup_ms, the repeats
+(n, min and max of the timed figures), provenance (threads, torch, dirty, run_id, utc) and the
+torch.compile audit (graph_breaks, recompiles) to result rows, and device, commit and run_id to
+curves and breakdowns. read_csv still reads schema 1 files (OLDER_HEADERS): their rows get the new
+columns empty, which the tables show as not recorded. Nothing appends to a file of another header.
 """
 
 import csv
@@ -15,14 +21,30 @@ import math
 import os
 import re
 
+SCHEMA_VERSION = 2  # common/report.h REPORT_CSV_SCHEMA
+
 # common/report.h REPORT_CSV_HEADER; bench/test_bench.py checks that the two stay equal.
 RESULT_COLUMNS = (
+    "stage", "trainer", "variant", "points", "hidden", "batch", "epochs", "lr", "precision",
+    "device", "cc", "cuda", "driver", "threads", "torch", "setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch",
+    "h2d_ms", "repeats", "setup_min_ms", "setup_max_ms", "e2e_min_ms", "e2e_max_ms", "loop_min_ms",
+    "loop_max_ms", "epoch_min_ms", "epoch_max_ms", "train_loss", "test_loss", "test_acc", "w", "b",
+    "graph_breaks", "recompiles", "commit", "dirty", "run_id", "utc",
+)
+# common/report.h REPORT_CURVE_HEADER
+CURVE_COLUMNS = ("stage", "trainer", "variant", "hidden", "series", "index", "value", "device", "commit", "run_id")
+BREAKDOWN_COLUMNS = ("stage", "trainer", "hidden", "epochs", "phase", "ms", "pct", "device", "commit", "run_id")
+
+# Schema 1 (before setup, repeats and provenance): still read, never appended to.
+RESULT_COLUMNS_V1 = (
     "stage", "trainer", "variant", "points", "hidden", "batch", "epochs", "lr", "precision",
     "device", "cc", "cuda", "driver", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
     "train_loss", "test_loss", "test_acc", "w", "b", "commit",
 )
-CURVE_COLUMNS = ("stage", "trainer", "variant", "hidden", "series", "index", "value")
-BREAKDOWN_COLUMNS = ("stage", "trainer", "hidden", "epochs", "phase", "ms", "pct")
+CURVE_COLUMNS_V1 = ("stage", "trainer", "variant", "hidden", "series", "index", "value")
+BREAKDOWN_COLUMNS_V1 = ("stage", "trainer", "hidden", "epochs", "phase", "ms", "pct")
+OLDER_HEADERS = {RESULT_COLUMNS: (RESULT_COLUMNS_V1,), CURVE_COLUMNS: (CURVE_COLUMNS_V1,),
+                 BREAKDOWN_COLUMNS: (BREAKDOWN_COLUMNS_V1,)}
 
 # docs/DESIGN.md, "Canonical configurations": the ladder tables show exactly these.
 REGRESSION_POINTS = 5_000_000
@@ -34,8 +56,10 @@ MNIST_TRAIN = 60_000  # images in the MNIST (and Fashion-MNIST) training set
 MNIST_PIXELS = 784
 MNIST_CLASSES = 10
 
-# PyTorch baselines (stage "pytorch"), in the order the tables list them.
-PYTORCH_MODES = ("eager", "compile-default", "compile-max-autotune", "cuda-graph", "bf16-autocast", "cpu")
+# PyTorch baselines (stage "pytorch"), in the order the tables list them. The bf16-* modes run their
+# matrix products under torch.autocast(bfloat16): eagerly, captured in a CUDA graph, and compiled.
+PYTORCH_MODES = ("eager", "compile-default", "compile-max-autotune", "cuda-graph", "bf16-autocast",
+                 "bf16-cuda-graph", "bf16-compile-max-autotune", "cpu")
 
 # PHASE_NAMES of common/timing.c: the phases of a --breakdown run, in order.
 PHASES = ("h2d", "forward", "loss", "backward", "update", "eval", "d2h")
@@ -74,7 +98,10 @@ def compress_curves(path):
         lines = f.readlines()
     if os.path.exists(path + ".gz"):
         with gzip.open(path + ".gz", "rt", newline="") as f:
-            lines = f.readlines() + lines[1:]
+            older = f.readlines()
+        if older and lines and older[0] != lines[0]:
+            raise SchemaError(f"{path}.gz has another header than {path}: move it aside")
+        lines = older + lines[1:]
     with gzip.open(path + ".gz", "wt", newline="") as f:
         f.writelines(lines)
     os.remove(path)
@@ -86,20 +113,32 @@ def read_header(path):
 
 
 def read_csv(path, columns):
-    """Every row of path (plain or .gz) as a dict of strings; SchemaError unless the header equals columns."""
+    """Every row of path (plain or .gz) as a dict of strings, keyed by columns; SchemaError unless the
+    header equals columns or is an older schema's header of the same file kind (OLDER_HEADERS), whose
+    rows get the columns it lacks empty."""
+    columns = tuple(columns)
     with open_text(path) as f:
         reader = csv.reader(f)
         header = tuple(next(reader, ()))
-        if header != tuple(columns):
+        if header != columns and header not in OLDER_HEADERS.get(columns, ()):
             raise SchemaError(f"{path}: header {','.join(header)!r} is not {','.join(columns)!r}")
         rows = []
         for line, values in enumerate(reader, start=2):
             if not values:
                 continue
-            if len(values) != len(columns):
-                raise SchemaError(f"{path}:{line}: {len(values)} fields, expected {len(columns)}")
-            rows.append(dict(zip(columns, values)))
+            if len(values) != len(header):
+                raise SchemaError(f"{path}:{line}: {len(values)} fields, expected {len(header)}")
+            found = dict(zip(header, values))
+            rows.append({c: found.get(c, "") for c in columns})
     return rows
+
+
+def schema_of(header, columns):
+    """The schema version of a file kind's header: SCHEMA_VERSION for columns, 1 for its older header,
+    None for anything else."""
+    if tuple(header) == tuple(columns):
+        return SCHEMA_VERSION
+    return 1 if tuple(header) in OLDER_HEADERS.get(tuple(columns), ()) else None
 
 
 def append_csv(path, columns, rows):
@@ -117,13 +156,14 @@ def append_csv(path, columns, rows):
 
 
 def result_files(results_dir):
-    """The result-row files of results_dir (sorted), told apart from curves and breakdowns by header."""
+    """The result-row files of results_dir (sorted), told apart from curves and breakdowns by header
+    (of any schema read_csv reads)."""
     if not os.path.isdir(results_dir):
         return []
     paths = []
     for name in sorted(os.listdir(results_dir)):
         path = os.path.join(results_dir, name)
-        if name.endswith(".csv") and os.path.isfile(path) and read_header(path) == RESULT_COLUMNS:
+        if name.endswith(".csv") and os.path.isfile(path) and schema_of(read_header(path), RESULT_COLUMNS):
             paths.append(path)
     return paths
 
@@ -296,6 +336,8 @@ class Entry:
         self.e2e = number(row, "e2e_ms")
         self.loop = number(row, "loop_ms")
         self.ms_per_epoch = number(row, "ms_per_epoch")
+        self.setup = number(row, "setup_ms")
+        self.wall = wall_ms(row)
 
     @property
     def is_ladder_stage(self):
@@ -355,8 +397,8 @@ def select_entries(rows, config, defaults=None):
     """The entries of config's ladder table, ordered: CPU reference, fp32 stages, bf16 stages, PyTorch.
 
     Stages count in their default variant (defaults: variant_defaults, computed from rows when None)
-    and at the LADDER_PRECISIONS only. For each entry the newest row wins, one that ran the
-    configuration's epochs first.
+    and at the LADDER_PRECISIONS only; torch.compile rows only when clean (compile_audit). For each
+    entry the newest row wins, one that ran the configuration's epochs first.
     """
     if defaults is None:
         defaults = variant_defaults(rows)
@@ -365,6 +407,8 @@ def select_entries(rows, config, defaults=None):
         if row["stage"] not in (PYTORCH, REFERENCE) and (
                 not is_default_variant(row, defaults) or (row["precision"] or "fp32") not in LADDER_PRECISIONS):
             return None
+        if not compile_audit(row)[0]:
+            return None  # a torch.compile row that is not clean is no result (compile_audit)
         return _identity(row)
 
     return sorted(_newest(rows, config, key_of).values(), key=_order)
@@ -424,3 +468,98 @@ def last_blocks(curve_rows):
         else:
             points.append(point)
     return curves
+
+
+# ----------------------------------------------------------------------------
+# setup, wall time, spread, the torch.compile audit and runs (schema 2)
+
+def wall_ms(row):
+    """setup + e2e: what a user waits for one training run, preparations included; None unless the
+    row records both (schema 1 rows have no setup)."""
+    setup, e2e = number(row, "setup_ms"), number(row, "e2e_ms")
+    return None if setup is None or e2e is None else setup + e2e
+
+
+def spread(row, column="e2e"):
+    """(n, min, max) of a timed figure over the row's repeats ("e2e", "loop", "setup", "epoch"), or
+    None when the row does not record them."""
+    n = integer(row, "repeats")
+    low, high = number(row, f"{column}_min_ms"), number(row, f"{column}_max_ms")
+    if n is None or n < 1:
+        return None
+    return n, low, high
+
+
+def is_compile_mode(row):
+    return row["stage"] == PYTORCH and "compile-" in row["variant"]
+
+
+def compile_audit(row):
+    """(clean, why not): a torch.compile row is clean when its torch._dynamo audit says 0 graph breaks
+    and 0 recompiles (compilations during the timed runs count as recompiles); a row without the
+    audit (schema 1, or counters missing) is not. Every other row is clean."""
+    if not is_compile_mode(row):
+        return True, ""
+    breaks, recompiles = integer(row, "graph_breaks"), integer(row, "recompiles")
+    if breaks is None or recompiles is None:
+        return False, "not audited (no graph-break and recompile counts)"
+    problems = []
+    if breaks:
+        problems.append(f"{breaks} graph break{'s' if breaks != 1 else ''}")
+    if recompiles:
+        problems.append(f"{recompiles} recompile{'s' if recompiles != 1 else ''}")
+    return not problems, ", ".join(problems)
+
+
+def unclean_compile_rows(rows, config):
+    """[(row, why)]: the newest torch.compile row of each mode of config that is not clean (the
+    tables name them below instead of showing their figures)."""
+    newest = {}
+    for row in rows:
+        if config.matches(row) and is_compile_mode(row):
+            newest[row["variant"]] = row
+    return [(row, compile_audit(row)[1]) for row in newest.values() if not compile_audit(row)[0]]
+
+
+def run_ids(rows):
+    """The distinct run ids of rows in order of first appearance; "" stands for rows that record none
+    (schema 1)."""
+    found = []
+    for row in rows:
+        run = row.get("run_id", "")
+        if run not in found:
+            found.append(run)
+    return found
+
+
+# ----------------------------------------------------------------------------
+# PyTorch modes (bench/torch_common.py runs them; here so that they are tested without PyTorch)
+
+def mode_precision(mode):
+    """bf16 for the bf16-* modes (autocast), fp32 for the others."""
+    return "bf16" if mode.startswith("bf16-") else "fp32"
+
+
+def mode_compiles(mode):
+    """compile-default, compile-max-autotune, bf16-compile-max-autotune: torch.compile."""
+    return "compile-" in mode
+
+
+def mode_max_autotune(mode):
+    return mode.endswith("compile-max-autotune")
+
+
+def mode_captured(mode):
+    """cuda-graph, bf16-cuda-graph: the whole training step captured once, replayed every step."""
+    return mode in ("cuda-graph", "bf16-cuda-graph")
+
+
+def pytorch_setup_ms(mode, capture_ms, warmup_train_ms, warmup_epochs, ms_per_epoch):
+    """A PyTorch row's setup_ms: the capture for the captured modes; for the compile modes the warm-up
+    training less warmup_epochs timed epochs (what compilation, autotuning and CUDA Graph Trees'
+    recording cost, never below 0); 0 for the eager modes and cpu, which prepare nothing."""
+    if mode_captured(mode):
+        return capture_ms
+    if mode_compiles(mode):
+        return max(warmup_train_ms - warmup_epochs * ms_per_epoch, 0.0)
+    return 0.0

@@ -11,10 +11,12 @@ starts need PyTorch). The phases, essential ones first, then the optional ones w
   variants     the attribution rows of the stage READMEs (VARIANT_RUNS): the other variants and
                precisions of stages 04, 06 and 07, same configs
   reference    the CPU reference (common/reference.c): regression, MNIST at the epochs it can afford
-  pytorch      PyTorch eager, cuda-graph, bf16-autocast and cpu on the canonical configs
+  pytorch      PyTorch eager, cuda-graph and cpu on the canonical configs; bf16-autocast and
+               bf16-cuda-graph (autocast inside the captured step) at plan.bf16_hidden
   -- optional, skipped (saying why) once the budget is spent:
   breakdown    each stage with --breakdown (per-phase times, parsed from its output)
-  compile      PyTorch compile-default and compile-max-autotune on regression and MNIST --hidden 128
+  compile      PyTorch compile-default and compile-max-autotune on regression and MNIST --hidden 128,
+               and bf16-compile-max-autotune (autocast, compiled) at plan.bf16_compile_configs
   size sweep   regression at other sizes, each stage until a run would take too long, and PyTorch
   width sweep  MNIST with two hidden layers of width W: the last stage against PyTorch
 
@@ -31,6 +33,13 @@ lines, the default first. The ladder runs never pass --variant, so they are the 
 Output: RESULTS/<slug>.csv, <slug>-curves.csv, <slug>-breakdown.csv (<slug> from the GPU's name);
 files of an earlier run for the same GPU are moved to build/bench/previous/<time>/ first. Exit status
 1 when any run failed (the others still ran); skipped and stopped runs are not failures.
+
+Provenance: one run id for the whole run ("bench-20250101T120000Z-p1234"), and one commit and dirty
+flag (bench/provenance.py: --commit / --dirty, else GIT_COMMIT_ID / GIT_DIRTY, else build/.commit,
+else git at the top of this tree), passed to every program in CUDA_STAGES_RUN_ID, CUDA_STAGES_COMMIT
+and CUDA_STAGES_DIRTY; every row, curve point and breakdown row carries them. A commit given that is
+not the one the C programs were built at (build/.commit) stops the run before it starts: build with
+`make all GIT_COMMIT_ID=<the same>` (make bench does).
 """
 
 import argparse
@@ -44,6 +53,7 @@ import time
 from types import SimpleNamespace
 
 import plots
+import provenance
 import results_csv as rc
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,21 +94,22 @@ PLANS = {
         mnist_hidden=("128",), bf16_hidden=("128",), naive_repeat=1,
         reference_mnist={"128": 1},
         regression_modes=("eager", "cuda-graph"), mnist_modes=("eager", "cuda-graph"), cpu_epochs={},
-        compile_modes=(), compile_configs={},
+        compile_modes=(), compile_configs={}, bf16_compile_modes=(), bf16_compile_configs={},
         breakdown_epochs={"regression": 20, "mnist": 1},
         sizes=(50_000, 500_000), size_limit_s=4, size_pytorch=(), size_modes=(),
         widths=(512, 2048), width_epochs=1, width_modes=("eager",), width_bf16=False,
         estimate_s={"vector add": 3, "ladder": 22, "variants": 10, "reference": 5, "pytorch": 21,
                     "breakdown": 14, "compile": 0, "size sweep": 9, "width sweep": 15},
     ),
-    # About 6.5 minutes of measurements (the budget: 400 s): 3 timed runs per canonical C
+    # About 8 minutes of measurements (the budget: 480 s): 3 timed runs per canonical C
     # configuration (1 for the naive GEMMs at 1024,1024; 2 for PyTorch MNIST), every PyTorch mode on
-    # the canonical configs but torch.compile on regression and --hidden 128 only, bf16 at 1024,1024,
+    # the canonical configs but torch.compile on regression and --hidden 128 only (bf16 compiled at
+    # 1024,1024 only), bf16 at 1024,1024,
     # the CPU references and PyTorch cpu at 1 MNIST epoch (rows marked "(1 epoch)", compared by
     # ms/epoch); the sweeps time once, leave out the compile modes and the CPU, and stop a stage's
     # size sweep before a run predicted to pass size_limit_s.
     "full": SimpleNamespace(
-        budget_s=400,
+        budget_s=480,
         repeat=3, pytorch_repeat={"regression": 3, "mnist": 2},
         mnist_hidden=rc.MNIST_HIDDEN, bf16_hidden=("1024,1024",), naive_repeat=1,
         reference_mnist={"0": 1, "128": 1},
@@ -106,13 +117,15 @@ PLANS = {
         cpu_epochs={"regression": rc.REGRESSION_EPOCHS, "0": 1, "128": 1, "1024,1024": 1},
         compile_modes=("compile-default", "compile-max-autotune"),
         compile_configs={"regression": 35, "128": 95},  # config -> estimated seconds (both modes)
+        # autocast + max-autotune at the bf16 config (an estimate: autotuning 3 GEMM shapes in bf16)
+        bf16_compile_modes=("bf16-compile-max-autotune",), bf16_compile_configs={"1024,1024": 80},
         breakdown_epochs={"regression": rc.REGRESSION_EPOCHS, "mnist": 2},
         sizes=(5_000, 50_000, 500_000, 50_000_000), size_limit_s=15,
         size_pytorch=(50_000_000,), size_modes=("eager", "cuda-graph"),
         widths=(2048, 4096), width_epochs=2, width_modes=("eager", "cuda-graph", "bf16-autocast"),
         width_bf16=True,  # with the ladder's --hidden 1024,1024 rows: widths 1024, 2048, 4096
         estimate_s={"vector add": 3, "ladder": 70, "variants": 35, "reference": 12, "pytorch": 60,
-                    "breakdown": 20, "compile": 130, "size sweep": 37, "width sweep": 24},
+                    "breakdown": 20, "compile": 210, "size sweep": 37, "width sweep": 24},
     ),
 }
 
@@ -187,7 +200,7 @@ def gpu_name():
 
 
 class Bench:
-    def __init__(self, plan, results_dir, stages, slug, budget):
+    def __init__(self, plan, results_dir, stages, slug, budget, device="", commit="", run_id=""):
         self.plan = plan
         self.stages = stages  # ["02", "03", ...], those built
         self.budget = budget
@@ -202,6 +215,7 @@ class Bench:
         self.done = set()  # (stage, trainer, hidden, variant, precision) of the C runs made
         self.names = {}  # (stage, trainer, flag) -> the names the stage offers
         self.optional = False  # inside an optional phase: runs are checked against the budget
+        self.device, self.commit, self.run_id = device, commit, run_id  # for the breakdown rows
 
     # ---- the budget
 
@@ -416,7 +430,7 @@ class Bench:
                 continue
             modes = list(plan.regression_modes if trainer == "regression" else plan.mnist_modes)
             if config in plan.bf16_hidden:
-                modes.append("bf16-autocast")
+                modes += ["bf16-autocast", "bf16-cuda-graph"]
             cpu_epochs = plan.cpu_epochs.get(config)
             if cpu_epochs:
                 modes.append("cpu")
@@ -442,22 +456,26 @@ class Bench:
                     self.failures.append(f"stage {stage} {trainer} --breakdown: no phase lines in its output")
                 rc.append_csv(self.breakdown, rc.BREAKDOWN_COLUMNS, [
                     {"stage": stage, "trainer": trainer, "hidden": hidden, "epochs": epochs[trainer],
-                     "phase": phase, "ms": ms, "pct": pct} for phase, ms, pct in phases])
+                     "phase": phase, "ms": ms, "pct": pct, "device": self.device, "commit": self.commit,
+                     "run_id": self.run_id} for phase, ms, pct in phases])
 
     def pytorch_compile(self):
         plan = self.plan
-        if not plan.compile_modes:
+        if not plan.compile_modes and not plan.bf16_compile_modes:
             print("-- PyTorch torch.compile modes: not in this plan", flush=True)
             return
-        for config, estimate in plan.compile_configs.items():
+        runs = [(config, plan.compile_modes, estimate) for config, estimate in plan.compile_configs.items()]
+        runs += [(config, plan.bf16_compile_modes, estimate) for config, estimate in plan.bf16_compile_configs.items()]
+        for config, modes, estimate in runs:
+            if not modes:
+                continue
             trainer = "regression" if config == "regression" else "mnist"
-            what = f"PyTorch {', '.join(plan.compile_modes)} on {trainer}" + (
-                f" --hidden {config}" if trainer == "mnist" else "")
+            what = f"PyTorch {', '.join(modes)} on {trainer}" + (f" --hidden {config}" if trainer == "mnist" else "")
             if not self.fits(what, estimate):
                 continue
             export = self.canonical_export(config)
             if export is not None:
-                self.pytorch(trainer, export, plan.compile_modes, plan.pytorch_repeat[trainer])
+                self.pytorch(trainer, export, modes, plan.pytorch_repeat[trainer])
 
     def size_sweep(self):
         plan = self.plan
@@ -530,6 +548,23 @@ def move_aside(results_dir, slug):
     print(f"run_bench: moved the last run's {len(old)} files for this GPU to {target}/")
 
 
+def run_provenance(root, commit=None, dirty=None, environ=None):
+    """(commit, dirty, run id, problem) of this run, and the environment every program it starts gets
+    them in (set in environ, os.environ by default). problem: why the run must not start (a commit
+    given that is not the one build/.commit says the C programs were built at), else None."""
+    environ = os.environ if environ is None else environ
+    commit, dirty, source = provenance.resolve_commit(root, commit, dirty, environ)
+    built, _ = provenance.build_record(root)
+    if source == "given" and built and built != commit:
+        return commit, dirty, "", (f"told commit {commit}, but the C programs were built at {built} (build/.commit): "
+                                   f"run make all GIT_COMMIT_ID={commit} first (make bench does)")
+    run_id = provenance.new_run_id("bench-")
+    environ[provenance.RUN_ID_ENV] = run_id
+    environ[provenance.COMMIT_ENV] = commit
+    environ[provenance.DIRTY_ENV] = dirty
+    return commit, dirty, run_id, None
+
+
 def built_stages():
     stages = []
     for name in sorted(os.listdir(".")):
@@ -545,6 +580,10 @@ def main(argv=None):
     parser.add_argument("--results", default="results", help="folder of the CSV files (default: results)")
     parser.add_argument("--budget-s", metavar="S", help="wall-clock budget in seconds (default: BENCH_BUDGET_S, "
                         + ", ".join(f"else {p.budget_s} s for {n}" for n, p in sorted(PLANS.items())) + ")")
+    parser.add_argument("--commit", help="the commit every row names (default: GIT_COMMIT_ID, else build/.commit, "
+                        "else git at the top of this tree); give it on a copy of the tree without .git")
+    parser.add_argument("--dirty", choices=("0", "1"), help="whether that tree had uncommitted changes "
+                        "(default: GIT_DIRTY, else build/.dirty, else git)")
     args = parser.parse_args(argv)
     plan = PLANS[args.bench]
     try:
@@ -562,9 +601,14 @@ def main(argv=None):
         print("error: no built stage: run make all first", file=sys.stderr)
         return 2
     slug = rc.gpu_slug(name)
+    commit, dirty, run_id, problem = run_provenance(REPO_ROOT, args.commit, args.dirty)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     os.makedirs(args.results, exist_ok=True)
     move_aside(args.results, slug)
-    bench = Bench(plan, args.results, stages, slug, Budget(seconds))
+    bench = Bench(plan, args.results, stages, slug, Budget(seconds), name, commit, run_id)
+    print(f"run_bench: run {run_id}, commit {commit}{' (dirty)' if dirty == '1' else ''}", flush=True)
     planned = sum(plan.estimate_s.values())
     print(f"run_bench: {args.bench} plan on {name}, stages {' '.join(stages)}, into {bench.csv}; budget "
           f"{seconds:.0f} s, planned about {planned} s (H200 estimates: "

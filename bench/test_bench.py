@@ -11,6 +11,7 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import unittest
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 import kernel_ladders
 import make_tables
 import plots
+import provenance
 import results_csv as rc
 import run_bench
 
@@ -42,8 +44,13 @@ def fixture_rows():
 
 
 def table_lines(rows, config):
-    """{label: cells} of a ladder table."""
+    """{label: cells} of a ladder table: label, setup, e2e, wall, e2e spread, loop, ms/epoch,
+    throughput, step (e2e), step (wall), cumulative, ÷ best."""
     return {cells[0]: cells for cells in make_tables.ladder_lines(rc.select_entries(rows, config))}
+
+
+# Columns of the ladder cells (make_tables.ladder_lines).
+SETUP, E2E, WALL, SPREAD, LOOP, EPOCH, RATE, STEP, STEP_WALL, CUMULATIVE, BEST = range(1, 12)
 
 
 class SchemaTest(unittest.TestCase):
@@ -105,21 +112,21 @@ class LadderTest(unittest.TestCase):
 
     def test_regression_speedups(self):
         lines = table_lines(self.rows, rc.Config("regression"))
-        # label, e2e, loop, ms/epoch, GB/s, step, cumulative, ÷ best
-        self.assertEqual(lines["02"][1:8], ["1,000", "900", "4.50", "7.11", "—", "1.00×", ""])
-        self.assertEqual(lines["03"][5:7], ["2.00×", "2.00×"])
-        self.assertEqual(lines["05"][5:7], ["5.00× (vs 03)", "10.00×"])  # stage 04 missing
-        self.assertEqual(lines["CPU reference"][5:7], ["", "0.05×"])
-        self.assertEqual(lines["PyTorch eager"][5:8], ["", "2.50×", "4.00×"])
-        self.assertEqual(lines["PyTorch cuda-graph"][7], "1.50×")
+        self.assertEqual([lines["02"][c] for c in (E2E, LOOP, EPOCH, RATE, STEP, CUMULATIVE, BEST)],
+                         ["1,000", "900", "4.50", "7.11", "—", "1.00×", ""])
+        self.assertEqual([lines["03"][c] for c in (STEP, CUMULATIVE)], ["2.00×", "2.00×"])
+        self.assertEqual([lines["05"][c] for c in (STEP, CUMULATIVE)], ["5.00× (vs 03)", "10.00×"])  # 04 missing
+        self.assertEqual([lines["CPU reference"][c] for c in (STEP, CUMULATIVE)], ["", "0.05×"])
+        self.assertEqual([lines["PyTorch eager"][c] for c in (STEP, CUMULATIVE, BEST)], ["", "2.50×", "4.00×"])
+        self.assertEqual(lines["PyTorch cuda-graph"][BEST], "1.50×")
 
     def test_newest_row_wins(self):
         lines = table_lines(self.rows, rc.Config("regression"))
-        self.assertEqual(lines["02"][1], "1,000")  # the older 02 row says 2,000
+        self.assertEqual(lines["02"][E2E], "1,000")  # the older 02 row says 2,000
         newer = dict(self.rows[0], e2e_ms="250", commit="new0001")
         lines = table_lines(self.rows + [newer], rc.Config("regression"))
-        self.assertEqual(lines["02"][1], "250")
-        self.assertEqual(lines["03"][5], "0.50×")
+        self.assertEqual(lines["02"][E2E], "250")
+        self.assertEqual(lines["03"][STEP], "0.50×")
 
     def test_row_order(self):
         labels = [e.label() for e in rc.select_entries(self.rows, rc.Config("mnist", "1024,1024"))]
@@ -128,16 +135,16 @@ class LadderTest(unittest.TestCase):
 
     def test_other_epochs_are_shown_not_compared(self):
         lines = table_lines(self.rows, rc.Config("mnist", "1024,1024"))
-        self.assertEqual(lines["05"][1], "1,000")  # the canonical run, not the newer 2-epoch sweep run
-        self.assertEqual(lines["PyTorch cpu (1 epoch)"][5:8], ["", "", ""])
+        self.assertEqual(lines["05"][E2E], "1,000")  # the canonical run, not the newer 2-epoch sweep run
+        self.assertEqual([lines["PyTorch cpu (1 epoch)"][c] for c in (STEP, CUMULATIVE, BEST)], ["", "", ""])
         reference = table_lines(self.rows, rc.Config("mnist", "0"))["CPU reference (1 epoch)"]
-        self.assertEqual(reference[6], "")
+        self.assertEqual(reference[CUMULATIVE], "")
 
     def test_bf16_compares_with_the_bf16_stage(self):
         lines = table_lines(self.rows, rc.Config("mnist", "1024,1024"))
-        self.assertEqual(lines["05 · bf16"][5:7], ["", "20.00×"])
-        self.assertEqual(lines["PyTorch bf16-autocast"][7], "2.00×")  # 1000 / 500, not 1000 / 1000
-        self.assertEqual(lines["PyTorch eager"][7], "2.00×")  # 2000 / 1000
+        self.assertEqual([lines["05 · bf16"][c] for c in (STEP, CUMULATIVE)], ["", "20.00×"])
+        self.assertEqual(lines["PyTorch bf16-autocast"][BEST], "2.00×")  # 1000 / 500, not 1000 / 1000
+        self.assertEqual(lines["PyTorch eager"][BEST], "2.00×")  # 2000 / 1000
 
     def test_throughput(self):
         regression = next(r for r in self.rows if r["stage"] == "03" and r["trainer"] == "regression")
@@ -167,16 +174,18 @@ class StageTableTest(unittest.TestCase):
         lines, shown = make_tables.stage_lines(self.rows, "05")
         regression = [cells for cells in lines if cells[0] == "regression 5M"]
         self.assertEqual([cells[1] for cells in regression], ["03", "05"])
-        self.assertEqual(regression[1][6:8], ["5.00×", "5.00×"])
+        # configuration, run, setup, e2e, wall, spread, loop, ms/epoch, throughput, speedup e2e, wall, ms/epoch
+        self.assertEqual([regression[1][c] for c in (9, 11)], ["5.00×", "5.00×"])
+        self.assertEqual([regression[1][c] for c in (2, 3, 4, 10)], ["50.0", "100", "150", "3.40×"])  # 510 / 150
         self.assertNotIn("old0001", {r["commit"] for r in shown})
 
     def test_stage_02_against_the_reference(self):
         lines, _ = make_tables.stage_lines(self.rows, "02")
         mnist0 = [cells for cells in lines if cells[0] == "MNIST --hidden 0"]
         self.assertEqual(mnist0[0][1], "CPU reference (1 epoch)")
-        self.assertEqual(mnist0[1][6:8], ["—", "42.86×"])  # e2e: other epochs; ms/epoch 3000 / 70
+        self.assertEqual([mnist0[1][c] for c in (9, 10, 11)], ["—", "—", "42.86×"])  # e2e: other epochs; 3000 / 70
         missing = [cells for cells in lines if cells[0] == "MNIST --hidden 128"]
-        self.assertEqual(missing, [["MNIST --hidden 128", "02", "no result yet", "", "", "", "", ""]])
+        self.assertEqual(missing, [["MNIST --hidden 128", "02", "no result yet"] + [""] * 9])
 
 
 class CurveFileTest(unittest.TestCase):
@@ -184,7 +193,7 @@ class CurveFileTest(unittest.TestCase):
     added without a second header, and read_csv reads the .gz as it reads plain CSV."""
 
     def test_compress_and_extend(self):
-        header = ",".join(rc.CURVE_COLUMNS)
+        header = ",".join(rc.CURVE_COLUMNS_V1)  # a schema 1 file: read with the new columns empty
         with tempfile.TemporaryDirectory() as tmp:
             plain = os.path.join(tmp, "fixture-gpu-curves.csv")
             with open(plain, "w") as f:
@@ -208,7 +217,7 @@ class TargetsTableTest(unittest.TestCase):
     """The stage-07 targets: a figure at or under its target is met, one above says by how much."""
 
     def test_met_and_missed(self):
-        header = ",".join(rc.RESULT_COLUMNS)
+        header = ",".join(rc.RESULT_COLUMNS_V1)  # rows of schema 1, as results/ held them
         rows_text = [header,
                      "07,regression,default,5000000,,,200,0.01,fp32,FIXTURE-GPU,9.0,13.0,13.0,5,2,0.01,3,"
                      "0.01,0.02,,0.7,0.3,fix0002",
@@ -362,10 +371,14 @@ class RunBenchTest(unittest.TestCase):
             self.assertTrue(all(m.startswith("compile-") for m in plan.compile_modes))
             self.assertFalse(any(m.startswith("compile-") for m in plan.mnist_modes + plan.regression_modes))
             self.assertTrue(set(plan.compile_configs) <= {"regression"} | set(plan.mnist_hidden))
+            # bf16 compiled: autocast modes, on MNIST configs the plan runs in bf16
+            self.assertTrue(set(plan.bf16_compile_modes) <= set(rc.PYTORCH_MODES))
+            self.assertTrue(all(m.startswith("bf16-") and "compile-" in m for m in plan.bf16_compile_modes))
+            self.assertTrue(set(plan.bf16_compile_configs) <= set(plan.bf16_hidden))
             self.assertTrue(set(plan.mnist_hidden) <= set(rc.MNIST_HIDDEN))
 
     def test_plans_are_sized_to_their_budgets(self):
-        self.assertEqual(run_bench.PLANS["full"].budget_s, 400)
+        self.assertEqual(run_bench.PLANS["full"].budget_s, 480)
         for name, plan in run_bench.PLANS.items():
             self.assertEqual(set(plan.estimate_s), set(run_bench.ESSENTIAL + run_bench.OPTIONAL), name)
             self.assertLessEqual(sum(plan.estimate_s.values()), plan.budget_s, name)
@@ -373,11 +386,12 @@ class RunBenchTest(unittest.TestCase):
             self.assertLess(essential, 0.7 * plan.budget_s, name)  # room left: the budget cuts optional phases
         self.assertLessEqual(run_bench.PLANS["quick"].budget_s, 100)
         full = run_bench.PLANS["full"]
-        self.assertEqual(sum(full.compile_configs.values()), full.estimate_s["compile"])
+        self.assertEqual(sum(full.compile_configs.values()) + sum(full.bf16_compile_configs.values()),
+                         full.estimate_s["compile"])
 
     def test_budget_seconds(self):
         plan = run_bench.PLANS["full"]
-        self.assertEqual(run_bench.budget_seconds(plan, None, {}), 400)
+        self.assertEqual(run_bench.budget_seconds(plan, None, {}), 480)
         self.assertEqual(run_bench.budget_seconds(plan, None, {"BENCH_BUDGET_S": "250"}), 250)
         self.assertEqual(run_bench.budget_seconds(plan, "90", {"BENCH_BUDGET_S": "250"}), 90)
         for bad in ("0", "-5", "soon"):
@@ -526,8 +540,8 @@ class VariantTest(unittest.TestCase):
 
     def test_ladder_uses_the_default_variant_at_fp32_and_bf16(self):
         lines = table_lines(self.rows, rc.Config("regression"))
-        self.assertEqual(lines["04"][1], "100")  # shared, not the newer shuffle or atomic rows
-        self.assertEqual(lines["04"][5], "5.00×")
+        self.assertEqual(lines["04"][E2E], "100")  # shared, not the newer shuffle or atomic rows
+        self.assertEqual(lines["04"][STEP], "5.00×")
         labels = [e.label() for e in rc.select_entries(self.rows, rc.Config("mnist", "1024,1024"))]
         self.assertEqual(labels, ["06", "06 · bf16"])  # tf32: the variants table only
         known = rc.variant_defaults(self.rows, {("04", "regression"): "shuffle"})
@@ -543,15 +557,17 @@ class VariantTest(unittest.TestCase):
 
     def test_variant_lines(self):
         lines, shown = make_tables.variant_lines(self.rows, "04")
-        # configuration, variant, precision, e2e, loop, ms/epoch, throughput, vs default
+        # configuration, variant, precision, setup, e2e, wall, spread, loop, ms/epoch, throughput, vs default
+        # (e2e), vs default (wall)
         self.assertEqual([cells[1] for cells in lines], ["`shared` (default)", "`atomic`", "`shuffle`"])
-        self.assertEqual(lines[0][7], "")
-        self.assertEqual(lines[1][3], "400")
-        self.assertEqual(lines[1][7], "0.25×")
-        self.assertEqual(lines[2][7], "0.91×")
+        self.assertEqual(lines[0][10], "")
+        self.assertEqual(lines[1][4], "400")
+        self.assertEqual(lines[1][10], "0.25×")
+        self.assertEqual(lines[2][10], "0.91×")
+        self.assertEqual(lines[2][11], "—")  # these rows record no setup: no wall
         self.assertEqual(len(shown), 3)
         lines, _ = make_tables.variant_lines(self.rows, "06")
-        self.assertEqual([(c[0], c[2], c[7]) for c in lines], [("MNIST --hidden 1024,1024", "fp32", ""),
+        self.assertEqual([(c[0], c[2], c[10]) for c in lines], [("MNIST --hidden 1024,1024", "fp32", ""),
                                                                ("MNIST --hidden 1024,1024", "bf16", "2.00×"),
                                                                ("MNIST --hidden 1024,1024", "tf32", "1.50×")])
         self.assertEqual(make_tables.variant_lines(self.rows, "03"), ([], []))  # one variant: no table
@@ -559,9 +575,9 @@ class VariantTest(unittest.TestCase):
     def test_stage_block_has_a_variants_table_where_the_stage_has_variants(self):
         block = make_tables.stage_block([("results/x.csv", self.rows)], "04")
         self.assertIn("**Variants of stage 04**", block)
-        self.assertIn("| regression 5M | `atomic` | fp32 | 400 |", block)
-        self.assertIn("| regression 5M | 03 | 500 |", block)  # the stage before, as ever
-        self.assertIn("| regression 5M | 04 | 100 |", block)
+        self.assertIn("| regression 5M | `atomic` | fp32 | — | 400 |", block)
+        self.assertIn("| regression 5M | 03 | — | 500 |", block)  # the stage before, as ever
+        self.assertIn("| regression 5M | 04 | — | 100 |", block)
         self.assertIn("vs default = the default variant's fp32 e2e", block)
         plain = make_tables.stage_block([("results/x.csv", self.rows)], "03")
         self.assertNotIn("Variants of stage", plain)
@@ -713,6 +729,495 @@ class KernelLadderTest(unittest.TestCase):
             with open(readme04, "w") as f:
                 f.write(text.replace("800.00×", "801.00×"))
             self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 1)
+
+
+# ----------------------------------------------------------------------------
+# provenance (issue 16): which commit, which run, when
+
+def git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", *args],
+                   cwd=cwd, check=True, capture_output=True)
+
+
+def git_repo(path):
+    """A git repository at path with one commit of a.txt; returns its HEAD, 12 digits."""
+    os.makedirs(path, exist_ok=True)
+    git(path, "init", "-q")
+    with open(os.path.join(path, "a.txt"), "w") as f:
+        f.write("a\n")
+    git(path, "add", "a.txt")
+    git(path, "commit", "-q", "-m", "one")
+    out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=path, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@unittest.skipUnless(shutil.which("git"), "needs git")
+class ProvenanceTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def test_git_only_at_the_top_of_a_work_tree(self):
+        head = git_repo(self.tmp)
+        self.assertEqual(provenance.git_state(self.tmp), (head, "0"))
+        copy = os.path.join(self.tmp, "copy")  # a copy of the tree inside another repository
+        os.makedirs(copy)
+        self.assertEqual(provenance.git_state(copy), (None, ""))
+        self.assertEqual(provenance.resolve_commit(copy, environ={}), ("unknown", "", "unknown"))
+        write(os.path.join(copy, "build", ".commit"), "c0ffee123456\n")
+        write(os.path.join(copy, "build", ".dirty"), "0\n")
+        self.assertEqual(provenance.resolve_commit(copy, environ={}), ("c0ffee123456", "0", "build/.commit"))
+        write(os.path.join(self.tmp, "a.txt"), "changed\n")
+        self.assertEqual(provenance.git_state(self.tmp), (head, "1"))
+
+    def test_order_of_preference(self):
+        head = git_repo(self.tmp)
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ={}), (head, "0", "git"))
+        write(os.path.join(self.tmp, "build", ".commit"), "feed00000001\n")
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ={})[:1], ("feed00000001",))
+        env = {"GIT_COMMIT_ID": "beef00000002", "GIT_DIRTY": "1"}
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ=env), ("beef00000002", "1", "given"))
+        env[provenance.COMMIT_ENV] = "abad00000003"
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ=env), ("abad00000003", "", "given"))
+        self.assertEqual(provenance.resolve_commit(self.tmp, "d00d00000004", "0", environ=env),
+                         ("d00d00000004", "0", "given"))
+        self.assertEqual(provenance.resolve_commit(self.tmp, "d00d00000004", "yes", environ={})[1], "")
+
+    def test_run_id_and_time(self):
+        self.assertEqual(provenance.run_id({provenance.RUN_ID_ENV: "bench-x"}), "bench-x")
+        self.assertEqual(provenance.run_id({}), provenance.run_id({}))  # one per process
+        self.assertRegex(provenance.run_id({}), r"^\d{8}T\d{6}Z-p\d+$")
+        self.assertEqual(provenance.new_run_id("bench-", 0, 7), "bench-19700101T000000Z-p7")
+        self.assertEqual(provenance.utc_now(86400), "1970-01-02T00:00:00Z")
+
+    def test_run_bench_passes_one_run_to_every_program(self):
+        write(os.path.join(self.tmp, "build", ".commit"), "c0ffee123456\n")
+        write(os.path.join(self.tmp, "build", ".dirty"), "1\n")
+        env = {}
+        commit, dirty, run_id, problem = run_bench.run_provenance(self.tmp, environ=env)
+        self.assertIsNone(problem)
+        self.assertEqual((commit, dirty), ("c0ffee123456", "1"))
+        self.assertTrue(run_id.startswith("bench-"))
+        self.assertEqual(env, {provenance.RUN_ID_ENV: run_id, provenance.COMMIT_ENV: "c0ffee123456",
+                               provenance.DIRTY_ENV: "1"})
+        self.assertIsNone(run_bench.run_provenance(self.tmp, "c0ffee123456", "0", {})[3])
+        problem = run_bench.run_provenance(self.tmp, "0123456789ab", "0", {})[3]
+        self.assertIn("built at c0ffee123456", problem)
+
+
+@unittest.skipUnless(shutil.which("git") and shutil.which("make"), "needs git and make")
+class MakefileCommitTest(unittest.TestCase):
+    """The Makefile's commit (make commit-info): explicit, else git at the top of this tree, else build/.commit."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def info(self, tree, *args):
+        out = subprocess.run(["make", "-s", "--no-print-directory", "commit-info", *args], cwd=tree,
+                             capture_output=True, text=True, env=dict(os.environ, GIT_COMMIT_ID="", GIT_DIRTY=""))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout.strip()
+
+    def test_copy_inside_another_repository(self):
+        outer = git_repo(self.tmp)
+        tree = os.path.join(self.tmp, "gpu-copy")
+        os.makedirs(tree)
+        shutil.copy(os.path.join(ROOT, "Makefile"), tree)
+        self.assertEqual(self.info(tree), "commit unknown dirty")  # not the outer repository's HEAD
+        write(os.path.join(tree, "build", ".commit"), "c0ffee123456\n")
+        write(os.path.join(tree, "build", ".dirty"), "0\n")
+        self.assertEqual(self.info(tree), "commit c0ffee123456 dirty 0")
+        self.assertNotIn(outer, self.info(tree))
+        self.assertEqual(self.info(tree, "GIT_COMMIT_ID=abcdef012345", "GIT_DIRTY=1"), "commit abcdef012345 dirty 1")
+        with open(os.path.join(tree, "build", ".commit")) as f:
+            self.assertEqual(f.read().strip(), "abcdef012345")  # the record follows what the build was told
+
+    def test_top_of_a_work_tree(self):
+        head = git_repo(self.tmp)
+        shutil.copy(os.path.join(ROOT, "Makefile"), self.tmp)
+        git(self.tmp, "add", "Makefile")
+        git(self.tmp, "commit", "-q", "-m", "two")
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=self.tmp, capture_output=True,
+                              text=True).stdout.strip()
+        write(os.path.join(self.tmp, "build", ".commit"), "stale0000000\n")
+        self.assertEqual(self.info(self.tmp), f"commit {head} dirty 0")
+        write(os.path.join(self.tmp, "a.txt"), "changed\n")
+        self.assertEqual(self.info(self.tmp), f"commit {head} dirty 1")
+
+
+
+# ----------------------------------------------------------------------------
+# issue 16: setup and wall, spread, one run per table, the torch.compile audit, predictions
+
+def timed_row(stage, trainer="mnist", hidden="128", setup=None, e2e=100.0, per_epoch=9.0, epochs=10, run="run-1",
+              variant="default", precision="fp32", **columns):
+    """A schema 2 row: e2e and ms/epoch as given, loop = e2e - 5, three repeats of e2e ± 10%."""
+    row = result_row(stage=stage, trainer=trainer, variant=variant, precision=precision, epochs=epochs,
+                     e2e_ms=e2e, loop_ms=e2e - 5, ms_per_epoch=per_epoch, repeats=3, e2e_min_ms=0.9 * e2e,
+                     e2e_max_ms=1.1 * e2e, run_id=run, commit="c16")
+    if trainer == "regression":
+        row.update(points=str(rc.REGRESSION_POINTS), epochs=str(rc.REGRESSION_EPOCHS if epochs == 10 else epochs))
+    else:
+        row.update(hidden=hidden, batch="128")
+    if setup is not None:
+        row["setup_ms"] = str(setup)
+    row.update({k: str(v) for k, v in columns.items()})
+    return row
+
+
+class MixedRunsPolicy:
+    """Runs a block with make_tables.MIXED_RUNS set, and puts it back."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def __enter__(self):
+        self.saved, make_tables.MIXED_RUNS = make_tables.MIXED_RUNS, self.policy
+
+    def __exit__(self, *exc):
+        make_tables.MIXED_RUNS = self.saved
+
+
+class SetupWallSpreadTest(unittest.TestCase):
+    def test_wall_is_setup_plus_e2e_and_needs_both(self):
+        self.assertEqual(rc.wall_ms(timed_row("07", setup=130, e2e=227)), 357)
+        self.assertIsNone(rc.wall_ms(timed_row("07", e2e=227)))  # schema 1: no setup recorded
+        self.assertEqual(make_tables.fmt_setup(None), "—")
+        self.assertEqual(make_tables.fmt_setup(0.0), "0")
+        self.assertEqual(make_tables.fmt_setup(49.5), "49.5")
+
+    def test_spread(self):
+        row = timed_row("05", e2e=20)
+        self.assertEqual(rc.spread(row), (3, 18.0, 22.0))
+        self.assertEqual(make_tables.fmt_spread(row), "18.0–22.0 (n=3)")
+        self.assertEqual(make_tables.fmt_spread(dict(row, repeats="1")), "n=1")
+        self.assertEqual(make_tables.fmt_spread(dict(row, repeats="")), "—")
+
+    def test_ladder_shows_setup_wall_and_both_step_speedups(self):
+        # the issue's H100 figures, MNIST --hidden 128: 07 faster in e2e, slower in wall
+        rows = [timed_row("06", setup=52, e2e=250, per_epoch=24), timed_row("07", setup=130, e2e=227, per_epoch=21.5)]
+        lines = table_lines(rows, rc.Config("mnist", "128"))
+        seven = lines["07"]
+        self.assertEqual([seven[c] for c in (SETUP, E2E, WALL, SPREAD)], ["130", "227", "357", "204–250 (n=3)"])
+        self.assertEqual([seven[c] for c in (STEP, STEP_WALL)], ["1.10×", "0.85×"])  # 250/227, 302/357
+        block = make_tables.ladder_block([("results/x.csv", rows)], "mnist")
+        self.assertIn("| step speedup (e2e) | step speedup (wall) |", block)
+        self.assertIn("wall = setup + e2e", block)
+
+    def test_payback(self):
+        six, seven = (rc.Entry(timed_row("06", setup=52, e2e=250, per_epoch=24), 10),
+                      rc.Entry(timed_row("07", setup=130, e2e=227, per_epoch=21.5), 10))
+        # fixed: 06 52 + 250 - 240 = 62, 07 130 + 227 - 215 = 142; 80 ms more, 2.5 ms an epoch less: 32 epochs
+        self.assertEqual(make_tables.payback(six, seven), (32, "after"))
+        later = rc.Entry(timed_row("07", setup=131, e2e=227, per_epoch=21.5), 10)
+        self.assertEqual(make_tables.payback(six, later), (33, "after"))  # 81 / 2.5 = 32.4: the 33rd epoch
+        sentence = make_tables.payback_sentence(rc.Config("mnist", "128"), six, seven)
+        self.assertIn("its setup pays back after 32 epochs", sentence)
+        self.assertIn("wall 357 against 302 ms (0.85×)", sentence)
+        slower = rc.Entry(timed_row("07", setup=130, e2e=300, per_epoch=25), 10)
+        self.assertEqual(make_tables.payback(six, slower), (None, "never"))
+        cheap = rc.Entry(timed_row("07", setup=10, e2e=245, per_epoch=24), 10)
+        self.assertEqual(make_tables.payback(six, cheap), (0, "at once"))
+        cheap_slow = rc.Entry(timed_row("07", setup=0, e2e=250, per_epoch=24.5), 10)
+        # fixed 5 against 62: 57 ms ahead, 0.5 ms an epoch behind: ahead for 114 epochs
+        self.assertEqual(make_tables.payback(six, cheap_slow), (114, "until"))
+        self.assertEqual(make_tables.payback(six, rc.Entry(timed_row("07", e2e=227), 10)), (None, None))
+
+    def test_stage_block_says_when_the_setup_pays_back(self):
+        rows = [timed_row("06", setup=52, e2e=250, per_epoch=24), timed_row("07", setup=130, e2e=227, per_epoch=21.5),
+                timed_row("06", "regression", setup=5, e2e=15, per_epoch=0.06, run="run-1"),
+                timed_row("07", "regression", setup=8, e2e=6, per_epoch=0.01)]
+        block = make_tables.stage_block([("results/x.csv", rows)], "07")
+        self.assertIn("**When stage 07's setup pays back**", block)
+        self.assertIn("- MNIST --hidden 128, against 06: setup 130 ms against 52.0 ms, 21.5 against 24.0 ms an "
+                      "epoch: its setup pays back after 32 epochs", block)
+        self.assertIn("- regression 5M, against 06:", block)
+        self.assertIn("| MNIST --hidden 128 | 07 | 130 | 227 | 357 | 204–250 (n=3) |", block)
+        lines, _ = make_tables.stage_lines(rows, "07")
+        seven = next(cells for cells in lines if cells[:2] == ["MNIST --hidden 128", "07"])
+        self.assertEqual(seven[9:12], ["1.10×", "0.85×", "1.12×"])
+        self.assertNotIn("pays back", make_tables.stage_block([("results/x.csv", rows)], "06"))  # nothing before
+
+    def test_schema_1_files_are_read_and_not_appended_to(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "old-gpu.csv")
+            with open(path, "w") as f:
+                f.write(",".join(rc.RESULT_COLUMNS_V1) + "\n")
+                f.write("05,mnist,tile16,,128,128,10,0.1,fp32,OLD-GPU,9.0,13.0,13.0,100,95,9,5,0.1,0.1,0.97,,,abc\n")
+            self.assertEqual(rc.result_files(tmp), [path])
+            row = rc.read_csv(path, rc.RESULT_COLUMNS)[0]
+            self.assertEqual((row["e2e_ms"], row["commit"], row["setup_ms"], row["run_id"]), ("100", "abc", "", ""))
+            self.assertEqual(rc.schema_of(rc.read_header(path), rc.RESULT_COLUMNS), 1)
+            with self.assertRaises(rc.SchemaError):
+                rc.append_csv(path, rc.RESULT_COLUMNS, [row])
+            lines = make_tables.ladder_lines(rc.select_entries([row], rc.Config("mnist", "128")))
+            self.assertEqual([lines[0][c] for c in (SETUP, E2E, WALL, SPREAD)], ["—", "100", "—", "—"])
+        self.assertEqual(rc.schema_of(("stage", "e2e_ms"), rc.RESULT_COLUMNS), None)
+
+    def test_curves_of_another_header_are_not_folded_together(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = os.path.join(tmp, "x-curves.csv")
+            with open(plain, "w") as f:
+                f.write(",".join(rc.CURVE_COLUMNS_V1) + "\n05,mnist,a,0,step_loss,0,1.5\n")
+            rc.compress_curves(plain)
+            with open(plain, "w") as f:
+                f.write(",".join(rc.CURVE_COLUMNS) + "\n05,mnist,a,0,step_loss,0,1.5,GPU,c16,run-1\n")
+            with self.assertRaises(rc.SchemaError):
+                rc.compress_curves(plain)
+
+    def test_source_line_names_run_dirty_torch_and_threads(self):
+        rows = [timed_row("05"), timed_row("pytorch", variant="eager", torch="2.9.0"),
+                timed_row("pytorch", variant="cpu", torch="2.9.0", threads=16),
+                dict(timed_row("cpu-reference", threads=1), precision="fp64")]
+        line = make_tables.source_line(rows, "GPU", "x.csv")
+        self.assertEqual(line, "GPU · `x.csv` · commit c16 · run `run-1` · torch 2.9.0 · CPU threads: PyTorch cpu 16, "
+                               "CPU reference 1")
+        rows[0]["dirty"] = "1"
+        self.assertIn("**built with uncommitted changes**", make_tables.source_line(rows, "GPU", "x.csv"))
+
+
+class OneRunPerTableTest(unittest.TestCase):
+    def setUp(self):
+        self.rows = [timed_row("05", run="run-1"), timed_row("06", run="run-1"), timed_row("07", run="run-2")]
+
+    def test_rows_of_two_runs_are_refused(self):
+        with MixedRunsPolicy("refuse"):
+            with self.assertRaises(make_tables.MixedRunsError) as caught:
+                make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+        self.assertIn("2 runs (`run-1`, `run-2`)", str(caught.exception))
+        with MixedRunsPolicy("refuse"):
+            with self.assertRaises(make_tables.MixedRunsError):
+                make_tables.stage_block([("x.csv", self.rows)], "07")
+            one = make_tables.ladder_table(self.rows[:2], rc.Config("mnist", "128"), "GPU", "x.csv")
+        self.assertNotIn("⚠", one)
+        self.assertIn("run `run-1`", one)
+
+    def test_or_marked_when_allowed(self):
+        with MixedRunsPolicy("mark"):
+            text = make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+        self.assertIn("**⚠ Rows of 2 runs**, not one measurement: `run-1`: 05, 06; `run-2`: 07.", text)
+
+    def test_rows_that_record_no_run_are_marked(self):
+        old = [dict(r, run_id="") for r in self.rows]
+        text = make_tables.ladder_table(old, rc.Config("mnist", "128"), "GPU", "x.csv")
+        self.assertIn("⚠ Run not recorded", text)
+        with MixedRunsPolicy("refuse"):  # recorded and not recorded together: two runs
+            with self.assertRaises(make_tables.MixedRunsError):
+                make_tables.ladder_table(old[:2] + self.rows[2:], rc.Config("mnist", "128"), "GPU", "x.csv")
+
+    def test_main_refuses_unless_told(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "results"))
+            path = os.path.join(root, "results", "gpu.csv")
+            rc.append_csv(path, rc.RESULT_COLUMNS, self.rows)
+            with open(os.path.join(root, "README.md"), "w") as f:
+                f.write("<!-- ladder:mnist begin -->\n<!-- ladder:mnist end -->\n")
+            self.assertEqual(MarkerTest.run_main("--root", root), 1)
+            self.assertEqual(MarkerTest.run_main("--root", root, "--allow-mixed-runs"), 0)
+            with open(os.path.join(root, "README.md")) as f:
+                self.assertIn("Rows of 2 runs", f.read())
+        self.assertEqual(make_tables.MIXED_RUNS, "refuse")
+
+
+class CompileAuditTest(unittest.TestCase):
+    def rows(self, breaks, recompiles):
+        return [timed_row("07"), timed_row("pytorch", variant="eager"),
+                timed_row("pytorch", variant="compile-default", graph_breaks=breaks, recompiles=recompiles),
+                timed_row("pytorch", variant="bf16-compile-max-autotune", precision="bf16", graph_breaks=0,
+                          recompiles=0)]
+
+    def test_audit(self):
+        self.assertEqual(rc.compile_audit(timed_row("pytorch", variant="eager")), (True, ""))
+        self.assertEqual(rc.compile_audit(timed_row("pytorch", variant="compile-default", graph_breaks=0,
+                                                    recompiles=0)), (True, ""))
+        self.assertEqual(rc.compile_audit(timed_row("pytorch", variant="compile-default", graph_breaks=2,
+                                                    recompiles=1)), (False, "2 graph breaks, 1 recompile"))
+        self.assertEqual(rc.compile_audit(timed_row("pytorch", variant="compile-max-autotune"))[0], False)
+
+    def test_a_clean_compile_row_is_a_result(self):
+        labels = [e.label() for e in rc.select_entries(self.rows(0, 0), rc.Config("mnist", "128"))]
+        self.assertEqual(labels, ["07", "PyTorch eager", "PyTorch compile-default", "PyTorch bf16-compile-max-autotune"])
+
+    def test_an_unclean_or_unaudited_one_is_named_not_shown(self):
+        for breaks, recompiles, why in ((1, 0, "1 graph break"), (0, 3, "3 recompiles"), ("", "", "not audited")):
+            rows = self.rows(breaks, recompiles)
+            labels = [e.label() for e in rc.select_entries(rows, rc.Config("mnist", "128"))]
+            self.assertNotIn("PyTorch compile-default", labels)
+            text = make_tables.ladder_table(rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+            self.assertIn(f"*Not shown as results: PyTorch compile-default: {why}", text)
+            self.assertNotIn("| PyTorch compile-default |", text)
+            self.assertEqual(plots.ladder_data(rows, rc.Config("mnist", "128"))[1],
+                             [("PyTorch eager", 100.0), ("PyTorch bf16-compile-max-autotune", 100.0)])
+
+
+class PytorchModesTest(unittest.TestCase):
+    def test_bf16_modes(self):
+        self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_precision(m) == "bf16"],
+                         ["bf16-autocast", "bf16-cuda-graph", "bf16-compile-max-autotune"])
+        self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_captured(m)], ["cuda-graph", "bf16-cuda-graph"])
+        self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_compiles(m)],
+                         ["compile-default", "compile-max-autotune", "bf16-compile-max-autotune"])
+        self.assertEqual([m for m in rc.PYTORCH_MODES if rc.mode_max_autotune(m)],
+                         ["compile-max-autotune", "bf16-compile-max-autotune"])
+
+    def test_every_mode_has_a_color(self):
+        self.assertTrue({f"PyTorch {m}" for m in rc.PYTORCH_MODES} <= set(plots.COLORS))
+
+    def test_setup(self):
+        self.assertEqual(rc.pytorch_setup_ms("bf16-cuda-graph", 40.0, 900.0, 2, 100.0), 40.0)
+        self.assertEqual(rc.pytorch_setup_ms("compile-default", 0.0, 30_200.0, 2, 100.0), 30_000.0)
+        self.assertEqual(rc.pytorch_setup_ms("bf16-compile-max-autotune", 0.0, 150.0, 2, 100.0), 0.0)
+        self.assertEqual(rc.pytorch_setup_ms("eager", 0.0, 5_000.0, 2, 100.0), 0.0)
+        self.assertEqual(rc.pytorch_setup_ms("bf16-autocast", 0.0, 5_000.0, 2, 100.0), 0.0)
+
+    def test_pytorch_canonical_runs_bf16_through_a_graph(self):
+        bench = run_bench.Bench(run_bench.PLANS["full"], tempfile.gettempdir(), ["07"], "x", run_bench.Budget(100))
+        calls = []
+        bench.canonical_export = lambda config: f"{config}.json"
+        bench.pytorch = lambda trainer, export, modes, repeat, **kw: calls.append((export, tuple(modes)))
+        with contextlib.redirect_stdout(io.StringIO()):
+            bench.pytorch_canonical()
+            bench.optional = True
+            bench.pytorch_compile()
+        modes = dict(calls[:4])
+        self.assertIn("bf16-cuda-graph", modes["1024,1024.json"])
+        self.assertNotIn("bf16-cuda-graph", modes["128.json"])
+        self.assertNotIn("bf16-autocast", modes["regression.json"])
+        self.assertIn(("1024,1024.json", ("bf16-compile-max-autotune",)), calls[4:])
+
+
+PREDICTIONS = """# 07
+
+## Prediction
+
+prose
+
+<!-- predictions begin -->
+| trainer | config | metric | predicted low | predicted high |
+|:--|:--|:--|--:|--:|
+| mnist | 128 | speedup_epoch | 1.3 | 1.5 |
+| mnist | 0 | speedup_e2e | | 1.1 |
+| regression | 5M variant=cublas | loop_ms | 7 | 10 |
+| mnist | 1024,1024 | setup_ms | 100 | |
+<!-- predictions end -->
+
+## Measured
+
+<!-- outcome:stage07 begin -->
+<!-- outcome:stage07 end -->
+"""
+
+
+class PredictionsTest(unittest.TestCase):
+    def rows(self):
+        return [timed_row("06", per_epoch=24.0), timed_row("07", per_epoch=18.0),           # 1.33: hit
+                timed_row("06", hidden="0", e2e=150), timed_row("07", hidden="0", e2e=120),   # 1.25: miss
+                timed_row("06", "regression", variant="cublas", e2e=20),
+                timed_row("07", "regression", variant="fused", e2e=6),
+                timed_row("07", "regression", variant="cublas", e2e=14)]                     # loop 9: hit
+
+    def test_parse(self):
+        found = make_tables.parse_predictions(PREDICTIONS, "x.md")
+        self.assertEqual([(p.trainer, p.config.hidden, p.metric, p.low, p.high) for p in found],
+                         [("mnist", "128", "speedup_epoch", 1.3, 1.5), ("mnist", "0", "speedup_e2e", None, 1.1),
+                          ("regression", None, "loop_ms", 7.0, 10.0), ("mnist", "1024,1024", "setup_ms", 100.0, None)])
+        self.assertEqual(found[2].variant, "cublas")
+        self.assertEqual([p.predicted() for p in found], ["1.3–1.5×", "≤ 1.1×", "7–10 ms", "≥ 100 ms"])
+        self.assertEqual(found[0].where, "x.md:10")
+        self.assertEqual(make_tables.parse_predictions("no table\n", "x.md"), [])
+
+    def test_bad_tables_are_errors(self):
+        good = "| mnist | 128 | speedup_epoch | 1.3 | 1.5 |"
+        for bad, message in ((good.replace("speedup_epoch", "speedup"), "metric 'speedup'"),
+                             (good.replace("| 128 |", "| 64 |"), "an MNIST --hidden of the ladder"),
+                             (good.replace("1.3", "1.6"), "is above predicted high"),
+                             (good.replace("1.3 | 1.5", " | "), "needs a low or a high bound"),
+                             (good.replace("1.3", "fast"), "is not a number"),
+                             (good.replace("| 128 |", "| 128 batch=64 |"), "only variant=NAME and precision=NAME"),
+                             (good.replace("| mnist |", "| cifar |"), "trainer 'cifar'"),
+                             (good.replace(" 1.5 |", " 1.5 | x |"), "6 cells")):
+            text = PREDICTIONS.replace(good, bad)
+            with self.assertRaises(make_tables.PredictionError, msg=bad) as caught:
+                make_tables.parse_predictions(text, "x.md")
+            self.assertIn(message, str(caught.exception))
+        with self.assertRaises(make_tables.PredictionError):
+            make_tables.parse_predictions(PREDICTIONS.replace("<!-- predictions end -->", ""), "x.md")
+        with self.assertRaises(make_tables.PredictionError):
+            make_tables.parse_predictions(PREDICTIONS.replace("predicted low", "low"), "x.md")
+
+    def test_outcome_hit_miss_and_ratio(self):
+        predictions = make_tables.parse_predictions(PREDICTIONS, "x.md")
+        lines, used, hits, misses = make_tables.outcome_lines(self.rows(), "07", predictions)
+        # configuration, metric, predicted, measured, measured ÷ predicted, verdict
+        self.assertEqual(lines[0], ["MNIST --hidden 128", "ms/epoch speedup vs 06", "1.3–1.5×", "1.33×", "0.95×", "hit"])
+        self.assertEqual(lines[1][3:], ["1.25×", "1.14×", "**miss**"])  # 1.25 / 1.1
+        self.assertEqual(lines[2], ["regression 5M variant=cublas", "loop", "7–10 ms", "9.00 ms", "1.06×", "hit"])
+        self.assertEqual(lines[3][3:], ["no result yet", "", "—"])
+        self.assertEqual((hits, misses), (2, 1))
+        block = make_tables.outcome_block([("results/x.csv", self.rows())], "07", predictions)
+        self.assertIn("**Verdict: miss**: 1 of 3 predictions measured missed their range.", block)
+        self.assertNotIn("as predicted", block)
+
+    def test_verdict_hit_only_when_every_prediction_measured_hit(self):
+        predictions = make_tables.parse_predictions(PREDICTIONS, "x.md")[:1]
+        block = make_tables.outcome_block([("results/x.csv", self.rows())], "07", predictions)
+        self.assertIn("**Verdict: hit**: all 1 predictions measured came out as predicted.", block)
+        block = make_tables.outcome_block([("results/x.csv", [])], "07", predictions)
+        self.assertIn("Verdict: not measured yet", block)
+
+    def test_as_predicted_only_inside_a_hit_verdict(self):
+        hit = "<!-- outcome:stage07 begin -->\n**Verdict: hit**: came out as predicted.\n<!-- outcome:stage07 end -->\n"
+        miss = "<!-- outcome:stage07 begin -->\n**Verdict: miss**: as predicted\n<!-- outcome:stage07 end -->\n"
+        self.assertEqual(make_tables.prediction_claim_problems("r.md", hit), [])
+        self.assertEqual(len(make_tables.prediction_claim_problems("r.md", miss)), 1)
+        prose = hit + "\nThe loop gained, as\npredicted.\n"  # wrapped across lines
+        self.assertEqual(make_tables.prediction_claim_problems("r.md", prose),
+                         ['r.md:5: says "as predicted" outside a generated outcome block whose verdict is hit'])
+        self.assertEqual(make_tables.prediction_claim_problems("r.md", "It was not as predicted.\n"), [])
+        self.assertEqual(len(make_tables.prediction_claim_problems("r.md", "gained at least as much As Predicted")), 1)
+
+    def test_main_fills_the_outcome_and_check_fails_on_a_prose_claim(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "results"))
+            rc.append_csv(os.path.join(root, "results", "gpu.csv"), rc.RESULT_COLUMNS, self.rows())
+            readme = os.path.join(root, "07-cuda-graphs", "README.md")
+            write(readme, PREDICTIONS)
+            self.assertEqual(MarkerTest.run_main("--root", root), 0)
+            with open(readme) as f:
+                text = f.read()
+            self.assertIn("| MNIST --hidden 128 | ms/epoch speedup vs 06 | 1.3–1.5× | 1.33× | 0.95× | hit |", text)
+            self.assertIn("**Verdict: miss**", text)
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 0)
+            write(readme, text + "\nMNIST gained, as predicted.\n")
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 1)
+            self.assertEqual(MarkerTest.run_main("--root", root), 0)  # updating only warns
+            write(readme, PREDICTIONS.replace("speedup_e2e", "e2e_speedup"))
+            self.assertEqual(MarkerTest.run_main("--root", root), 1)  # a table it cannot read stops it
+
+
+
+@unittest.skipUnless(shutil.which("awk"), "needs awk")
+class CompareAwkTest(unittest.TestCase):
+    """make stage N compare (common/compare.awk) shows setup and wall beside e2e, and the wall speedup."""
+
+    def test_setup_and_wall(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "07.csv")
+            rc.append_csv(path, rc.RESULT_COLUMNS, [timed_row("06", setup=52, e2e=250, per_epoch=24),
+                                                     timed_row("07", setup=130, e2e=227, per_epoch=21.5)])
+            out = subprocess.run(["awk", "-f", os.path.join(ROOT, "common", "csv.awk"), "-f",
+                                  os.path.join(ROOT, "common", "compare.awk"), path],
+                                 capture_output=True, text=True, check=True).stdout
+        self.assertRegex(out, r"setup ms +e2e ms +wall ms +loop ms")
+        self.assertRegex(out, r"\n  07 +default +130 +227 +357 +222 ")
+        self.assertIn("stage 07 vs 06: e2e 1.10x, wall 0.85x, loop 1.10x", out)
 
 
 if __name__ == "__main__":

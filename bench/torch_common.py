@@ -7,8 +7,18 @@ in the schema of common/report.h and loss curves in long format (bench/results_c
 Timing follows docs/DESIGN.md, "Timing": e2e runs from the training data in host memory (plain
 CPU tensors, as the C drivers use plain malloc memory) to the trained parameters back in host memory;
 loop is the training loop with the data already on the device; both come from CUDA events recorded
-on the stream the work runs on, after an untimed warm-up (compilation and graph capture happen there
-and are reported on stdout, not in the row).
+on the stream the work runs on, after an untimed warm-up. What the warm-up prepares that a user of the
+mode pays once per training is the row's setup_ms, as the C stages' setup (handles, autotuning,
+graph instantiation): the capture of the training step (cuda-graph modes, host clock), and the
+compilation (compile modes: the warm-up's training time less its epochs at the timed median epoch).
+Eager modes and cpu prepare nothing: setup 0 (their first-use costs, like the C drivers', are left
+in the untimed warm-up).
+
+Every row carries its provenance (bench/provenance.py: commit, dirty, run id, UTC time), the torch
+version, the thread count of --mode cpu, the repeats (n, and min / max of e2e, loop and the runs'
+median epochs) and, for compile modes, the torch._dynamo audit: graph_breaks and recompiles (a
+compilation during the timed runs counts as a recompile). A compile row whose audit is not 0 and 0,
+or missing, is not shown as a result (bench/results_csv.py compile_audit).
 """
 
 import argparse
@@ -16,16 +26,16 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 import torch
 
+import provenance
 import results_csv
 
-MODES = ("eager", "compile-default", "compile-max-autotune", "cuda-graph", "bf16-autocast", "cpu")
+MODES = results_csv.PYTORCH_MODES
 EXIT_USAGE, EXIT_DATA, EXIT_CUDA = 2, 3, 4  # common/exit_codes.h
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -121,22 +131,6 @@ def describe_device(mode):
             "driver": f"{version // 1000}.{version % 1000 // 10}" if version else ""}
 
 
-def git_commit():
-    """The commit the C programs were built at: git where there is a repository, else the build's record
-    (a copy of the tree without .git, such as a GPU machine's, carries build/.commit)."""
-    recorded = os.path.join(REPO_ROOT, "build", ".commit")
-    if not os.path.isdir(os.path.join(REPO_ROOT, ".git")) and os.path.isfile(recorded):
-        with open(recorded) as f:
-            return f.read().strip() or "unknown"
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    commit = out.stdout.strip()
-    return commit if out.returncode == 0 and commit else "unknown"
-
-
 def fmt(value, spec):
     return "" if value is None else format(value, spec)
 
@@ -146,6 +140,9 @@ def write_rows(args, row, curves):
     if args.csv:
         results_csv.append_csv(args.csv, results_csv.RESULT_COLUMNS, [row])
     if args.curve and curves:
+        for point in curves:  # each point names the device, commit and run of its row
+            for key in ("device", "commit", "run_id"):
+                point.setdefault(key, row[key])
         results_csv.append_csv(args.curve, results_csv.CURVE_COLUMNS, curves)
 
 
@@ -157,34 +154,34 @@ def compiled(mode, fn):
     trainers have fixed sizes. Each compiled function must see the same shapes, strides and storage
     offsets on every call (a slice at a new offset is a new guard, so a recompile): the trainers give
     it tensors allocated once, and keep per-step Python ints out of it."""
-    if mode == "compile-default":
-        return torch.compile(fn, dynamic=False)
-    if mode == "compile-max-autotune":
+    if not compiling(mode):
+        return fn
+    if max_autotune(mode):
         return torch.compile(fn, mode="max-autotune", dynamic=False)
-    return fn
+    return torch.compile(fn, dynamic=False)
 
 
-def compiling(mode):
-    return mode.startswith("compile-")
+compiling = results_csv.mode_compiles  # compile-default, compile-max-autotune, bf16-compile-max-autotune
+max_autotune = results_csv.mode_max_autotune
+captured = results_csv.mode_captured  # cuda-graph, bf16-cuda-graph: the training step in a CUDA graph
+precision_of = results_csv.mode_precision  # bf16 for the bf16-* modes
 
 
 def keep_addresses(mode, tensors):
     """compile-max-autotune replays CUDA graphs (CUDA Graph Trees), which copy every input whose
     address may change into a buffer of their own: marking the data set, the batch-row buffer and the
     parameters static avoids copying the whole data set on every call."""
-    if mode == "compile-max-autotune":
+    if max_autotune(mode):
         for t in tensors:
             torch._dynamo.mark_static_address(t)
 
 
-def precision_of(mode):
-    return "bf16" if mode == "bf16-autocast" else "fp32"
-
-
 def autocast(mode):
-    """bf16-autocast: matrix products in bf16 with fp32 parameters, against our --precision bf16."""
-    if mode == "bf16-autocast":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+    """The bf16-* modes: matrix products in bf16 with fp32 parameters, against our --precision bf16.
+    Inside a CUDA graph capture the autocast cache stays off (PyTorch's CUDA-graph documentation: a
+    cached cast would be a tensor of the capture that the next replay does not recompute)."""
+    if precision_of(mode) == "bf16":
+        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not captured(mode))
     return contextlib.nullcontext()
 
 
@@ -228,7 +225,7 @@ def capture(step, params, warmup_steps=3):
 def mark_step(mode):
     """compile-max-autotune: tell CUDA Graph Trees that a new iteration begins, so that the outputs of
     the last one (already copied out) may be overwritten."""
-    if mode == "compile-max-autotune":
+    if max_autotune(mode):
         torch.compiler.cudagraph_mark_step_begin()
 
 
@@ -266,20 +263,24 @@ def compile_counts():
 def print_compile_counts(mode, after_warmup):
     """Once per compile mode, after its timed runs: what torch._dynamo compiled. A clean compile has
     one graph per compiled function (train step, update, evaluation), no recompile and no graph break,
-    and compiles nothing during the timed runs."""
+    and compiles nothing during the timed runs. Returns the row's audit columns, {graph_breaks,
+    recompiles} (a graph compiled during the timed runs counts as a recompile); empty where the
+    counters are missing, which makes the row not clean."""
     if not compiling(mode):
-        return
+        return {}
     now = compile_counts()
     if now is None:
-        print(f"  {mode}: torch._dynamo counters not available in torch {torch.__version__}", flush=True)
-        return
+        print(f"  {mode}: torch._dynamo counters not available in torch {torch.__version__}: the row is "
+              "not audited, so not shown as a result", flush=True)
+        return {"graph_breaks": "", "recompiles": ""}
     graphs, recompiles, breaks, reasons = now
-    during = graphs - after_warmup[0] if after_warmup else 0
+    during = max(graphs - after_warmup[0], 0) if after_warmup else 0
     verdict = "clean" if recompiles == 0 and breaks == 0 and during == 0 else "NOT CLEAN"
     print(f"  {mode}: torch._dynamo: {graphs} graphs compiled, {recompiles} recompiles, {breaks} graph breaks, "
           f"{during} graphs compiled during the timed runs: {verdict}", flush=True)
     for reason, count in list(reasons.items())[:5]:
         print(f"    {count} x {reason}", flush=True)
+    return {"graph_breaks": str(breaks), "recompiles": str(recompiles + during)}
 
 
 # ----------------------------------------------------------------------------
@@ -360,18 +361,30 @@ class Baseline:
             torch.cuda.synchronize()
 
     def warm_up(self):
-        """Untimed: compiles (compile modes), captures (cuda-graph) and runs warmup_epochs epochs, so
-        that the timed runs see neither compilation nor the first-use costs of CUDA libraries. The CPU
-        mode has none, like the CPU reference."""
+        """Untimed: compiles (compile modes), captures (cuda-graph modes) and runs warmup_epochs epochs,
+        so that the timed runs see neither compilation nor the first-use costs of CUDA libraries. The
+        CPU mode has none, like the CPU reference. Returns (capture ms, warm-up training ms, warm-up
+        epochs), host clock, for the row's setup_ms."""
         if self.mode == "cpu":
-            return
+            return 0.0, 0.0, 0
         self.upload()
-        if self.mode == "cuda-graph":
+        capture_ms = 0.0
+        if captured(self.mode):
+            self.synchronize()
+            t0 = time.perf_counter()
             self.capture()
+            self.synchronize()
+            capture_ms = 1e3 * (time.perf_counter() - t0)
             self.upload()  # capturing ran a few steps: start from the initial parameters again
-        self.train(min(self.warmup_epochs, self.epochs), None)
+        self.synchronize()
+        epochs = min(self.warmup_epochs, self.epochs)
+        t0 = time.perf_counter()
+        self.train(epochs, None)
+        self.synchronize()
+        train_ms = 1e3 * (time.perf_counter() - t0)
         self.upload()  # and leave them reset (each timed run uploads them again too)
         self.synchronize()
+        return capture_ms, train_ms, epochs
 
     def timed_run(self):
         clock = HostClock(self.epochs) if self.mode == "cpu" else CudaClock(self.epochs)
@@ -385,39 +398,59 @@ class Baseline:
 
 
 def measure(baseline, repeat):
-    """Warm-up, then repeat timed runs (one for the CPU mode): median e2e, loop and h2d, and the median
-    of the runs' median epoch, in ms (None where it does not apply). Compile modes then print what
-    torch._dynamo compiled."""
+    """Warm-up, then repeat timed runs (one for the CPU mode): median e2e, loop and h2d, the median of
+    the runs' median epoch, the number of runs and the min / max of each, and setup_ms, in ms (None
+    where it does not apply). Compile modes then print what torch._dynamo compiled, and their rows
+    get its audit (graph_breaks, recompiles)."""
     t0 = time.perf_counter()
-    baseline.warm_up()
-    what = {"compile-default": " (compilation)", "compile-max-autotune": " (compilation and autotuning)",
-            "cuda-graph": " (capture)", "cpu": " (none)"}.get(baseline.mode, "")
+    capture_ms, warmup_train_ms, warmup_epochs = baseline.warm_up()
+    what = {"cuda-graph": " (capture)", "bf16-cuda-graph": " (capture)", "cpu": " (none)"}.get(
+        baseline.mode, " (compilation and autotuning)" if max_autotune(baseline.mode) else
+        " (compilation)" if compiling(baseline.mode) else "")
     print(f"  {baseline.mode}: warm-up{what} {time.perf_counter() - t0:.1f} s, not timed", flush=True)
     after_warmup = compile_counts() if compiling(baseline.mode) else None
     t0 = time.perf_counter()
     runs = [baseline.timed_run() for _ in range(1 if baseline.mode == "cpu" else repeat)]
     print(f"  {baseline.mode}: {len(runs)} timed run(s) {time.perf_counter() - t0:.1f} s", flush=True)
-    print_compile_counts(baseline.mode, after_warmup)
+    audit = print_compile_counts(baseline.mode, after_warmup)
     h2d = [r[2] for r in runs if r[2] is not None]
-    return {
-        "e2e_ms": statistics.median(r[0] for r in runs),
-        "loop_ms": statistics.median(r[1] for r in runs),
+    e2e, loop, epoch = ([r[0] for r in runs], [r[1] for r in runs], [statistics.median(r[3]) for r in runs])
+    timing = {
+        "e2e_ms": statistics.median(e2e),
+        "loop_ms": statistics.median(loop),
         "h2d_ms": statistics.median(h2d) if h2d else None,
-        "ms_per_epoch": statistics.median(statistics.median(r[3]) for r in runs),
+        "ms_per_epoch": statistics.median(epoch),
+        "repeats": len(runs),
+        "e2e_min_ms": min(e2e), "e2e_max_ms": max(e2e),
+        "loop_min_ms": min(loop), "loop_max_ms": max(loop),
+        "epoch_min_ms": min(epoch), "epoch_max_ms": max(epoch),
     }
+    timing["setup_ms"] = results_csv.pytorch_setup_ms(baseline.mode, capture_ms, warmup_train_ms, warmup_epochs, timing["ms_per_epoch"])
+    if timing["setup_ms"]:
+        print(f"  {baseline.mode}: setup {timing['setup_ms']:.1f} ms (the row's setup_ms)", flush=True)
+    timing.update(audit)
+    return timing
+
+
+TIMED_COLUMNS = ("setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms", "e2e_min_ms", "e2e_max_ms",
+                 "loop_min_ms", "loop_max_ms", "epoch_min_ms", "epoch_max_ms")
 
 
 def result_row(trainer, mode, timing, **columns):
     """A result row of stage pytorch; columns holds the trainer's own fields (already formatted)."""
     row = {"stage": results_csv.PYTORCH, "trainer": trainer, "variant": mode, "precision": precision_of(mode),
-           "commit": git_commit(), **describe_device(mode)}
-    for key in ("e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms"):
-        row[key] = fmt(timing[key], ".4f")
+           "torch": torch.__version__, "threads": str(torch.get_num_threads()) if mode == "cpu" else "",
+           **describe_device(mode), **provenance.columns()}
+    for key in TIMED_COLUMNS:
+        row[key] = fmt(timing.get(key), ".4f")
+    row["repeats"] = str(timing["repeats"])
+    for key in ("graph_breaks", "recompiles"):
+        row[key] = timing.get(key, "")
     row.update(columns)
     return row
 
 
 def print_row(row):
-    fields = ("variant", "points", "hidden", "epochs", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
-              "train_loss", "test_loss", "test_acc", "w", "b")
+    fields = ("variant", "points", "hidden", "epochs", "setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
+              "train_loss", "test_loss", "test_acc", "w", "b", "graph_breaks", "recompiles")
     print("pytorch " + row["trainer"] + "  " + "  ".join(f"{k} {row[k]}" for k in fields if row.get(k)), flush=True)

@@ -17,6 +17,12 @@ function num(x) { return x == "" ? "-" : sprintf("%.6g", x) }
 
 function ratio(old, new) { return (old == "" || new == "" || new + 0 <= 0) ? "n/a" : sprintf("%.2fx", old / new) }
 
+# wall = setup + e2e: what one training run costs its user; "" when a row records no setup (CSV schema 1)
+function wall(t, k) {
+    if (cell[t, k, "setup_ms"] == "" || cell[t, k, "e2e_ms"] == "") return ""
+    return cell[t, k, "setup_ms"] + cell[t, k, "e2e_ms"]
+}
+
 { sub(/\r$/, "") }
 
 NR == 1 {
@@ -50,20 +56,20 @@ END {
             printf "\n%s: hidden %s, batch %s, %s epochs, lr %s, %s", t, cell[t, 1, "hidden"], cell[t, 1, "batch"],
                 cell[t, 1, "epochs"], cell[t, 1, "lr"], cell[t, 1, "precision"]
         printf " on %s\n", cell[t, 1, "device"]
-        printf "  %-14s %-12s %10s %10s %10s %9s %11s  %s\n", "stage", "variant", "e2e ms", "loop ms", "ms/epoch",
-            "h2d ms", "final loss", (t == "regression" ? "w / b" : "test acc")
+        printf "  %-14s %-12s %9s %10s %10s %10s %10s %9s %11s  %s\n", "stage", "variant", "setup ms", "e2e ms",
+            "wall ms", "loop ms", "ms/epoch", "h2d ms", "final loss", (t == "regression" ? "w / b" : "test acc")
         for (k = 1; k <= count[t]; k++) {
             if (t == "regression") last = num(cell[t, k, "w"]) " / " num(cell[t, k, "b"])
             else last = cell[t, k, "test_acc"] == "" ? "-" : sprintf("%.2f%%", 100 * cell[t, k, "test_acc"])
-            printf "  %-14s %-12s %10s %10s %10s %9s %11s  %s\n", cell[t, k, "stage"], cell[t, k, "variant"],
-                ms(cell[t, k, "e2e_ms"]), ms(cell[t, k, "loop_ms"]), ms(cell[t, k, "ms_per_epoch"]),
-                ms(cell[t, k, "h2d_ms"]), num(cell[t, k, "test_loss"]), last
+            printf "  %-14s %-12s %9s %10s %10s %10s %10s %9s %11s  %s\n", cell[t, k, "stage"], cell[t, k, "variant"],
+                ms(cell[t, k, "setup_ms"]), ms(cell[t, k, "e2e_ms"]), ms(wall(t, k)), ms(cell[t, k, "loop_ms"]),
+                ms(cell[t, k, "ms_per_epoch"]), ms(cell[t, k, "h2d_ms"]), num(cell[t, k, "test_loss"]), last
         }
         first = 1
         final = count[t]
         if (final > 1 && cell[t, first, "stage"] != cell[t, final, "stage"])
-            printf "  stage %s vs %s: e2e %s, loop %s\n", cell[t, final, "stage"], cell[t, first, "stage"],
-                ratio(cell[t, first, "e2e_ms"], cell[t, final, "e2e_ms"]),
+            printf "  stage %s vs %s: e2e %s, wall %s, loop %s\n", cell[t, final, "stage"], cell[t, first, "stage"],
+                ratio(cell[t, first, "e2e_ms"], cell[t, final, "e2e_ms"]), ratio(wall(t, first), wall(t, final)),
                 ratio(cell[t, first, "loop_ms"], cell[t, final, "loop_ms"])
     }
 }

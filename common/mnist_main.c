@@ -143,7 +143,7 @@ static void train_once(const MnistConfig *cfg, const MnistData *data, int refere
     out->test_loss = o->test_loss;
     out->test_acc = o->test_acc;
     out->timing.epoch_ms = o->epoch_ms;
-    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = NAN;
+    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = out->timing.setup_ms = NAN;
 
     if (reference) {
         reference_train_mnist(cfg, data, out, -1);
@@ -315,9 +315,9 @@ int main(int argc, char **argv) {
         .test_acc = alloc_or_die((size_t)cfg.epochs, sizeof(float), "the test accuracies"),
         .epoch_ms = alloc_or_die((size_t)cfg.epochs, sizeof(double), "epoch times"),
     };
-    double *runs_ms = alloc_or_die((size_t)opt.repeat * 4, sizeof(double), "run times");
+    double *runs_ms = alloc_or_die((size_t)opt.repeat * 5, sizeof(double), "run times");
     double *e2e_ms = runs_ms, *loop_ms = runs_ms + opt.repeat, *h2d_ms = runs_ms + 2 * opt.repeat,
-           *per_epoch_ms = runs_ms + 3 * opt.repeat;
+           *per_epoch_ms = runs_ms + 3 * opt.repeat, *setup_ms = runs_ms + 4 * opt.repeat;
     MnistResult out;
 
     MnistConfig warmup_cfg = cfg;
@@ -328,6 +328,7 @@ int main(int argc, char **argv) {
         e2e_ms[r] = out.timing.e2e_ms;
         loop_ms[r] = out.timing.loop_ms;
         h2d_ms[r] = out.timing.h2d_ms;
+        setup_ms[r] = out.timing.setup_ms;
         per_epoch_ms[r] = median(o.epoch_ms, cfg.epochs);
     }
 
@@ -353,6 +354,7 @@ int main(int argc, char **argv) {
     row.epochs = cfg.epochs;
     row.lr = cfg.lr;
     result_row_set_measurements(&row, &device, e2e_ms, loop_ms, h2d_ms, per_epoch_ms, opt.repeat);
+    result_row_set_repeats(&row, setup_ms, e2e_ms, loop_ms, per_epoch_ms, opt.repeat);
     row.train_loss = mean_step_loss(o.step_loss, cfg.epochs - 1, steps);
     row.test_loss = o.test_loss[cfg.epochs - 1];
     row.test_acc = o.test_acc[cfg.epochs - 1];

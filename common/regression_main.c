@@ -93,7 +93,7 @@ static void train_once(const RegressionConfig *cfg, const RegressionData *data, 
     out->train_loss = train_loss;
     out->test_loss = test_loss;
     out->timing.epoch_ms = epoch_ms;
-    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = NAN;
+    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = out->timing.setup_ms = NAN;
 
     if (reference) {
         reference_train_regression(cfg, data, out);
@@ -207,9 +207,9 @@ int main(int argc, char **argv) {
     float *train_loss = alloc_or_die((size_t)n_logged, sizeof(float), "the loss curve");
     float *test_loss = alloc_or_die((size_t)n_logged, sizeof(float), "the loss curve");
     double *epoch_ms = alloc_or_die((size_t)cfg.epochs, sizeof(double), "epoch times");
-    double *runs_ms = alloc_or_die((size_t)opt.repeat * 4, sizeof(double), "run times");
+    double *runs_ms = alloc_or_die((size_t)opt.repeat * 5, sizeof(double), "run times");
     double *e2e_ms = runs_ms, *loop_ms = runs_ms + opt.repeat, *h2d_ms = runs_ms + 2 * opt.repeat,
-           *per_epoch_ms = runs_ms + 3 * opt.repeat;
+           *per_epoch_ms = runs_ms + 3 * opt.repeat, *setup_ms = runs_ms + 4 * opt.repeat;
     RegressionResult out;
 
     RegressionConfig warmup_cfg = cfg;
@@ -221,6 +221,7 @@ int main(int argc, char **argv) {
         e2e_ms[r] = out.timing.e2e_ms;
         loop_ms[r] = out.timing.loop_ms;
         h2d_ms[r] = out.timing.h2d_ms;
+        setup_ms[r] = out.timing.setup_ms;
         per_epoch_ms[r] = median(epoch_ms, cfg.epochs);
     }
 
@@ -247,6 +248,7 @@ int main(int argc, char **argv) {
     row.epochs = cfg.epochs;
     row.lr = cfg.lr;
     result_row_set_measurements(&row, &device, e2e_ms, loop_ms, h2d_ms, per_epoch_ms, opt.repeat);
+    result_row_set_repeats(&row, setup_ms, e2e_ms, loop_ms, per_epoch_ms, opt.repeat);
     row.train_loss = train_loss[n_logged - 1];
     row.test_loss = out.final_test_loss;
     row.w = out.w;

@@ -24,6 +24,7 @@
 #include "report.h"
 #include "exit_codes.h"
 #include "message.h"
+#include "provenance.h"
 
 
 // ----------------------------------------------------------------------------
@@ -35,13 +36,43 @@ void result_row_init(ResultRow *row) {
     row->batch = -1;
     row->epochs = -1;
     row->lr = NAN;
-    row->e2e_ms = row->loop_ms = row->ms_per_epoch = row->h2d_ms = NAN;
+    row->threads = -1;
+    row->repeats = -1;
+    row->setup_ms = row->e2e_ms = row->loop_ms = row->ms_per_epoch = row->h2d_ms = NAN;
+    row->setup_min_ms = row->setup_max_ms = row->e2e_min_ms = row->e2e_max_ms = NAN;
+    row->loop_min_ms = row->loop_max_ms = row->epoch_min_ms = row->epoch_max_ms = NAN;
     row->train_loss = row->test_loss = row->test_acc = row->w = row->b = NAN;
-#ifdef GIT_COMMIT
-    snprintf(row->commit, sizeof(row->commit), "%s", GIT_COMMIT);
-#else
-    snprintf(row->commit, sizeof(row->commit), "unknown");
-#endif
+    result_row_stamp(row);
+}
+
+// ----------------------------------------------------------------------------
+// provenance and repeats (the columns of schema 2 that say where a figure comes from and how it varied)
+
+void result_row_stamp(ResultRow *row) {
+    snprintf(row->commit, sizeof(row->commit), "%s", provenance_commit());
+    snprintf(row->dirty, sizeof(row->dirty), "%s", provenance_dirty());
+    snprintf(row->run_id, sizeof(row->run_id), "%s", provenance_run_id());
+    provenance_utc(row->utc, sizeof(row->utc));
+}
+
+// Smallest and largest of values[0..n), NaN ignored; both NaN when there is no number.
+static void min_max(const double *values, int n, double *lo, double *hi) {
+    *lo = *hi = NAN;
+    for (int i = 0; values && i < n; i++) {
+        if (isnan(values[i])) continue;
+        if (isnan(*lo) || values[i] < *lo) *lo = values[i];
+        if (isnan(*hi) || values[i] > *hi) *hi = values[i];
+    }
+}
+
+void result_row_set_repeats(ResultRow *row, const double *setup_ms, const double *e2e_ms, const double *loop_ms,
+                            const double *per_epoch_ms, int runs) {
+    row->repeats = runs;
+    row->setup_ms = setup_ms ? median(setup_ms, runs) : NAN;
+    min_max(setup_ms, runs, &row->setup_min_ms, &row->setup_max_ms);
+    min_max(e2e_ms, runs, &row->e2e_min_ms, &row->e2e_max_ms);
+    min_max(loop_ms, runs, &row->loop_min_ms, &row->loop_max_ms);
+    min_max(per_epoch_ms, runs, &row->epoch_min_ms, &row->epoch_max_ms);
 }
 
 // ----------------------------------------------------------------------------
@@ -63,6 +94,7 @@ void report_print(const ResultRow *row, FILE *out) {
     fprintf(out, "%d epoch%s, lr %g", row->epochs, row->epochs == 1 ? "" : "s", row->lr);
     if (row->precision[0]) fprintf(out, ", %s", row->precision);
     fprintf(out, ") on %s:", row->device[0] ? row->device : "unknown device");
+    if (!isnan(row->setup_ms)) fprintf(out, " setup %s ms,", fmt_ms(row->setup_ms, a, sizeof(a)));
     fprintf(out, " e2e %s ms, loop %s ms, %s ms/epoch, h2d %s ms", fmt_ms(row->e2e_ms, a, sizeof(a)),
             fmt_ms(row->loop_ms, b, sizeof(b)), fmt_ms(row->ms_per_epoch, c, sizeof(c)),
             fmt_ms(row->h2d_ms, d, sizeof(d)));
@@ -329,11 +361,8 @@ static int close_rows(FILE *f, char **text, char *err, size_t err_len) {
     return 0;
 }
 
-int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
-    char *text;
-    size_t len;
-    FILE *f = open_rows(&text, &len, err, err_len);
-    if (!f) return -1;
+// The fields of one result row, in the order of REPORT_CSV_HEADER (schema 2), ending the line.
+static void csv_result_fields(FILE *f, const ResultRow *row) {
     csv_text(f, row->stage, 0);
     csv_text(f, row->trainer, 0);
     csv_text(f, row->variant, 0);
@@ -347,16 +376,41 @@ int report_append_csv(const ResultRow *row, const char *path, char *err, size_t 
     csv_text(f, row->cc, 0);
     csv_text(f, row->cuda, 0);
     csv_text(f, row->driver, 0);
+    csv_int(f, row->threads);
+    csv_text(f, "", 0);  // torch: PyTorch rows only
+    csv_real(f, "%.6g", row->setup_ms);
     csv_real(f, "%.6g", row->e2e_ms);
     csv_real(f, "%.6g", row->loop_ms);
     csv_real(f, "%.6g", row->ms_per_epoch);
     csv_real(f, "%.6g", row->h2d_ms);
+    csv_int(f, row->repeats);
+    csv_real(f, "%.6g", row->setup_min_ms);
+    csv_real(f, "%.6g", row->setup_max_ms);
+    csv_real(f, "%.6g", row->e2e_min_ms);
+    csv_real(f, "%.6g", row->e2e_max_ms);
+    csv_real(f, "%.6g", row->loop_min_ms);
+    csv_real(f, "%.6g", row->loop_max_ms);
+    csv_real(f, "%.6g", row->epoch_min_ms);
+    csv_real(f, "%.6g", row->epoch_max_ms);
     csv_real(f, "%.9g", row->train_loss);
     csv_real(f, "%.9g", row->test_loss);
     csv_real(f, "%.9g", row->test_acc);
     csv_real(f, "%.9g", row->w);
     csv_real(f, "%.9g", row->b);
-    csv_text(f, row->commit, 1);
+    csv_text(f, "", 0);  // graph_breaks: torch.compile rows only
+    csv_text(f, "", 0);  // recompiles: torch.compile rows only
+    csv_text(f, row->commit, 0);
+    csv_text(f, row->dirty, 0);
+    csv_text(f, row->run_id, 0);
+    csv_text(f, row->utc, 1);
+}
+
+int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
+    char *text;
+    size_t len;
+    FILE *f = open_rows(&text, &len, err, err_len);
+    if (!f) return -1;
+    csv_result_fields(f, row);
     if (close_rows(f, &text, err, err_len) != 0) return -1;
     int status = append_rows(path, REPORT_CSV_HEADER, text, len, err, err_len);
     free(text);
@@ -377,7 +431,10 @@ int report_append_curves(const char *path, const ResultRow *row, const CurveSeri
             csv_text(f, row->variant, 0);
             csv_text(f, row->hidden, 0);
             csv_text(f, c->series, 0);
-            fprintf(f, "%d,%.9g\n", c->index ? c->index[i] : c->first_index + i, c->values[i]);
+            fprintf(f, "%d,%.9g,", c->index ? c->index[i] : c->first_index + i, c->values[i]);
+            csv_text(f, row->device, 0);
+            csv_text(f, row->commit, 0);
+            csv_text(f, row->run_id, 1);
         }
     }
     if (close_rows(f, &text, err, err_len) != 0) return -1;
@@ -501,6 +558,7 @@ void result_row_name(ResultRow *row, int reference, const char *stage, const cha
     snprintf(row->trainer, sizeof(row->trainer), "%s", trainer);
     snprintf(row->variant, sizeof(row->variant), "%s", reference ? "" : variant);
     snprintf(row->precision, sizeof(row->precision), "%s", reference ? "fp64" : precision);
+    row->threads = reference ? 1 : -1;  // common/reference.c trains on one thread
 }
 
 int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *timing, int quiet, int breakdown) {

@@ -13,9 +13,17 @@
 extern "C" {
 #endif
 
+// Schema 2 of the result rows (bench/results_csv.py reads schema 1 files too: the header tells them
+// apart). Provenance: threads (CPU rows: the threads that trained), torch (PyTorch rows: its version),
+// commit and dirty (the build's), run_id (one per `make bench`, else per process), utc (row written).
+// Repeats: the timed figures are medians of `repeats` runs; *_min_ms / *_max_ms give their range.
+// graph_breaks and recompiles: torch.compile rows only (empty elsewhere).
+#define REPORT_CSV_SCHEMA 2
 #define REPORT_CSV_HEADER                                                                        \
     "stage,trainer,variant,points,hidden,batch,epochs,lr,precision,device,cc,cuda,driver,"       \
-    "e2e_ms,loop_ms,ms_per_epoch,h2d_ms,train_loss,test_loss,test_acc,w,b,commit"
+    "threads,torch,setup_ms,e2e_ms,loop_ms,ms_per_epoch,h2d_ms,repeats,setup_min_ms,"            \
+    "setup_max_ms,e2e_min_ms,e2e_max_ms,loop_min_ms,loop_max_ms,epoch_min_ms,epoch_max_ms,"     \
+    "train_loss,test_loss,test_acc,w,b,graph_breaks,recompiles,commit,dirty,run_id,utc"
 
 typedef struct {
     char stage[16];      // "02".."07", "cpu-reference", "pytorch"
@@ -28,12 +36,22 @@ typedef struct {
     double lr;
     char precision[8];
     char device[128], cc[8], cuda[16], driver[16];
+    int threads;         // CPU rows: the threads that trained (the CPU reference: 1); -1 elsewhere
+    double setup_ms;     // median untimed set-up before e2e starts (handles, autotuning, graphs)
     double e2e_ms, loop_ms, ms_per_epoch, h2d_ms;
+    int repeats;         // timed runs the medians are taken over; -1 when not recorded
+    double setup_min_ms, setup_max_ms, e2e_min_ms, e2e_max_ms, loop_min_ms, loop_max_ms;
+    double epoch_min_ms, epoch_max_ms;  // range of the runs' median epochs
     double train_loss, test_loss, test_acc, w, b;
     char commit[48];
+    char dirty[4];       // "0", "1", "" (unknown)
+    char run_id[48];
+    char utc[24];        // "2025-01-01T12:00:00Z", when the row was made
 } ResultRow;
 
-void result_row_init(ResultRow *row);  // every column empty, commit filled in
+void result_row_init(ResultRow *row);  // every column empty but the provenance: commit, dirty, run_id, utc
+// Fills the provenance columns (commit, dirty, run_id, utc) with this build's and this moment's; init calls it.
+void result_row_stamp(ResultRow *row);
 void report_print(const ResultRow *row, FILE *out);
 // Returns -1 with a message in err when the file cannot be written, or holds rows of another header;
 // the file is then left as it was (the row goes to a temporary file renamed over it when complete).
@@ -49,7 +67,8 @@ double median(const double *values, int n);  // of a copy; NaN when n == 0
 
 // The drivers' other outputs. --curve FILE: long-format rows (header when the file is new) for plots;
 // values[i] gets index[i], or first_index + i when index is NULL.
-#define REPORT_CURVE_HEADER "stage,trainer,variant,hidden,series,index,value"
+// Each row also names the device, commit and run of the result row it belongs to.
+#define REPORT_CURVE_HEADER "stage,trainer,variant,hidden,series,index,value,device,commit,run_id"
 int report_append_curve(const char *path, const ResultRow *row, const char *series, const float *values,
                         const int *index, int first_index, int count, char *err, size_t err_len);
 // Several series of one run in one append: all of them are written, or none.
@@ -67,8 +86,12 @@ void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out);
 // loop, h2d and each run's median epoch.
 void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const double *e2e_ms,
                                  const double *loop_ms, const double *h2d_ms, const double *per_epoch_ms, int runs);
+// The spread of the timed runs: setup_ms (median), repeats, and the min / max of setup, e2e, loop and
+// the runs' median epochs (their medians come from result_row_set_measurements). NULL setup_ms: none.
+void result_row_set_repeats(ResultRow *row, const double *setup_ms, const double *e2e_ms, const double *loop_ms,
+                            const double *per_epoch_ms, int runs);
 // The columns that name a run: stage (cpu-reference for the reference), trainer, variant and precision
-// (empty and fp64 for the reference).
+// (empty and fp64 for the reference), and threads (1 for the single-threaded reference).
 void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,
                      const char *precision);
 // What every driver prints once training is over. A loss that diverged (bad_epoch >= 0; bad: "NaN",

@@ -1,10 +1,10 @@
 // tests/test_report.c: Criterion suite "report": result rows (common/report.c) as the CSV readers in
-// bench/ and common/compare.awk need them: the exact header once, 23 columns, quoting, empty fields,
-// and the median the drivers report.
+// bench/ and common/compare.awk need them: the exact header once, 40 columns (schema 2), quoting, empty
+// fields, the median and spread of the repeats the drivers report, and the provenance of every row.
 //
 //     make test          (part of build/tests/test_cpu), or alone:
 //     gcc -std=c11 -D_POSIX_C_SOURCE=200809L -Icommon -I/usr/local/cuda/include tests/test_report.c
-//         common/report.c common/timing.c -L/usr/local/cuda/lib64 -lcudart -lcriterion -lm -o /tmp/treport && /tmp/treport
+//         common/report.c common/provenance.c common/timing.c -L/usr/local/cuda/lib64 -lcudart -lcriterion -lm -o /tmp/treport && /tmp/treport
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <math.h>
@@ -16,9 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "provenance.h"
 #include "report.h"
 
-#define COLUMNS 23
+#define COLUMNS 40
+#define MAX_FIELDS 64
 
 static char dir[64];
 static char csv_path[128];
@@ -31,9 +33,12 @@ static void make_dir(void) {
 }
 
 static void remove_dir(void) {
+    const char *names[] = {"rows.csv", "curve.csv", "old.csv", "a/b/blob.bin"};
     char path[512];
-    snprintf(path, sizeof(path), "%s/a/b/blob.bin", dir);
-    remove(path);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        remove(path);
+    }
     snprintf(path, sizeof(path), "%s/a/b", dir);
     rmdir(path);
     snprintf(path, sizeof(path), "%s/a", dir);
@@ -65,7 +70,7 @@ static int read_lines(const char *path, char lines[8][1024]) {
 }
 
 // Splits one CSV line (quoted fields with doubled quotes) into fields; returns their count.
-static int split_csv(const char *line, char fields[32][256]) {
+static int split_csv(const char *line, char fields[MAX_FIELDS][256]) {
     int n = 0, len = 0, quoted = 0;
     for (const char *c = line;; c++) {
         if (quoted && *c == '"' && c[1] == '"') {
@@ -77,11 +82,19 @@ static int split_csv(const char *line, char fields[32][256]) {
             fields[n][len] = '\0';
             n++;
             len = 0;
-            if (*c == '\0' || n == 32) return n;
+            if (*c == '\0' || n == MAX_FIELDS) return n;
         } else {
             fields[n][len++] = *c;
         }
     }
+}
+
+// The field under the column called name (the test fails when there is none).
+static const char *field_named(char header[MAX_FIELDS][256], char fields[MAX_FIELDS][256], const char *name) {
+    for (int c = 0; c < COLUMNS; c++)
+        if (strcmp(header[c], name) == 0) return fields[c];
+    cr_assert_fail("no column %s in the header", name);
+    return NULL;
 }
 
 static ResultRow mnist_row(void) {
@@ -146,7 +159,7 @@ Test(report, header_written_into_an_empty_file) {
 Test(report, columns_quoting_and_empty_fields) {
     ResultRow row = mnist_row();
     cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
-    char lines[8][1024], header[32][256], fields[32][256];
+    char lines[8][1024], header[MAX_FIELDS][256], fields[MAX_FIELDS][256];
     read_lines(csv_path, lines);
     cr_assert_eq(split_csv(lines[0], header), COLUMNS);
     cr_assert_eq(split_csv(lines[1], fields), COLUMNS, "row: %s", lines[1]);
@@ -167,14 +180,14 @@ Test(report, columns_quoting_and_empty_fields) {
         cr_assert_str_eq(fields[column], want[i][1], "column %s: '%s', want '%s'", want[i][0], fields[column],
                          want[i][1]);
     }
-    cr_assert_str_not_empty(fields[COLUMNS - 1], "commit column empty");
+    cr_assert_str_not_empty(field_named(header, fields, "commit"), "commit column empty");
 }
 
 Test(report, quotes_inside_a_field_are_doubled) {
     ResultRow row = mnist_row();
     snprintf(row.device, sizeof(row.device), "GPU \"x\", rev 2");
     cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
-    char lines[8][1024], fields[32][256];
+    char lines[8][1024], fields[MAX_FIELDS][256];
     read_lines(csv_path, lines);
     cr_assert_not_null(strstr(lines[1], "\"GPU \"\"x\"\", rev 2\""), "%s", lines[1]);
     cr_assert_eq(split_csv(lines[1], fields), COLUMNS);
@@ -191,6 +204,8 @@ Test(report, curve_rows) {
     char path[160];
     snprintf(path, sizeof(path), "%s/curve.csv", dir);
     ResultRow row = mnist_row();
+    snprintf(row.commit, sizeof(row.commit), "c0ffee123456");
+    snprintf(row.run_id, sizeof(row.run_id), "bench-1");
     const float values[] = {2.5f, 1.25f};
     const int epochs[] = {0, 10};
     cr_assert_eq(report_append_curve(path, &row, "test_loss", values, NULL, 1, 2, err, sizeof(err)), 0, "%s", err);
@@ -198,9 +213,145 @@ Test(report, curve_rows) {
     char lines[8][1024];
     cr_assert_eq(read_lines(path, lines), 5);
     cr_assert_str_eq(lines[0], REPORT_CURVE_HEADER);
-    cr_assert_str_eq(lines[1], "03,mnist,fused,\"1024,1024\",test_loss,1,2.5");
-    cr_assert_str_eq(lines[2], "03,mnist,fused,\"1024,1024\",test_loss,2,1.25");
-    cr_assert_str_eq(lines[4], "03,mnist,fused,\"1024,1024\",train_loss,10,1.25");
+    // every point names the device, commit and run of its result row
+    cr_assert_str_eq(lines[1], "03,mnist,fused,\"1024,1024\",test_loss,1,2.5,NVIDIA H100 80GB HBM3,c0ffee123456,bench-1");
+    cr_assert_str_eq(lines[2], "03,mnist,fused,\"1024,1024\",test_loss,2,1.25,NVIDIA H100 80GB HBM3,c0ffee123456,bench-1");
+    cr_assert_str_eq(lines[4], "03,mnist,fused,\"1024,1024\",train_loss,10,1.25,NVIDIA H100 80GB HBM3,c0ffee123456,bench-1");
+}
+
+// ----------------------------------------------------------------------------
+// schema 2: setup, repeats and provenance
+
+Test(report, init_stamps_provenance_and_leaves_new_columns_empty) {
+    ResultRow row;
+    memset(&row, 0x7f, sizeof(row));
+    result_row_init(&row);
+    cr_assert(isnan(row.setup_ms) && isnan(row.e2e_min_ms) && isnan(row.e2e_max_ms) && isnan(row.setup_min_ms));
+    cr_assert(isnan(row.loop_min_ms) && isnan(row.loop_max_ms) && isnan(row.epoch_min_ms) && isnan(row.epoch_max_ms));
+    cr_assert_eq(row.repeats, -1);
+    cr_assert_eq(row.threads, -1);
+    cr_assert_str_not_empty(row.commit);
+    cr_assert(strcmp(row.dirty, "") == 0 || strcmp(row.dirty, "0") == 0 || strcmp(row.dirty, "1") == 0, "dirty '%s'",
+              row.dirty);
+    cr_assert_str_not_empty(row.run_id);
+    // 2025-01-01T12:00:00Z
+    cr_assert_eq(strlen(row.utc), 20, "utc '%s'", row.utc);
+    cr_assert(row.utc[4] == '-' && row.utc[10] == 'T' && row.utc[13] == ':' && row.utc[19] == 'Z', "utc '%s'", row.utc);
+}
+
+Test(report, run_id_from_the_environment) {
+    // Criterion runs each test in a process of its own: the run id is made on first use, after this
+    cr_assert_eq(setenv(PROVENANCE_RUN_ID_ENV, "bench-20250101T000000Z-42", 1), 0);
+    ResultRow a, b;
+    result_row_init(&a);
+    result_row_init(&b);
+    cr_assert_str_eq(a.run_id, "bench-20250101T000000Z-42");
+    cr_assert_str_eq(b.run_id, a.run_id);
+}
+
+Test(report, run_id_made_once_per_process) {
+    cr_assert_eq(unsetenv(PROVENANCE_RUN_ID_ENV), 0);
+    ResultRow a, b;
+    result_row_init(&a);
+    result_row_init(&b);
+    cr_assert_str_eq(a.run_id, b.run_id, "two rows of one program, two runs: %s %s", a.run_id, b.run_id);
+    char suffix[32];
+    snprintf(suffix, sizeof(suffix), "Z-p%ld", (long)getpid());
+    cr_assert_not_null(strstr(a.run_id, suffix), "run id '%s' does not end in %s", a.run_id, suffix);
+    cr_assert_eq(strlen(a.run_id), 16 + strlen(suffix) - 1, "run id '%s'", a.run_id);  // 20250101T120000Z-p<pid>
+}
+
+Test(report, repeats_median_min_max) {
+    ResultRow row = mnist_row();
+    const double setup[] = {50.0, 70.0, 60.0};
+    const double e2e[] = {130.0, 150.0, NAN};  // a failed run's NaN is neither the min nor the max
+    const double loop[] = {120.0, 110.0, 140.0};
+    const double epoch[] = {12.0, 11.0, 14.0};
+    result_row_set_repeats(&row, setup, e2e, loop, epoch, 3);
+    cr_assert_eq(row.repeats, 3);
+    cr_assert_float_eq(row.setup_ms, 60.0, 0.0);
+    cr_assert_float_eq(row.setup_min_ms, 50.0, 0.0);
+    cr_assert_float_eq(row.setup_max_ms, 70.0, 0.0);
+    cr_assert_float_eq(row.e2e_min_ms, 130.0, 0.0);
+    cr_assert_float_eq(row.e2e_max_ms, 150.0, 0.0);
+    cr_assert_float_eq(row.loop_min_ms, 110.0, 0.0);
+    cr_assert_float_eq(row.loop_max_ms, 140.0, 0.0);
+    cr_assert_float_eq(row.epoch_min_ms, 11.0, 0.0);
+    cr_assert_float_eq(row.epoch_max_ms, 14.0, 0.0);
+    result_row_set_repeats(&row, NULL, e2e, loop, epoch, 1);
+    cr_assert(isnan(row.setup_ms) && isnan(row.setup_min_ms) && isnan(row.setup_max_ms));
+    cr_assert_eq(row.repeats, 1);
+    cr_assert_float_eq(row.e2e_max_ms, 130.0, 0.0);
+}
+
+Test(report, new_columns_by_name) {
+    ResultRow row = mnist_row();
+    const double setup[] = {49.5, 78.25};
+    const double e2e[] = {140.0, 150.0};
+    const double loop[] = {100.0, 120.0};
+    const double epoch[] = {10.0, 12.0};
+    result_row_set_repeats(&row, setup, e2e, loop, epoch, 2);
+    snprintf(row.commit, sizeof(row.commit), "c0ffee123456");
+    snprintf(row.dirty, sizeof(row.dirty), "0");
+    snprintf(row.run_id, sizeof(row.run_id), "bench-7");
+    snprintf(row.utc, sizeof(row.utc), "2025-01-02T03:04:05Z");
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    char lines[8][1024], header[MAX_FIELDS][256], fields[MAX_FIELDS][256];
+    read_lines(csv_path, lines);
+    cr_assert_eq(split_csv(lines[0], header), COLUMNS);
+    cr_assert_eq(split_csv(lines[1], fields), COLUMNS, "row: %s", lines[1]);
+    const char *want[][2] = {
+        {"setup_ms", "63.875"},      {"repeats", "2"},          {"setup_min_ms", "49.5"}, {"setup_max_ms", "78.25"},
+        {"e2e_min_ms", "140"},       {"e2e_max_ms", "150"},     {"loop_min_ms", "100"},   {"loop_max_ms", "120"},
+        {"epoch_min_ms", "10"},      {"epoch_max_ms", "12"},    {"threads", ""},          {"torch", ""},
+        {"graph_breaks", ""},        {"recompiles", ""},        {"commit", "c0ffee123456"}, {"dirty", "0"},
+        {"run_id", "bench-7"},       {"utc", "2025-01-02T03:04:05Z"}, {"e2e_ms", "1234.57"}, {"device", "NVIDIA H100 80GB HBM3"},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        cr_assert_str_eq(field_named(header, fields, want[i][0]), want[i][1], "column %s: '%s', want '%s'", want[i][0],
+                         field_named(header, fields, want[i][0]), want[i][1]);
+}
+
+Test(report, reference_rows_say_one_thread) {
+    ResultRow row;
+    result_row_init(&row);
+    result_row_name(&row, 1, "05", "mnist", "tile16", "fp32");
+    cr_assert_eq(row.threads, 1);
+    cr_assert_str_eq(row.stage, "cpu-reference");
+    result_row_name(&row, 0, "05", "mnist", "tile16", "fp32");
+    cr_assert_eq(row.threads, -1);
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    result_row_name(&row, 1, "05", "mnist", "tile16", "fp32");
+    cr_assert_eq(report_append_csv(&row, csv_path, err, sizeof(err)), 0, "%s", err);
+    char lines[8][1024], header[MAX_FIELDS][256], fields[MAX_FIELDS][256];
+    cr_assert_eq(read_lines(csv_path, lines), 3);
+    split_csv(lines[0], header);
+    split_csv(lines[1], fields);
+    cr_assert_str_eq(field_named(header, fields, "threads"), "");
+    split_csv(lines[2], fields);
+    cr_assert_str_eq(field_named(header, fields, "threads"), "1");
+}
+
+Test(report, a_file_of_another_header_is_not_appended_to) {
+    char old_path[160], curve_path[160];
+    snprintf(old_path, sizeof(old_path), "%s/old.csv", dir);
+    snprintf(curve_path, sizeof(curve_path), "%s/curve.csv", dir);
+    const char *schema1 = "stage,trainer,variant,points,hidden,batch,epochs,lr,precision,device,cc,cuda,driver,"
+                          "e2e_ms,loop_ms,ms_per_epoch,h2d_ms,train_loss,test_loss,test_acc,w,b,commit\n";
+    FILE *f = fopen(old_path, "w");
+    fputs(schema1, f);
+    fclose(f);
+    f = fopen(curve_path, "w");
+    fputs("stage,trainer,variant,hidden,series,index,value\n", f);
+    fclose(f);
+    ResultRow row = mnist_row();
+    cr_assert_eq(report_append_csv(&row, old_path, err, sizeof(err)), -1);
+    cr_assert_not_null(strstr(err, "another kind of rows"), "%s", err);
+    const float value = 1.0f;
+    cr_assert_eq(report_append_curve(curve_path, &row, "test_loss", &value, NULL, 1, 1, err, sizeof(err)), -1);
+    char lines[8][1024];
+    cr_assert_eq(read_lines(old_path, lines), 1, "a row was appended under the old header");
+    cr_assert_eq(read_lines(curve_path, lines), 1, "a point was appended under the old header");
 }
 
 Test(report, write_file_creates_directories) {
@@ -395,6 +546,7 @@ Test(report, print_mnist_line) {
     cr_assert_not_null(strstr(text, "NVIDIA H100 80GB HBM3"), "%s", text);
     cr_assert_not_null(strstr(text, "test_acc 98.12%"), "%s", text);
     cr_assert_null(strstr(text, " w "), "%s", text);
+    cr_assert_null(strstr(text, "setup"), "no setup measured, none printed: %s", text);
     cr_assert_eq(strchr(text, '\n'), text + len - 1, "not one line: %s", text);
     free(text);
 }
@@ -411,4 +563,16 @@ Test(report, median_odd_even_one_zero) {
     cr_assert_float_eq(median(one, 1), 7.5, 0.0);
     cr_assert(isnan(median(one, 0)));
     cr_assert_float_eq(odd[0], 3.0, 0.0, "median sorted its input");
+}
+
+Test(report, print_line_shows_setup_before_e2e) {
+    ResultRow row = mnist_row();
+    row.setup_ms = 78.5;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    report_print(&row, f);
+    fclose(f);
+    cr_assert_not_null(strstr(text, "setup 78.5 ms, e2e 1235 ms"), "%s", text);
+    free(text);
 }

@@ -1,0 +1,114 @@
+"""bench/provenance.py: where a row bench/ writes comes from, as common/provenance.c says it for the C rows.
+
+Standard library only (run_bench.py and the tests use it without PyTorch).
+
+  commit, dirty   the commit the programs were built at, and whether tracked files had uncommitted
+                  changes ("0", "1", "" unknown). In order of preference: what the caller was told
+                  (run_bench.py --commit / --dirty, which it passes on to the PyTorch scripts in
+                  CUDA_STAGES_COMMIT / CUDA_STAGES_DIRTY; or GIT_COMMIT_ID / GIT_DIRTY, as for make);
+                  build/.commit and build/.dirty, which the Makefile writes at every build, so the
+                  commit the C programs carry; git, but only when the repository root is the top of a
+                  git work tree (a copy of the tree inside another repository would otherwise get that
+                  repository's HEAD); "unknown".
+  run_id          CUDA_STAGES_RUN_ID (run_bench.py sets one for all the rows of a `make bench`),
+                  else one per process: "20250101T120000Z-p1234", the C programs' format.
+  utc             when the row was made: "2025-01-01T12:00:00Z".
+"""
+
+import os
+import subprocess
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_ID_ENV = "CUDA_STAGES_RUN_ID"  # common/provenance.h PROVENANCE_RUN_ID_ENV
+COMMIT_ENV = "CUDA_STAGES_COMMIT"
+DIRTY_ENV = "CUDA_STAGES_DIRTY"
+UNKNOWN = "unknown"
+
+_process_run_id = None
+
+
+def utc_now(seconds=None):
+    """ISO 8601 UTC, to the second: '2025-01-01T12:00:00Z'."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def new_run_id(prefix="", seconds=None, pid=None):
+    """'<prefix>20250101T120000Z-p1234': the start time and the process, as common/provenance.c makes them."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
+    return f"{prefix}{stamp}-p{os.getpid() if pid is None else pid}"
+
+
+def run_id(environ=None):
+    """CUDA_STAGES_RUN_ID, else this process's own run id (made once)."""
+    global _process_run_id
+    environ = os.environ if environ is None else environ
+    given = environ.get(RUN_ID_ENV, "").strip()
+    if given:
+        return given[:47]
+    if _process_run_id is None:
+        _process_run_id = new_run_id()
+    return _process_run_id
+
+
+def _clean_dirty(value):
+    value = (value or "").strip()
+    return value if value in ("0", "1") else ""
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def build_record(root=REPO_ROOT):
+    """(commit, dirty) of build/.commit and build/.dirty, or (None, "") without a build record."""
+    commit = _read(os.path.join(root, "build", ".commit"))
+    if not commit or commit == UNKNOWN:
+        return None, ""
+    return commit, _clean_dirty(_read(os.path.join(root, "build", ".dirty")))
+
+
+def _git(root, *args):
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state(root=REPO_ROOT):
+    """(commit, dirty) from git when root is the top of a git work tree, else (None, "")."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if not top or not os.path.exists(top) or not os.path.samefile(top, root):
+        return None, ""
+    commit = _git(root, "rev-parse", "--short=12", "HEAD")
+    if not commit:
+        return None, ""
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return commit, "" if status is None else ("1" if status else "0")
+
+
+def resolve_commit(root=REPO_ROOT, commit=None, dirty=None, environ=None):
+    """(commit, dirty, where it came from: 'given', 'build/.commit', 'git' or 'unknown')."""
+    environ = os.environ if environ is None else environ
+    for given, given_dirty in ((commit, dirty), (environ.get(COMMIT_ENV), environ.get(DIRTY_ENV)),
+                               (environ.get("GIT_COMMIT_ID"), environ.get("GIT_DIRTY"))):
+        if given and given.strip():
+            return given.strip(), _clean_dirty(given_dirty), "given"
+    recorded, recorded_dirty = build_record(root)
+    if recorded:
+        return recorded, recorded_dirty, "build/.commit"
+    found, found_dirty = git_state(root)
+    if found:
+        return found, found_dirty, "git"
+    return UNKNOWN, "", UNKNOWN
+
+
+def columns(environ=None, root=REPO_ROOT):
+    """The provenance columns of a result row: commit, dirty, run_id, utc."""
+    commit, dirty, _ = resolve_commit(root, environ=environ)
+    return {"commit": commit, "dirty": dirty, "run_id": run_id(environ), "utc": utc_now()}

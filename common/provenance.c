@@ -1,0 +1,48 @@
+// common/provenance.c: the commit, dirty flag, run id and time stamp of result rows (provenance.h).
+// Built into build/common/libcommon.a with -DGIT_COMMIT and -DGIT_DIRTY from the Makefile.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "provenance.h"
+
+#ifndef GIT_COMMIT
+#define GIT_COMMIT "unknown"
+#endif
+#ifndef GIT_DIRTY
+#define GIT_DIRTY ""
+#endif
+
+const char *provenance_commit(void) { return GIT_COMMIT[0] ? GIT_COMMIT : "unknown"; }
+
+const char *provenance_dirty(void) {
+    // only "0" and "1" mean something; anything else the build passed is "unknown"
+    return strcmp(GIT_DIRTY, "0") == 0 || strcmp(GIT_DIRTY, "1") == 0 ? GIT_DIRTY : "";
+}
+
+const char *provenance_run_id(void) {
+    static char run_id[48];
+    if (run_id[0]) return run_id;
+    const char *given = getenv(PROVENANCE_RUN_ID_ENV);
+    if (given && given[0]) {
+        snprintf(run_id, sizeof(run_id), "%s", given);
+        return run_id;
+    }
+    char now[32] = "";
+    time_t t = time(NULL);
+    struct tm utc;
+    if (t != (time_t)-1 && gmtime_r(&t, &utc)) strftime(now, sizeof(now), "%Y%m%dT%H%M%SZ", &utc);
+    snprintf(run_id, sizeof(run_id), "%s-p%ld", now[0] ? now : "unknown-time", (long)getpid());
+    return run_id;
+}
+
+void provenance_utc(char *out, size_t len) {
+    if (len == 0) return;
+    out[0] = '\0';
+    time_t t = time(NULL);
+    struct tm utc;
+    if (t == (time_t)-1 || !gmtime_r(&t, &utc)) return;
+    if (strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &utc) == 0) out[0] = '\0';
+}
