@@ -44,6 +44,7 @@ __device__ __forceinline__ float slice_at(const float *slice, int outer, int k, 
 __device__ __forceinline__ void fetch_slice(float regs[SLICE_LOADS], const float *x, int outer_dim, int k_dim,
                                             int outer0, int k0, int k_major) {
     int cols = k_major ? TILE : TILE_K, tid = threadIdx.y * TILE + threadIdx.x;
+#pragma unroll
     for (int e = 0; e < SLICE_LOADS; e++) {
         int idx = tid + e * TILE * TILE, r = idx / cols, c = idx % cols;
         int outer = outer0 + (k_major ? c : r), k = k0 + (k_major ? r : c);
@@ -55,6 +56,7 @@ __device__ __forceinline__ void fetch_slice(float regs[SLICE_LOADS], const float
 // ... and the same elements from the registers into the slice in shared memory
 __device__ __forceinline__ void store_slice(float *slice, const float regs[SLICE_LOADS], int k_major) {
     int cols = k_major ? TILE : TILE_K, tid = threadIdx.y * TILE + threadIdx.x;
+#pragma unroll
     for (int e = 0; e < SLICE_LOADS; e++) {
         int idx = tid + e * TILE * TILE;
         slice[idx / cols * (cols + 1) + idx % cols] = regs[e];

@@ -189,10 +189,8 @@ typedef struct {
 static CublasSums *cublas_sums_create(int64_t n, cudaStream_t stream) {
     CublasSums *c = (CublasSums *)host_malloc(sizeof(CublasSums), "the cuBLAS state");
     cublasCheck(cublasCreate(&c->handle));
-    // EXERCISE(cublas-handle) begin: bind c->handle to stream and switch it to CUBLAS_POINTER_MODE_DEVICE. Why both?
     cublasCheck(cublasSetStream(c->handle, stream));
     cublasCheck(cublasSetPointerMode(c->handle, CUBLAS_POINTER_MODE_DEVICE));
-    // EXERCISE end
     cudaCheck(cudaMalloc(&c->residual, n * sizeof(float)));
     cudaCheck(cudaMalloc(&c->ones, n * sizeof(float)));
     cudaCheck(cudaMalloc(&c->dots, 3 * sizeof(float)));

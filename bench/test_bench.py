@@ -819,9 +819,14 @@ class MakefileCommitTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, self.tmp)
 
+    # The make that runs this suite (make test GIT_COMMIT_ID=...) passes its command-line variables down in
+    # MAKEFLAGS, where they would override the tree's own answer: drop them.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(GIT_COMMIT_ID="", GIT_DIRTY="")
+
     def info(self, tree, *args):
         out = subprocess.run(["make", "-s", "--no-print-directory", "commit-info", *args], cwd=tree,
-                             capture_output=True, text=True, env=dict(os.environ, GIT_COMMIT_ID="", GIT_DIRTY=""))
+                             capture_output=True, text=True, env=self.env)
         self.assertEqual(out.returncode, 0, out.stderr)
         return out.stdout.strip()
 
