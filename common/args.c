@@ -13,6 +13,8 @@
 
 #include "args.h"
 #include "message.h"
+#include "reference.h"
+#include "report.h"
 
 // ----------------------------------------------------------------------------
 // the flag table: which trainer takes which flag
@@ -392,5 +394,14 @@ int args_progress_seconds(double *out, char *err, size_t err_len) {
         return -1;
     }
     *out = value;
+    return 0;
+}
+
+int args_prepare_run(const Options *opt, char *err, size_t err_len) {
+    double progress_seconds;
+    if (args_progress_seconds(&progress_seconds, err, err_len) != 0) return -1;
+    if (opt->reference && !opt->quiet) reference_set_progress(stderr, progress_seconds);  // unless --quiet
+    // before any work: a run must not end in an unwritable --csv or a mixed schema
+    if (!opt->export_dir && report_check_outputs(opt->csv_path, opt->curve_path, err, err_len) != 0) return -1;
     return 0;
 }

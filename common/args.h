@@ -50,6 +50,10 @@ int args_pick(const char *flag, const char *value, const char *const *names, con
 // 0 .. 86400). -1 with a one-line message in err for any other value.
 int args_progress_seconds(double *out, char *err, size_t err_len);
 
+// What both drivers check before any work: the progress interval of a long --reference run (printed on
+// stderr unless --quiet), and that --csv and --curve can be written. 0, or -1 with err set.
+int args_prepare_run(const Options *opt, char *err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -179,20 +179,6 @@ void ladder_table_begin(LadderTable *t) {
     printf("\n");
 }
 
-static void csv_field(FILE *f, const char *text, int last) {
-    if (strpbrk(text, ",\"\r\n")) {
-        fputc('"', f);
-        for (const char *c = text; *c; c++) {
-            if (*c == '"') fputc('"', f);
-            fputc(*c, f);
-        }
-        fputc('"', f);
-    } else {
-        fputs(text, f);
-    }
-    fputc(last ? '\n' : ',', f);
-}
-
 static void csv_number(FILE *f, double value) {
     if (!isnan(value)) fprintf(f, "%.6g", value);
     fputc(',', f);
@@ -213,27 +199,27 @@ static void append_row(const LadderTable *t, int number, const char *name, Ladde
 #endif
     char version[16];
     snprintf(version, sizeof(version), "%d", number);
-    csv_field(f, t->stage, 0);
-    csv_field(f, t->ladder, 0);
-    csv_field(f, t->shape, 0);
-    csv_field(f, version, 0);
-    csv_field(f, name, 0);
+    report_csv_text(f, t->stage, 0);
+    report_csv_text(f, t->ladder, 0);
+    report_csv_text(f, t->shape, 0);
+    report_csv_text(f, version, 0);
+    report_csv_text(f, name, 0);
     csv_number(f, time.median_ms);
     csv_number(f, time.min_ms);
     csv_number(f, time.max_ms);
     csv_number(f, setup_ms);
     csv_number(f, rate_of(t, time.median_ms));
-    csv_field(f, t->unit, 0);
-    csv_field(f, t->ceiling, 0);
+    report_csv_text(f, t->unit, 0);
+    report_csv_text(f, t->ceiling, 0);
     csv_number(f, t->ceiling_time.median_ms);
     csv_number(f, rate_of(t, t->ceiling_time.median_ms));
     fprintf(f, "%d,", t->repeats);
-    csv_field(f, t->device->name, 0);
-    csv_field(f, t->device->cc, 0);
-    csv_field(f, t->device->cuda, 0);
-    csv_field(f, t->device->driver, 0);
-    csv_field(f, commit, 0);
-    csv_field(f, ladder_run_id(), 1);
+    report_csv_text(f, t->device->name, 0);
+    report_csv_text(f, t->device->cc, 0);
+    report_csv_text(f, t->device->cuda, 0);
+    report_csv_text(f, t->device->driver, 0);
+    report_csv_text(f, commit, 0);
+    report_csv_text(f, ladder_run_id(), 1);
     int failed = ferror(f);
     if (fclose(f) != 0 || failed) {
         fprintf(stderr, "error: cannot write %s: %s\n", t->csv_path, strerror(errno));

@@ -221,16 +221,7 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
 
-    // a long --reference run tells how far it is, unless --quiet
-    double progress_seconds;
-    if (args_progress_seconds(&progress_seconds, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-    if (opt.reference && !opt.quiet) reference_set_progress(stderr, progress_seconds);
-
-    // the output files before any work: a run must not end in an unwritable --csv or a mixed schema
-    if (!opt.export_dir && report_check_outputs(opt.csv_path, opt.curve_path, err, sizeof(err)) != 0) {
+    if (args_prepare_run(&opt, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }

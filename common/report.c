@@ -316,8 +316,7 @@ int report_check_outputs(const char *csv_path, const char *curve_path, char *err
 // ----------------------------------------------------------------------------
 // CSV
 
-// A text field, quoted (with quotes doubled) only when it holds a comma, quote or line break.
-static void csv_text(FILE *f, const char *text, int last) {
+void report_csv_text(FILE *f, const char *text, int last) {
     if (strpbrk(text, ",\"\r\n")) {
         fputc('"', f);
         for (const char *c = text; *c; c++) {
@@ -363,21 +362,21 @@ static int close_rows(FILE *f, char **text, char *err, size_t err_len) {
 
 // The fields of one result row, in the order of REPORT_CSV_HEADER (schema 2), ending the line.
 static void csv_result_fields(FILE *f, const ResultRow *row) {
-    csv_text(f, row->stage, 0);
-    csv_text(f, row->trainer, 0);
-    csv_text(f, row->variant, 0);
+    report_csv_text(f, row->stage, 0);
+    report_csv_text(f, row->trainer, 0);
+    report_csv_text(f, row->variant, 0);
     csv_int(f, row->points);
-    csv_text(f, row->hidden, 0);
+    report_csv_text(f, row->hidden, 0);
     csv_int(f, row->batch);
     csv_int(f, row->epochs);
     csv_real(f, "%.7g", row->lr);  // a float flag: 7 digits give back what was typed (0.01, not 0.00999999978)
-    csv_text(f, row->precision, 0);
-    csv_text(f, row->device, 0);
-    csv_text(f, row->cc, 0);
-    csv_text(f, row->cuda, 0);
-    csv_text(f, row->driver, 0);
+    report_csv_text(f, row->precision, 0);
+    report_csv_text(f, row->device, 0);
+    report_csv_text(f, row->cc, 0);
+    report_csv_text(f, row->cuda, 0);
+    report_csv_text(f, row->driver, 0);
     csv_int(f, row->threads);
-    csv_text(f, "", 0);  // torch: PyTorch rows only
+    report_csv_text(f, "", 0);  // torch: PyTorch rows only
     csv_real(f, "%.6g", row->setup_ms);
     csv_real(f, "%.6g", row->e2e_ms);
     csv_real(f, "%.6g", row->loop_ms);
@@ -397,12 +396,12 @@ static void csv_result_fields(FILE *f, const ResultRow *row) {
     csv_real(f, "%.9g", row->test_acc);
     csv_real(f, "%.9g", row->w);
     csv_real(f, "%.9g", row->b);
-    csv_text(f, "", 0);  // graph_breaks: torch.compile rows only
-    csv_text(f, "", 0);  // recompiles: torch.compile rows only
-    csv_text(f, row->commit, 0);
-    csv_text(f, row->dirty, 0);
-    csv_text(f, row->run_id, 0);
-    csv_text(f, row->utc, 1);
+    report_csv_text(f, "", 0);  // graph_breaks: torch.compile rows only
+    report_csv_text(f, "", 0);  // recompiles: torch.compile rows only
+    report_csv_text(f, row->commit, 0);
+    report_csv_text(f, row->dirty, 0);
+    report_csv_text(f, row->run_id, 0);
+    report_csv_text(f, row->utc, 1);
 }
 
 int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
@@ -426,15 +425,15 @@ int report_append_curves(const char *path, const ResultRow *row, const CurveSeri
     for (int s = 0; s < n_series; s++) {
         const CurveSeries *c = &series[s];
         for (int i = 0; i < c->count; i++) {
-            csv_text(f, row->stage, 0);
-            csv_text(f, row->trainer, 0);
-            csv_text(f, row->variant, 0);
-            csv_text(f, row->hidden, 0);
-            csv_text(f, c->series, 0);
+            report_csv_text(f, row->stage, 0);
+            report_csv_text(f, row->trainer, 0);
+            report_csv_text(f, row->variant, 0);
+            report_csv_text(f, row->hidden, 0);
+            report_csv_text(f, c->series, 0);
             fprintf(f, "%d,%.9g,", c->index ? c->index[i] : c->first_index + i, c->values[i]);
-            csv_text(f, row->device, 0);
-            csv_text(f, row->commit, 0);
-            csv_text(f, row->run_id, 1);
+            report_csv_text(f, row->device, 0);
+            report_csv_text(f, row->commit, 0);
+            report_csv_text(f, row->run_id, 1);
         }
     }
     if (close_rows(f, &text, err, err_len) != 0) return -1;

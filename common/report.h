@@ -58,6 +58,10 @@ void report_print(const ResultRow *row, FILE *out);
 int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len);
 // Before any training: --csv and --curve (either may be NULL) can take their rows: each is a regular
 // file with the right header (or empty), or a new file where one can be created, and they differ.
+// A CSV text field, quoted (quotes doubled) only when it holds a comma, quote or line break; then a comma,
+// or a newline if last.
+void report_csv_text(FILE *f, const char *text, int last);
+
 int report_check_outputs(const char *csv_path, const char *curve_path, char *err, size_t err_len);
 // Flushes stdout: -1, after one error line on stderr, when the results could not be written there
 // (a full disk, /dev/full, a closed pipe's error).

@@ -45,7 +45,9 @@ for mutant in tests/mutants/*.sed; do
         if grep -q "SKIPPED (no CUDA device)" "$dir/run-$p.log"; then
             echo "error: no CUDA device: make test-mutants needs a GPU (make test only checks that they compile)" >&2; exit 4
         elif [ $status -ne 0 ]; then
-            caught=$((caught + 1)); echo "caught   $label: $(grep -a -m1 -o 'regression [^:]*: [^(]*\|mnist [^:]*: [^(]*' "$dir/run-$p.log" | head -n1)"
+            caught=$((caught + 1))  # with the first failed check's message, as the suite printed it
+            echo "caught   $label: $(grep -a -A4 'Assertion Failed' "$dir/run-$p.log" |
+                sed -n 's/^\[----\]   *\([a-z].*\)/\1/p' | head -n1)"
         else
             survived=$((survived + 1)); echo "SURVIVED $label: $what (the suite passed: $dir/run-$p.log)"
         fi
