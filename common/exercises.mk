@@ -10,8 +10,9 @@
 #   make stage N exercise ANSWER=1  `try` on the stage file the skeleton was cut from (it must pass)
 #   make student [DIR=path]         a copy of the repository with every exercise region cut, for a class
 #                                   (default build/student; common/student.sh)
-#   make stage N prompt             build/prompt/stageNN.md: a self-contained prompt for an assistant or a
-#                                   student (TRAINER=regression|mnist narrows it to one trainer)
+#   make stage N prompt             build/prompt/stageNN-TRAINER.md, one per trainer (stage 1: stage01.md): a
+#                                   self-contained prompt, under 40 KB, for an assistant or a student to write
+#                                   stage N's idea into stage N-1's file (TRAINER=regression|mnist: one only)
 #
 # TRY_RUN=0 stops try and exercise after the checks that need no GPU (compiles, exports, links, markers).
 # Exit status: 0 PASS (or TRY_RUN=0 with nothing left to do), 1 FAIL, 2 a file that cannot be a candidate

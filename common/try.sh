@@ -5,7 +5,7 @@
 #   try.sh try NN FILE     FILE replaces the stage trainer it defines (for stage 01: vector_add.cu)
 #   try.sh exercise NN     try on the skeleton cut from the stage's file(s) by common/exercise_cut.awk into
 #                          build/exercise/NN/ (TRY_EXERCISE picks a region; TRY_ANSWER=1: the stage's file)
-#   try.sh prompt NN       writes build/prompt/stageNN.md
+#   try.sh prompt NN       writes build/prompt/stageNN-TRAINER.md, one per trainer (stage 01: stage01.md)
 #
 # try, step by step (every mistake is one "error:" line and exit 2, before anything runs on a GPU):
 #   1. FILE exists and is a .cu file; the stage's own objects are built (make, as usual);
@@ -347,7 +347,19 @@ exercise() {
 }
 
 # ----------------------------------------------------------------------------
-# prompt: build/prompt/stageNN.md
+# prompt: build/prompt/stageNN-TRAINER.md, one per trainer (stage 01: build/prompt/stage01.md)
+#
+# The prompt of stage N asks for stage N's one idea, applied to the code it starts from: stage N-1's
+# trainer file (stage 02, where the trainers start: its own file, and the task is open). It holds the
+# idea (common/stage_ideas.tsv), stage N's predictions table (NN-*/README.md), a checklist derived from
+# the starting file (each later stage's marker found in its code or not), the rules, how the answer is
+# checked, the contract (the trainer's part of common/trainer.h, the helpers' usage, the suite's
+# tolerances), the starting file and its measurements. Every prompt stays under PROMPT_LIMIT bytes:
+# when the starting file does not fit whole, its whole-line comments are left out, then all its comments,
+# then this run's measurements; a prompt that still does not fit is an error (exit 2).
+
+PROMPT_LIMIT=40960
+ideas_file=common/stage_ideas.tsv
 
 fence() {  # fence LANG FILE: FILE in a fenced block long enough not to be closed by its contents
     echo '````'"$1"
@@ -355,37 +367,112 @@ fence() {  # fence LANG FILE: FILE in a fenced block long enough not to be close
     echo '````'
 }
 
-prompt() {
-    local targets sources prompt_file=$build/prompt/stage$nn.md t
-    if [ "$nn" = 01 ]; then
-        targets=vector_add sources="vector_add.cu"
-    else
-        targets=
-        for t in ${TRY_TRAINER:-regression mnist}; do
-            case $t in regression | mnist) targets="$targets $t" ;; *) die "TRAINER=$t: valid are regression, mnist" ;; esac
-        done
-        targets=${targets# }
-        [ -n "$targets" ] || targets="regression mnist"
-        sources=$(for t in $targets; do echo "$t.cu"; done)
-    fi
-    mkdir -p "$build/prompt"
-    local have_gpu=${TRY_HAVE_GPU:-0}
-    if [ "$have_gpu" = 1 ]; then
-        if [ "$nn" = 01 ]; then build_stage "$build/01/vector_add"
-        else
-            local drivers=()
-            for t in $targets; do drivers+=("$build/$nn/$t"); done
-            build_stage "${drivers[@]}"
-        fi
-        case " $targets " in *" mnist "*) [ -f data/mnist/train-images-idx3-ubyte ] || "$TRY_MAKE" --no-print-directory data || exit 3 ;; esac
-    fi
-    local device="no GPU (none was visible when this prompt was written)"
-    [ "$have_gpu" = 1 ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
-    local commit
-    commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+code_only() {  # code_only FILE: the file with its // and /* */ comments removed (what the markers read)
+    awk '{
+        line = $0; out = ""
+        while (line != "") {
+            if (in_block) {
+                i = index(line, "*/")
+                if (!i) { line = ""; break }
+                line = substr(line, i + 2); in_block = 0; continue
+            }
+            s = index(line, "/*"); d = index(line, "//")
+            if (d && (!s || d < s)) { out = out substr(line, 1, d - 1); break }
+            if (s) { out = out substr(line, 1, s - 1); line = substr(line, s + 2); in_block = 1; continue }
+            out = out line; line = ""
+        }
+        print out
+    }' "$1"
+}
 
+squeeze_blank_lines() {  # standard input without trailing blanks, runs of blank lines squeezed to one
+    awk '{ sub(/[[:space:]]+$/, "") } NF == 0 { if (blank++) next } NF { blank = 0 } { print }'
+}
+
+without_comment_lines() {  # FILE: without its whole-line // comments
+    grep -v '^[[:space:]]*//' "$1" | squeeze_blank_lines
+}
+
+stage_folder() {  # stage_folder NN: the stage's folder, empty when there is none (a planned stage)
+    find . -maxdepth 1 -type d -name "$1-*" | sed 's|^\./||' | head -n1
+}
+
+# prompt_checklist START_FILE: one line per idea of common/stage_ideas.tsv, [x] where its marker is in
+# the starting file's code, [ ] where it is not; the idea of this prompt's stage is marked as the task
+prompt_checklist() {
+    local code stage marker idea removes found line
+    code=$(code_only "$1")
+    while IFS=$'\t' read -r stage marker idea removes; do
+        case $stage in '#'* | '') continue ;; esac
+        line="**stage $stage**"
+        [ -n "$(stage_folder "$stage")" ] || line="$line (planned: no folder yet)"
+        [ "$stage" = "$nn" ] && line="$line ← the task of this prompt"
+        found=$(grep -oE -m1 -- "$marker" <<<"$code" | head -n1)
+        if [ -n "$found" ]; then
+            echo "- [x] $line: $idea. In the starting code: \`$found\`."
+        else
+            echo "- [ ] $line: $idea. Open (no \`$marker\` in the code). It removes $removes."
+        fi
+    done <"$ideas_file"
+    local kernels launches atomics syncs copies
+    kernels=$(grep -cE '__global__' <<<"$code")
+    launches=$(grep -oE '<<<' <<<"$code" | wc -l)
+    atomics=$(grep -oE 'atomic[A-Z][A-Za-z]*[[:space:]]*\(' <<<"$code" | wc -l)
+    syncs=$(grep -oE 'cuda(Device|Stream|Event)Synchronize[[:space:]]*\(' <<<"$code" | wc -l)
+    copies=$(grep -oE 'cudaMemcpy[[:space:]]*\(' <<<"$code" | wc -l)
+    echo
+    echo "Counted in the starting file's code (places in the source, not calls per step): kernels defined $kernels;"
+    echo "launch sites (\`<<<\`) $launches; atomic call sites $atomics; host synchronizations (\`cuda*Synchronize\`)"
+    echo "$syncs; blocking \`cudaMemcpy\` calls $copies."
+}
+
+prompt_predictions() {  # prompt_predictions README TRAINER: the predictions table's header and the trainer's rows
+    awk -v t="$2" '/<!-- predictions end -->/ { on = 0 }
+        on { n++; split($0, cell, "|"); gsub(/ /, "", cell[2]); if (n <= 2 || cell[2] == t) print }
+        /<!-- predictions begin -->/ { on = 1 }' "$1"
+}
+
+trainer_h_part() {  # trainer_h_part TRAINER: common/trainer.h without the other trainer's section
+    awk -v t="$1" '/^\/\/ -----/ { rule = $0; next }
+        rule != "" {
+            skip = (t == "regression" && /^\/\/ MNIST/) || (t == "mnist" && /^\/\/ regression/)
+            if (skip) print "// (the " (t == "regression" ? "MNIST" : "regression") " section is left out: this prompt is about the " t ")"
+            else print rule
+            rule = ""
+        }
+        /^#ifdef __cplusplus/ { skip = 0 }
+        !skip' common/trainer.h
+}
+
+tolerances_part() {  # tolerances_part TRAINER: the suite's tolerances that apply to that trainer
+    awk -v t="$1" '/^\/\/ tolerances/ { on = 1 } /^\/\/ no GPU/ { exit } !on || /^\/\/ -+$/ { next }
+        /^\/\/ Regression, fp32/ { part = "regression" } /^\/\/ MNIST, per precision/ { part = "mnist" }
+        part == "" || part == t' tests/gpu/test_stage.c
+}
+
+helpers_usage() {  # how a trainer uses common/timing.h, check.h and host.h: timing.h's opening comment, the calls
+    echo '````c'
+    awk '/^\/\// { print; next } { exit }' common/timing.h
+    echo
+    echo "// common/check.h: each prints one line and exits 4 on a failed call"
+    grep -oE '^#define [a-zA-Z]+Check\([a-z]*\)' common/check.h | sed 's/^#define //'
+    echo "// common/host.h"
+    grep -E '^[a-z].*\);' common/host.h
+    echo '````'
+}
+
+# prompt_write FILE FORM MEASURED: the prompt of one trainer ($trainer, from $start), FORM = whole, lean
+# (the starting file without its whole-line comments) or bare (without any comment), MEASURED = the file
+# of this run's measurements, empty when left out
+prompt_write() {
+    local out=$1 form=$2 measured=$3 shown
+    shown=$start
+    if [ "$form" != whole ]; then
+        shown=$build/prompt/.$form-$(basename "$start")
+        if [ "$form" = lean ]; then without_comment_lines "$start"; else code_only "$start" | squeeze_blank_lines; fi >"$shown"
+    fi
     {
-        echo "# Make stage $nn faster: a prompt for an assistant or a student"
+        echo "# Stage $nn$([ "$nn" != 01 ] && echo ", $trainer"): a prompt for an assistant or a student"
         echo
         echo "Written by \`make stage $n prompt\` from commit $commit on $(date -u +%Y-%m-%d); device: $device."
         echo "Everything the task needs is in this file."
@@ -399,17 +486,55 @@ each timed and checked bit for bit against the CPU. Make one or more of its GPU 
 GPU, or add a better one. First write your prediction with napkin math (bytes moved, bandwidth, time),
 then answer with the complete new \`vector_add.cu\`, nothing left out.
 EOF
+        elif [ "$nn" = 02 ]; then
+            cat <<EOF
+Below is \`$start\`, the $trainer trainer of stage 02 of cuda-stages, a CUDA C tutorial that trains the
+same two models faster stage by stage (a full-batch linear regression on 5,000,000 points, an MLP on
+MNIST). Stage 02 is where the trainers start: a naive, correct first port. Make it faster by removing
+**one** open item of the checklist below. First write your prediction with napkin math (bytes moved,
+launches, syncs, FLOPs, and the time each costs), naming the item. Then answer with the complete new
+\`$trainer.cu\`, nothing left out: it replaces the stage's file as a whole.
+
+Stage 02 is the baseline and predicts nothing; each later stage's README predicts what its idea buys.
+EOF
         else
             cat <<EOF
-Below is stage $nn of cuda-stages, a CUDA C tutorial that trains the same two models faster stage by
-stage: a full-batch linear regression on 5,000,000 points and an MLP on MNIST. Make **one** trainer
-faster on this GPU: $(if [ "$targets" = "regression mnist" ]; then echo "\`regression.cu\` or \`mnist.cu\`, whichever you choose"; else echo "\`$targets.cu\`"; fi).
+Below is \`$start\`, the $trainer trainer of stage $prev of cuda-stages, a CUDA C tutorial that trains
+the same two models faster stage by stage (a full-batch linear regression on 5,000,000 points, an MLP
+on MNIST). Stage $nn adds **one** idea to it:
+
+> $idea
+
+Write stage $nn's \`$trainer.cu\`: the starting file with this one idea applied, nothing else changed.
 First write your prediction with napkin math (bytes moved, launches, syncs, FLOPs, and the time each
-costs), naming which item of the checklist below you remove. Then answer with the complete new file,
-nothing left out: it replaces the stage's file as a whole.
+costs) against the starting file's measurements below. Then answer with the complete new file, nothing
+left out: it replaces the stage's file as a whole.
+
+### Stage $nn's own prediction
+
 EOF
+            local rows
+            rows=$(prompt_predictions "$stage_dir/README.md" "$trainer")
+            if [ "$(wc -l <<<"$rows")" -gt 2 ]; then
+                echo "Made before measuring, in \`$stage_dir/README.md\` (\"Prediction\" holds the napkin math). Speedups are"
+                echo "stage $prev ÷ stage $nn: \`speedup_epoch\` of the median ms per epoch, \`speedup_loop\` of the loop,"
+                echo "\`speedup_e2e\` of e2e; \`loop_ms\` is a time. Write your own before you read the code twice."
+                echo
+                echo "$rows"
+            else
+                echo "\`$stage_dir/README.md\` predicts nothing for the $trainer trainer; write your own."
+            fi
         fi
         echo
+        if [ "$nn" != 01 ]; then
+            echo "## Checklist: what the starting code leaves open"
+            echo
+            echo "Derived from \`$start\` with the table of \`$ideas_file\`: each stage's idea and the code marker"
+            echo "that shows it. [x]: the marker is in the starting code; [ ]: open."
+            echo
+            prompt_checklist "$start"
+            echo
+        fi
         echo "## Rules a candidate must keep"
         echo
         if [ "$nn" = 01 ]; then
@@ -418,34 +543,32 @@ EOF
    three functions with C linkage that the test suite calls: `vector_add_version_count`,
    `vector_add_version_name`, `vector_add_run` (same signatures). Keep the existing versions' names and
    numbers; new versions go at the end.
-2. **Same results.** Every version must produce c = a + b bit for bit (one fp32 addition rounds the same
-   on both processors); the output is poisoned with NaN before every run, so every element must be written.
+2. **Same results.** Every version must produce c = a + b bit for bit; the output is poisoned with NaN
+   before every run, so every element must be written.
 3. **Honest timing.** Keep the CUDA-event timing and the two columns (kernel only, with transfers).
-4. **One file.** CUDA runtime, cuRAND and the headers in `common/` only; it must build with
-   `nvcc -O3 -std=c++17` as part of this repository.
+4. **One file.** CUDA runtime, cuRAND and the headers in `common/` only (`check.h`, `device.h`,
+   `report.h`, as the file includes them); it must build with `nvcc -O3 -std=c++17` in this repository.
 EOF
         else
-            cat <<'EOF'
-1. **Same interface.** Export with C linkage exactly what `common/trainer.h` (below) declares for the
-   trainer you replace: `train_regression` and `REGRESSION_VARIANTS`, or `train_mnist`, `MNIST_VARIANTS`
-   and `MNIST_PRECISIONS`. `#include "trainer.h"` (it makes them `extern "C"`). The first variant is the
-   default and the one that is timed; every variant you list is tested. No `main`: the drivers own it.
-   Make every other function and kernel `static` or give it a name of your own (the file is linked with
-   the stage's other trainer).
-2. **Same results within tolerance.** A GPU test suite (`tests/gpu/test_stage.c`) compares every variant
-   (and every precision) with a double-precision CPU reference trained on the same data, initial
-   parameters and batch order: regression w, b and every logged loss; MNIST every step loss, the
-   parameters and the test loss and accuracy of every epoch, and one epoch of the real digits above an
-   accuracy floor. Its tolerances are quoted below. Outputs are filled with NaN before each call, so
-   write every output; NaN or Inf anywhere fails.
-3. **Same work.** Same epochs, steps, batch order, learning rate and loss; no epoch or step skipped, no
-   result reused across calls, every reported loss computed from the parameters of its own epoch or step.
-4. **Honest timing.** Keep the `TrainClock` calls of `common/timing.h`: e2e from the training data in host
-   memory to the trained parameters in host memory, loop from the data on the device. Only set-up that
-   a real program would do once (allocations, handles, plans, graph instantiation) may go before
-   `train_clock_e2e_start`, and it is reported as `setup_ms`. `--breakdown` must still fill `phase_ms`.
-5. **One file.** CUDA runtime, cuBLAS, cuBLASLt, cuDNN, cuRAND and the headers in `common/` only;
-   it must build with `nvcc -O3 -std=c++17` as part of this repository.
+            local exports="\`train_regression\` and \`REGRESSION_VARIANTS\`"
+            [ "$trainer" = mnist ] && exports="\`train_mnist\`, \`MNIST_VARIANTS\` and \`MNIST_PRECISIONS\`"
+            cat <<EOF
+1. **Same interface.** Export with C linkage what \`common/trainer.h\` (below) declares: $exports;
+   \`#include "trainer.h"\` (it makes them \`extern "C"\`). The first variant is the default and the one
+   timed; every variant and precision you list is tested. No \`main\`. Make every other function and
+   kernel \`static\` or give it a name of your own (the file is linked with the stage's other trainer).
+2. **Same results within tolerance.** A GPU suite (\`tests/gpu/test_stage.c\`) compares every variant
+   and precision with a double-precision CPU reference trained on the same data, initial parameters
+   and batch order, with the tolerances below. Outputs are filled with NaN before each call: write
+   every output; NaN or Inf anywhere fails.
+3. **Same work.** Same epochs, steps, batch order, learning rate and loss; nothing skipped or reused
+   across calls; every reported loss computed from the parameters of its own epoch or step.
+4. **Honest timing.** Keep the \`TrainClock\` calls (\`common/timing.h\`): e2e from the training data in host
+   memory to the trained parameters in host memory, loop from the data on the device. Only set-up a
+   real program does once (allocations, handles, plans, graph instantiation) may go before
+   \`train_clock_e2e_start\`; it is reported as \`setup_ms\`. \`--breakdown\` must still fill \`phase_ms\`.
+5. **One file.** CUDA runtime, cuBLAS, cuBLASLt, cuDNN, cuRAND and the headers in \`common/\` only;
+   it must build with \`nvcc -O3 -std=c++17\` as part of this repository.
 EOF
         fi
         echo
@@ -454,115 +577,160 @@ EOF
         cat <<EOF
 Save the answer as a file and run, on the GPU machine:
 
-    make stage $n try FILE=path/to/$(head -n1 <<<"$sources")
+    make stage $n try FILE=path/to/$(basename "$start")
 
-\`try\` compiles it in place of the stage's file, checks that it exports what the drivers need, runs the
-stage's GPU test suite on it, and only if it passes times it against the stage's own file with the same
-flags. Its last line is the verdict: \`try: PASS\` with the relative speed, or \`try: FAIL\` with why.
+\`try\` compiles it in place of stage $nn's file, checks that it exports what the drivers need, runs the
+GPU suite on it, and only if it passes times it against stage $nn's own file with the same flags. Its
+last line is the verdict: \`try: PASS\` with the relative speed, or \`try: FAIL\` with why.
 EOF
+        if [ -n "$prev" ]; then
+            echo
+            echo "\`make stage ${prev#0} try FILE=path/to/$trainer.cu\` times the same answer against the starting"
+            echo "file, stage $prev: that ratio is the one the prediction is about."
+        fi
         echo
         if [ "$nn" != 01 ]; then
             echo "## The interface: common/trainer.h"
             echo
-            fence c common/trainer.h
+            echo '````c'
+            trainer_h_part "$trainer"
+            echo '````'
             echo
-            echo "## Timing and error checks: common/timing.h, common/check.h"
+            echo "## Helpers: common/timing.h, common/check.h, common/host.h (their usage)"
             echo
-            fence c common/timing.h
-            echo
-            fence c common/check.h
+            helpers_usage
             echo
             echo "## The tolerances of the test suite (tests/gpu/test_stage.c)"
             echo
             echo '````c'
-            awk '/^\/\/ tolerances/ { on = 1 } /^\/\/ no GPU/ { exit } on && !/^\/\/ -+$/' tests/gpu/test_stage.c
+            tolerances_part "$trainer"
             echo '````'
             echo
-        else
-            echo "## Helpers it includes: common/check.h, common/device.h, common/report.h"
-            echo
-            fence c common/check.h
-            echo
-            fence c common/device.h
-            echo
-            fence c common/report.h
-            echo
         fi
-        echo "## The source of stage $nn"
-        for t in $sources; do
-            echo
-            echo "### $stage_dir/$t"
-            echo
-            fence cuda "$stage_dir/$t"
-        done
+        echo "## The starting code: $start"
         echo
-        echo "## Measured"
+        case $form in
+        lean) echo "Whole-line comments are left out to keep this prompt under $((PROMPT_LIMIT / 1024)) KB; the repository's file has them." && echo ;;
+        bare) echo "Comments are left out to keep this prompt under $((PROMPT_LIMIT / 1024)) KB; the repository's file has them." && echo ;;
+        esac
+        fence cuda "$shown"
         echo
-        echo "### Result rows of stage $nn in results/ (the newest of each configuration)"
+        echo "## Measured: the starting code"
+        echo
+        echo "### Result rows of stage ${prev:-$nn} in results/ (the newest of each configuration)"
         echo
         local csvs
         csvs=$(set +f; for f in results/*.csv; do case $f in *-curves.csv | *-breakdown.csv) ;; *) [ -f "$f" ] && echo "$f" ;; esac; done)
         if [ -n "$csvs" ]; then
             # shellcheck disable=SC2086
-            awk -v stage="$nn" -v mode=results -f common/csv.awk -f common/try_report.awk $csvs
+            awk -v stage="${prev:-$nn}" -v mode=results -f common/csv.awk -f common/try_report.awk $csvs |
+                awk -v t="$trainer" -v nn="$nn" 'nn == "01" || !/^\| / { print; next }
+                    { split($0, cell, "|"); gsub(/ /, "", cell[3]) } cell[3] == t || cell[3] == "trainer" || cell[3] ~ /^-+$/'
         else
             echo "None yet (\`make bench\` on a GPU machine writes them)."
         fi
         echo
-        echo "### This run: $(if [ "$nn" = 01 ]; then echo "every version"; else echo "per-phase breakdown"; fi)"
+        echo "### This run"
         echo
         if [ "$have_gpu" != 1 ]; then
-            echo "No GPU was available when this prompt was written, so nothing was measured here:"
-            echo "run \`make stage $n prompt\` on the GPU machine for a measured breakdown."
-        elif [ "$nn" = 01 ]; then
+            echo "No GPU was visible when this prompt was written, so nothing was measured here: run"
+            echo "\`make stage $n prompt\` on the GPU machine for the breakdown and the Nsight Compute summary."
+        elif [ -z "$measured" ]; then
+            echo "Left out to keep this prompt under $((PROMPT_LIMIT / 1024)) KB: run \`make stage ${prev#0} run TRAINER=$trainer ARGS=--breakdown\`"
+            echo "and \`make stage ${prev#0} profile TRAINER=$trainer\` for them."
+        else
+            cat "$measured"
+        fi
+    } >"$out"
+    [ "$form" = whole ] || rm -f "$shown"
+}
+
+# prompt_measure FILE: this run's measurements of the starting code ($trainer of stage ${prev:-$nn}), capped
+prompt_measure() {
+    local from=${prev:-$nn}
+    {
+        if [ "$nn" = 01 ]; then
             echo '```'
             # shellcheck disable=SC2086  # ARGS is a list of flags
-            "$build/01/vector_add" --repeat 5 ${TRY_ARGS:-} 2>&1
+            "$build/01/vector_add" --repeat 5 ${TRY_ARGS:-} 2>&1 | tail -n 30
             echo '```'
         else
-            for t in $targets; do
-                echo "\`$build/$nn/$t --breakdown ${TRY_ARGS:-}\` (each phase synchronizes, so the total grows):"
-                echo
-                echo '```'
-                # shellcheck disable=SC2086
-                "$build/$nn/$t" --breakdown ${TRY_ARGS:-} 2>&1
-                echo '```'
-                echo
-            done
-            echo "### Nsight Compute summary"
+            echo "\`$build/$from/$trainer --quiet --breakdown ${TRY_ARGS:-}\` (each phase synchronizes, so the total grows):"
+            echo
+            echo '```'
+            # shellcheck disable=SC2086
+            "$build/$from/$trainer" --quiet --breakdown ${TRY_ARGS:-} 2>&1 | tail -n 12
+            echo '```'
             echo
             if command -v ncu >/dev/null 2>&1; then
-                for t in $targets; do
-                    echo '```'
-                    "$TRY_MAKE" --no-print-directory stage-profile NN="$nn" TRAINER="$t" 2>&1 | tail -n 40
-                    echo '```'
-                done
+                echo "Nsight Compute (\`make stage ${from#0} profile TRAINER=$trainer\`; reading it: docs/PROFILING.md):"
+                echo
+                echo '```'
+                "$TRY_MAKE" --no-print-directory stage-profile NN="$from" TRAINER="$trainer" 2>&1 | tail -n 14
+                echo '```'
             else
                 echo "ncu was not available on this machine."
             fi
         fi
-        echo
-        echo "## Checklist of known inefficiencies (from 02-llm-baseline/README.md)"
-        echo
+    } >"$1"
+}
+
+prompt() {
+    local t targets
+    mkdir -p "$build/prompt"
+    if [ "$nn" = 01 ]; then
+        targets=vector_add
+    else
+        targets=
+        for t in ${TRY_TRAINER:-regression mnist}; do
+            case $t in regression | mnist) targets="$targets $t" ;; *) die "TRAINER=$t: valid are regression, mnist" ;; esac
+        done
+        [ -n "$targets" ] || targets="regression mnist"
+    fi
+    # the stage the code starts from: the one before (stage 02 and 01: their own file)
+    prev=
+    [ "$nn" = 01 ] || [ "$nn" = 02 ] || prev=$(printf '%02d' $((10#$nn - 1)))
+    local from_dir=$stage_dir
+    [ -z "$prev" ] || from_dir=$(stage_folder "$prev")
+    have_gpu=${TRY_HAVE_GPU:-0}
+    device="no GPU (none was visible when this prompt was written)"
+    [ "$have_gpu" = 1 ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+    commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    idea=$(awk -F'\t' -v s="$nn" '$1 == s { print $3 }' "$ideas_file")
+
+    local out measured size form
+    for trainer in $targets; do
         if [ "$nn" = 01 ]; then
-            echo "The checklist is written for the trainers of stages 02–07; for a vector add, the items on"
-            echo "pageable copies and host syncs are the ones that apply."
-            echo
+            start=01-vector-add/vector_add.cu out=$build/prompt/stage01.md
+        else
+            start=$from_dir/$trainer.cu out=$build/prompt/stage$nn-$trainer.md
         fi
-        if [ "$nn" != 01 ] && [ "$nn" != 02 ]; then
-            echo "Items ticked [x] point at stage $nn or an earlier one: this stage's code has already removed them"
-            echo "(where an item names two stages, the first). The unticked ones are open."
-            echo
+        measured=
+        if [ "$have_gpu" = 1 ]; then
+            if [ "$nn" = 01 ]; then build_stage "$build/01/vector_add"; else build_stage "$build/${prev:-$nn}/$trainer"; fi
+            [ "$trainer" != mnist ] || [ -f data/mnist/train-images-idx3-ubyte ] || "$TRY_MAKE" --no-print-directory data || exit 3
+            measured=$build/prompt/.measured-$nn-$trainer
+            prompt_measure "$measured"
         fi
-        # shellcheck disable=SC2016
-        awk -v nn="$nn" '/^## Known inefficiencies/ { on = 1; next } on && /^## / { exit }
-            on && /^- \[ \] / && match($0, /→ stage 0[0-9]/) && substr($0, RSTART + RLENGTH - 2, 2) + 0 <= nn + 0 {
-                sub(/^- \[ \] /, "- [x] ")
-            }
-            on' 02-llm-baseline/README.md
-    } >"$prompt_file"
-    echo "wrote $prompt_file ($(wc -l <"$prompt_file") lines): give it to an assistant or a student;"
-    echo "the answer goes back through: make stage $n try FILE=path/to/$(head -n1 <<<"$sources")"
+        for form in whole lean bare unmeasured; do
+            if [ "$form" = unmeasured ]; then form=bare measured=; fi
+            prompt_write "$out" "$form" "$measured"
+            size=$(wc -c <"$out")
+            [ "$size" -lt "$PROMPT_LIMIT" ] && break
+        done
+        rm -f "$build/prompt/.measured-$nn-$trainer"
+        if [ "$size" -ge "$PROMPT_LIMIT" ]; then
+            rm -f "$out"
+            die "the stage $nn prompt for $trainer would be $size bytes, over the limit of $PROMPT_LIMIT even without comments and measurements: shorten $start"
+        fi
+        local note=
+        [ "$form" = lean ] && note=", whole-line comments left out"
+        [ "$form" = bare ] && note=", comments left out"
+        [ "$have_gpu" = 1 ] && [ -z "$measured" ] && note="$note, this run's measurements left out"
+        echo "wrote $out ($size bytes, $(wc -l <"$out") lines; starting code: $start$note)"
+    done
+    echo "give one to an assistant or a student; the answer goes back through:"
+    for trainer in $targets; do echo "    make stage $n try FILE=path/to/$trainer.cu"; done
 }
 
 case $cmd in

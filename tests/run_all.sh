@@ -56,6 +56,13 @@ line=$(grep -a "^try: [0-9]* passed" "$log" | tail -n1)
 passed=$((passed + $(sed -n 's/try: \([0-9]*\) passed.*/\1/p' <<<"$line")))
 failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
 
+run "prompts: size, sections, checklists from the code" bash tests/prompt_smoke.sh
+line=$(grep -a "^prompt: [0-9]* passed" "$log" | tail -n1)
+count=$(sed -n 's/prompt: \([0-9]*\) passed.*/\1/p' <<<"$line")
+passed=$((passed + ${count:-0}))
+count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
+failed=$((failed + ${count:-1}))  # no tally line: the script died, which is a failure
+
 run "exercise regions: the cutter and make student" bash tests/exercise_smoke.sh
 line=$(grep -a "^exercise: [0-9]* passed" "$log" | tail -n1)
 count=$(sed -n 's/exercise: \([0-9]*\) passed.*/\1/p' <<<"$line")
