@@ -25,7 +25,7 @@ SANITIZE_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address -fsanitize=und
 CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -D_POSIX_C_SOURCE=200809L -Icommon -I$(CUDA_HOME)/include $(SANITIZE_FLAGS)
 NVCCFLAGS := -O3 -g -lineinfo -std=c++17 $(GENCODE) -Icommon -Xcompiler -Wall,-Wextra
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker --as-needed -Xlinker -rpath=$(CUDA_HOME)/lib64 $(foreach f,$(SANITIZE_FLAGS),-Xcompiler $(f))
-LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm -lpthread
+LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm -Xcompiler -pthread
 CRITERION_FLAGS := -I$(CRITERION_PREFIX)/include
 CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-linux-gnu -lcriterion
 
