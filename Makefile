@@ -145,7 +145,7 @@ help:
 	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
 	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
 	@echo "  make stage N prompt    write build/prompt/stageNN.md, a self-contained prompt for an assistant"
-	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 6): each"
+	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              every suite: CPU suites always, GPU suites when a GPU is visible"
 	@echo "  make sanitize          every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
