@@ -1,7 +1,6 @@
 // Stage 05, regression: streams; the host only enqueues. Uploads go through pinned staging buffers, the update
 // kernel logs and zeroes the sums, the test losses run on a second stream, every loss comes back at the end.
 #include <stdint.h>
-#include <string.h>
 #include <cuda_runtime.h>
 
 #include "check.h"

@@ -1,7 +1,6 @@
 // Stage 06, regression: cuBLAS against the fused kernel (--variant). The sums are dot products: "cublas" writes
 // the residual r with a kernel and asks cublasSdot for r.r, r.x and r.1; "fused", stage 05's kernel, is faster.
 #include <stdint.h>
-#include <string.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 

@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <cuda_runtime.h>
 #include <cublasLt.h>  // before check.h, which defines cublasCheck and cudnnCheck only for headers included
 #include <cudnn.h>

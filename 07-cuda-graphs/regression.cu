@@ -2,7 +2,6 @@
 // update kernel keeps the epoch number on the device, since a graph replays the same arguments. Everything else
 // is stage 06's default path, "fused".
 #include <stdint.h>
-#include <string.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
