@@ -25,7 +25,7 @@ SANITIZE_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address -fsanitize=und
 CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -D_POSIX_C_SOURCE=200809L -Icommon -I$(CUDA_HOME)/include $(SANITIZE_FLAGS)
 NVCCFLAGS := -O3 -g -lineinfo -std=c++17 $(GENCODE) -Icommon -Xcompiler -Wall,-Wextra
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker --as-needed -Xlinker -rpath=$(CUDA_HOME)/lib64 $(foreach f,$(SANITIZE_FLAGS),-Xcompiler $(f))
-LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm
+LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm -Xcompiler -pthread
 CRITERION_FLAGS := -I$(CRITERION_PREFIX)/include
 CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-linux-gnu -lcriterion
 
@@ -145,7 +145,7 @@ help:
 	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
 	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
 	@echo "  make stage N prompt    write build/prompt/stageNN-TRAINER.md: a prompt (under 40 KB) to write stage N from N-1"
-	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 6): each"
+	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              every suite: CPU suites always, GPU suites when a GPU is visible"
 	@echo "  make sanitize          every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"

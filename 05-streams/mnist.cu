@@ -1,15 +1,16 @@
-// Stage 05, MNIST: stage 04's trainer with the host taken out of the training loop. The training set, its
-// labels and every epoch's batch order go up once, through two pinned buffers on a copy stream; each step
-// gathers its batch on the device; step losses stay on the device until the end; each epoch's test evaluation
-// runs on a stream of its own, from a snapshot of the parameters, while the next epoch trains.
+// Stage 05, MNIST: stage 04's trainer with the host taken out of the training loop. The training set (its
+// bytes, scaled on the device), its labels and every epoch's batch order go up once, through two pinned
+// buffers on a copy stream; each step gathers its batch on the device; step losses stay on the device until
+// the end; each epoch's test evaluation runs on a stream of its own, from a snapshot of the parameters, while
+// the next epoch trains.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "copy_pool.h"
 #include "host.h"
 #include "timing.h"
 #include "trainer.h"
@@ -24,6 +25,15 @@ const char *const MNIST_PRECISIONS[] = {"fp32", NULL};
 #define TILE_K 32  // GEMMs: the slice of the shared dimension K staged in shared memory per step
 #define SLICE_LOADS (TILE * TILE_K / (TILE * TILE))  // floats of each operand's slice that a thread copies
 #define UPLOAD_CHUNK ((size_t)8 << 20)  // bytes per pinned staging buffer (two of them)
+
+// ----------------------------------------------------------------------------
+// pixels: the bytes go up (a quarter of the floats' bytes) and become floats on the device, once
+
+// for i < n: images[i] = mnist_pixel_value(pixels[i]), the host's own expression, so bit for bit its floats
+__global__ void scale_pixels_kernel(float *images, const uint8_t *pixels, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) images[i] = mnist_pixel_value(pixels[i]);
+}
 
 // ----------------------------------------------------------------------------
 // batch gather: the training set lives on the device; each step copies its batch's rows out of it
@@ -307,8 +317,10 @@ static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const
 // Uploads from pageable memory through two pinned buffers. The copy engine reads only pinned (page-
 // locked) memory: from pageable memory the driver stages through a buffer of its own and the call
 // returns when the copy is done. Here the host fills one buffer while the copy engine drains the other,
-// and the copies are asynchronous, on their own stream.
+// and the copies are asynchronous, on their own stream. One core's memcpy is slower than PCIe: the host
+// fills a buffer with several threads (upload_ladder.cu measures why).
 typedef struct {
+    CopyPool *pool;          // the host threads that fill a buffer
     char *buffer[2];         // (UPLOAD_CHUNK,) each, pinned
     cudaEvent_t drained[2];  // the last copy out of buffer[b] has finished
     int next;                // the buffer to fill next
@@ -322,7 +334,7 @@ static void upload_chunked(void *dst, const void *src, size_t bytes, Staging *st
         int b = staging->next;
         staging->next = 1 - b;
         cudaCheck(cudaEventSynchronize(staging->drained[b]));
-        memcpy(staging->buffer[b], (const char *)src + offset, chunk);
+        copy_pool_memcpy(staging->pool, staging->buffer[b], (const char *)src + offset, chunk);
         cudaCheck(
             cudaMemcpyAsync((char *)dst + offset, staging->buffer[b], chunk, cudaMemcpyHostToDevice, copy_stream));
         cudaCheck(cudaEventRecord(staging->drained[b], copy_stream));
@@ -354,7 +366,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     double setup_start_ms = host_ms();
     float *d_params;                          // (n_params,) packed as trainer.h
     float *d_snapshot;                        // (n_params,) the parameters an evaluation reads while training goes on
-    float *d_train_images;                    // (n_train, pixels) the whole training set, uploaded once
+    uint8_t *d_pixels;                        // (n_train + n_test, pixels) the images' bytes, uploaded once
+    float *d_train_images;                    // (n_train, pixels) the whole training set, scaled from d_pixels
     uint8_t *d_train_labels;                  // (n_train,)
     int32_t *d_order;                         // (epochs, n_train) data->batch_order
     float *d_act[MNIST_MAX_LAYERS + 1];       // [l]: (batch, sizes[l]); [0] the batch images, [n_layers] the logits
@@ -367,6 +380,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     int *d_test_correct;                      // (epochs,) correct test predictions after each epoch
     cudaCheck(cudaMalloc(&d_params, n_params * sizeof(float)));
     cudaCheck(cudaMalloc(&d_snapshot, n_params * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_pixels, ((size_t)n_train + n_test) * pixels));
     cudaCheck(cudaMalloc(&d_train_images, (size_t)n_train * pixels * sizeof(float)));
     cudaCheck(cudaMalloc(&d_train_labels, n_train));
     cudaCheck(cudaMalloc(&d_order, (size_t)cfg->epochs * n_train * sizeof(int32_t)));
@@ -391,7 +405,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaEventCreateWithFlags(&upload_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&snapshot_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&eval_done, cudaEventDisableTiming));
-    Staging staging = {{NULL, NULL}, {NULL, NULL}, 0};
+    Staging staging = {copy_pool_create(0), {NULL, NULL}, {NULL, NULL}, 0};
     for (int b = 0; b < 2; b++) {
         staging.buffer[b] = (char *)host_pinned(UPLOAD_CHUNK, "a pinned upload buffer");
         cudaCheck(cudaEventCreateWithFlags(&staging.drained[b], cudaEventDisableTiming));
@@ -406,14 +420,20 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     TIMED_PHASE(&clock, PHASE_H2D, stream) {
         cudaCheck(cudaStreamWaitEvent(copy_stream, clock.e2e_start, 0));  // the upload is inside e2e
         upload_chunked(d_params, data->init_params, n_params * sizeof(float), &staging, copy_stream);
-        upload_chunked(d_train_images, data->train_images, (size_t)n_train * pixels * sizeof(float), &staging,
-                       copy_stream);
+        upload_chunked(d_pixels, data->train_pixels, (size_t)n_train * pixels, &staging, copy_stream);
         upload_chunked(d_train_labels, data->train_labels, n_train, &staging, copy_stream);
         upload_chunked(d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t), &staging,
                        copy_stream);
-        upload_chunked(d_test_act[0], data->test_images, (size_t)n_test * pixels * sizeof(float), &staging,
+        upload_chunked(d_pixels + (size_t)n_train * pixels, data->test_pixels, (size_t)n_test * pixels, &staging,
                        copy_stream);
         upload_chunked(d_test_labels, data->test_labels, n_test, &staging, copy_stream);
+        int64_t train_values = (int64_t)n_train * pixels, test_values = (int64_t)n_test * pixels;
+        scale_pixels_kernel<<<blocks_for(train_values), BLOCK_SIZE, 0, copy_stream>>>(d_train_images, d_pixels,
+                                                                                       train_values);
+        launchCheck();
+        scale_pixels_kernel<<<blocks_for(test_values), BLOCK_SIZE, 0, copy_stream>>>(
+            d_test_act[0], d_pixels + train_values, test_values);
+        launchCheck();
         cudaCheck(cudaEventRecord(upload_done, copy_stream));
         cudaCheck(cudaMemsetAsync(d_loss_sum, 0, n_steps * sizeof(float), stream));  // the losses are summed
         cudaCheck(cudaMemsetAsync(d_test_loss_sum, 0, cfg->epochs * sizeof(float), stream));
@@ -488,6 +508,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
 
     cudaCheck(cudaFree(d_params));
     cudaCheck(cudaFree(d_snapshot));
+    cudaCheck(cudaFree(d_pixels));
     cudaCheck(cudaFree(d_train_images));
     cudaCheck(cudaFree(d_train_labels));
     cudaCheck(cudaFree(d_order));
@@ -512,5 +533,6 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         cudaCheck(cudaFreeHost(staging.buffer[b]));
         cudaCheck(cudaEventDestroy(staging.drained[b]));
     }
+    copy_pool_destroy(staging.pool);
     return 0;
 }

@@ -1,10 +1,10 @@
 // Stage 05, regression: streams; the host only enqueues. Uploads go through pinned staging buffers, the update
 // kernel logs and zeroes the sums, the test losses run on a second stream, every loss comes back at the end.
 #include <stdint.h>
-#include <string.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "copy_pool.h"
 #include "host.h"
 #include "timing.h"
 #include "trainer.h"
@@ -16,9 +16,10 @@ const char *const REGRESSION_VARIANTS[] = {"shared", NULL};
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)
 // Uploads go in chunks through a ring of pinned buffers: the copy engine can read only pinned memory, so a
 // pageable array is first copied by the host into a pinned slot, and while the copy engine drains that
-// slot the host fills the next.
-#define CHUNK_POINTS (1 << 18)  // floats per chunk: 1 MiB
-#define STAGING_SLOTS 4         // 4 MiB of pinned memory in all
+// slot the host fills the next. One core copies slower than PCIe moves, so several threads fill a slot
+// (upload_ladder.cu, version 3), and a chunk is large enough to pay for waking them.
+#define CHUNK_POINTS (1 << 20)  // floats per chunk: 4 MiB
+#define STAGING_SLOTS 4         // 16 MiB of pinned memory in all
 
 // ----------------------------------------------------------------------------
 // forward, loss and gradient: one pass over the points, reduced on chip. The three sums are built bottom-up:
@@ -166,6 +167,7 @@ static void sgd_update(float *params, double *loss_sum, double *grad_sum, double
 // upload: pageable host array -> pinned staging slot (host memcpy) -> device (copy engine, asynchronous)
 
 typedef struct {
+    CopyPool *pool;                      // the host threads that fill a slot
     float *slot[STAGING_SLOTS];          // pinned, (CHUNK_POINTS,) each
     cudaEvent_t drained[STAGING_SLOTS];  // recorded after the copy that reads the slot
     int next;                            // the slot to fill next
@@ -182,7 +184,7 @@ static void staged_upload(StagingRing *ring, float *dst, const float *src, int64
         //: dst on stream, record ring->drained[s] after it. Why the wait? Why not copy from src directly?
         size_t bytes = (size_t)(n - start < CHUNK_POINTS ? n - start : CHUNK_POINTS) * sizeof(float);
         cudaCheck(cudaEventSynchronize(ring->drained[s]));
-        memcpy(ring->slot[s], src + start, bytes);
+        copy_pool_memcpy(ring->pool, ring->slot[s], src + start, bytes);
         cudaCheck(cudaMemcpyAsync(dst + start, ring->slot[s], bytes, cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaEventRecord(ring->drained[s], stream));
         // EXERCISE end
@@ -219,7 +221,7 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     double *d_loss_log = (double *)device_zeros((2 * n_logged + 1) * sizeof(double));
     double *h_loss_log = (double *)host_malloc((2 * n_logged + 1) * sizeof(double), "the losses");
     wave_blocks();
-    StagingRing ring = {{NULL}, {NULL}, 0};
+    StagingRing ring = {copy_pool_create(0), {NULL}, {NULL}, 0};
     for (int s = 0; s < STAGING_SLOTS; s++) {
         ring.slot[s] = (float *)host_pinned(CHUNK_POINTS * sizeof(float), "a staging buffer");
         cudaCheck(cudaEventCreateWithFlags(&ring.drained[s], cudaEventDisableTiming));
@@ -296,6 +298,7 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
         cudaCheck(cudaFreeHost(ring.slot[s]));
         cudaCheck(cudaEventDestroy(ring.drained[s]));
     }
+    copy_pool_destroy(ring.pool);
     for (int k = 0; k <= n_logged; k++) cudaCheck(cudaEventDestroy(logged_ready[k]));
     free(logged_ready);
     free(h_loss_log);

@@ -699,6 +699,17 @@ class KernelLadderTest(unittest.TestCase):
         self.assertEqual(kernel_ladders.fmt_ms(0.00523), "0.00523")
         self.assertEqual(kernel_ladders.fmt_ms(1234.4), "1,234")
 
+    def test_upload_ladder_has_its_own_footnote(self):
+        values = ["05", "upload", "4000000 points, 8 threads x 4096 KiB", "4", "host-register", "9", "8", "10", "6",
+                  "3.56", "GB/s", "pinned cudaMemcpy", "0.64", "50", "20", "FIXTURE-GPU", "9.0", "13.0", "13.0",
+                  "fix0003", "20250103T000000Z-300"]
+        row = dict(zip(kernel_ladders.LADDER_COLUMNS, values))
+        block = kernel_ladders.block([("results/fixture-gpu-ladders.csv", [row])], "05", "upload")
+        self.assertIn("| 4 | `host-register` | 9.00 (8.00–10.0) | 3.56 | 7.1% | — | 1.00× | 6.00 |", block)
+        self.assertIn("ceiling: pinned cudaMemcpy", block)
+        self.assertIn(kernel_ladders.FOOTNOTES["upload"], block)
+        self.assertNotIn(kernel_ladders.FOOTNOTE, block)
+
     def test_main_writes_stage_readmes(self):
         with tempfile.TemporaryDirectory() as root:
             os.makedirs(os.path.join(root, "results"))

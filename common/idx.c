@@ -29,8 +29,9 @@
 // zlib's gzread is not used: it reports a missing trailer only through gzerror/gzclose and skips
 // whatever follows a gzip stream without a word, both of which step 5 must see.
 //
-// Pixels become floats as (float)p / 255.0f, exactly what PyTorch's x.float() / 255 computes, so the
-// C trainers and the Python baselines see identical inputs.
+// Pixels become floats as (float)p / 255.0f (mnist_pixel_value, common/trainer.h), exactly what PyTorch's
+// x.float() / 255 computes, so the C trainers and the Python baselines see identical inputs; the bytes
+// are kept too, for the trainers that upload them and scale on the GPU.
 //
 // Built into build/common/libcommon.a by the top Makefile (link with -lz); tested by tests/test_idx.c
 // and fuzzed by tests/fuzz/fuzz_idx.c.
@@ -46,6 +47,7 @@
 
 #include "idx.h"
 #include "message.h"
+#include "trainer.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
 #define IDX_MAGIC_LABELS 0x00000801u
@@ -465,9 +467,9 @@ static int mnist_open_all(const char *dir, IdxFile files[MNIST_FILES], char *err
     return 0;
 }
 
-// One split: the pixels as floats and the labels (checked 0..9).
-static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, float **images_out, uint8_t **labels_out,
-                            int *count_out, char *err, size_t err_len) {
+// One split: the pixels, as bytes and as floats, and the labels (checked 0..9).
+static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, uint8_t **pixels_out, float **images_out,
+                            uint8_t **labels_out, int *count_out, char *err, size_t err_len) {
     int count = (int)images_file->dims[0];
     uint8_t *labels = idx_read_body(labels_file, err, err_len);
     if (!labels) return -1;
@@ -491,8 +493,8 @@ static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, float **
         free(labels);
         return -1;
     }
-    for (size_t i = 0; i < n_pixels; i++) scaled[i] = (float)pixels[i] / 255.0f;
-    free(pixels);
+    for (size_t i = 0; i < n_pixels; i++) scaled[i] = mnist_pixel_value(pixels[i]);
+    *pixels_out = pixels;
     *images_out = scaled;
     *labels_out = labels;
     *count_out = count;
@@ -508,10 +510,10 @@ int mnist_load(const char *dir, MnistSet *out, char *err, size_t err_len) {
     }
     int status = -1;
     if (mnist_open_all(dir, files, err, err_len) == 0 &&
-        mnist_read_split(&files[TRAIN_IMAGES], &files[TRAIN_LABELS], &out->train_images, &out->train_labels,
-                         &out->n_train, err, err_len) == 0 &&
-        mnist_read_split(&files[TEST_IMAGES], &files[TEST_LABELS], &out->test_images, &out->test_labels, &out->n_test,
-                         err, err_len) == 0)
+        mnist_read_split(&files[TRAIN_IMAGES], &files[TRAIN_LABELS], &out->train_pixels, &out->train_images,
+                         &out->train_labels, &out->n_train, err, err_len) == 0 &&
+        mnist_read_split(&files[TEST_IMAGES], &files[TEST_LABELS], &out->test_pixels, &out->test_images,
+                         &out->test_labels, &out->n_test, err, err_len) == 0)
         status = 0;
     for (int i = 0; i < MNIST_FILES; i++) idx_close(&files[i]);
     if (status != 0) mnist_free(out);
@@ -519,6 +521,8 @@ int mnist_load(const char *dir, MnistSet *out, char *err, size_t err_len) {
 }
 
 void mnist_free(MnistSet *set) {
+    free(set->train_pixels);
+    free(set->test_pixels);
     free(set->train_images);
     free(set->train_labels);
     free(set->test_images);

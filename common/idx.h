@@ -29,9 +29,11 @@ void idx_free_images(IdxImages *images);
 void idx_free_labels(IdxLabels *labels);
 
 typedef struct {
-    float *train_images;     // (n_train, 784), pixel / 255.0f
+    uint8_t *train_pixels;   // (n_train, 784) as the file holds them
+    float *train_images;     // (n_train, 784), mnist_pixel_value(pixel) = pixel / 255.0f (common/trainer.h)
     uint8_t *train_labels;   // (n_train,)
     int n_train;
+    uint8_t *test_pixels;    // (n_test, 784)
     float *test_images;      // (n_test, 784)
     uint8_t *test_labels;    // (n_test,)
     int n_test;

@@ -133,6 +133,10 @@ void ladder_require_gpu(const char *program, DeviceInfo *device) {
     if (device_query(device) != 0) exit(EXIT_CUDA);  // it printed the line
 }
 
+void ladder_upload_shape(char *out, size_t len, int64_t points, int threads, int64_t chunk_kib) {
+    snprintf(out, len, "%lld points, %d threads x %lld KiB", (long long)points, threads, (long long)chunk_kib);
+}
+
 // ----------------------------------------------------------------------------
 // statistics
 

@@ -61,6 +61,20 @@ void ladder_parse_args(int argc, char **argv, const char *usage, LadderSize *siz
     "  --m --k --n  the shape, 1 .. 8192 each (a flag left out: 128, 784, 128, the MNIST trainer's first\n"  \
     "               layer at batch 128, --hidden 128)\n"
 
+// The upload ladder's flags (05-streams/upload_ladder.cu): the regression's training set by default;
+// --threads 0 stands for copy_pool_create's default (the online CPUs, at most 8).
+#define LADDER_UPLOAD_SIZES \
+    {{"--n", 1, 250000000, 4000000, 0}, {"--threads", 0, 64, 0, 0}, {"--chunk-kib", 4, 1048576, 4096, 0}}
+#define LADDER_UPLOAD_USAGE                                                                                     \
+    "usage: %s [--n N] [--threads T] [--chunk-kib C] [--version V|NAME|all] [--repeat R] [--csv FILE]\n"         \
+    "  N points of x and y (8 B a point) from pageable host memory to the device, version by version, each\n"   \
+    "  checked byte for byte.\n"                                                                               \
+    "  --n N          points, 1 .. 250000000 (default 4000000: the regression trainer's training set, 32 MB)\n" \
+    "  --threads T    version 3's copy threads, 1 .. 64; 0 (default): the online CPUs, at most 8\n"            \
+    "  --chunk-kib C  version 3's pinned slot, 4 .. 1048576 KiB (default 4096, the trainer's)\n"
+// The upload ladder's shape: "4000000 points, 8 threads x 4096 KiB" (the settings version 3 ran with).
+void ladder_upload_shape(char *out, size_t len, int64_t points, int threads, int64_t chunk_kib);
+
 void ladder_usage_error(const char *program, const char *message, const char *value);
 // A whole decimal number in [min, max] (1e6 and 4,000,000 are refused: digits only).
 int64_t ladder_parse_count(const char *program, const char *flag, const char *text, int64_t min, int64_t max);

@@ -4,7 +4,7 @@
 #   build/NN/test_NAME_ladder   every version on odd sizes against the CPU (tests/gpu/test_NAME_ladder.c;
 #                               make test runs them, and they report themselves skipped without a GPU)
 #
-#   make stage N ladder                 build and run every ladder of stage N (stages 4 and 6)
+#   make stage N ladder                 build and run every ladder of stage N (stages 4, 5 and 6)
 #   make stage N ladder LADDER=gemm     one of them; ARGS="--repeat 50" passes flags to each one run
 #   make stage N ladder RECORD=1        also append their rows to results/<gpu>-ladders.csv, where
 #                                       bench/make_tables.py finds them for the stage README's tables

@@ -51,8 +51,8 @@ static void *alloc_or_die(size_t count, size_t size, const char *what) {
 // for this GPU is one line up front rather than an allocation failure inside the stage
 
 // An upper bound over the stages (each keeps a subset of these): per parameter, fp32 parameters and
-// gradients or an evaluation snapshot, and bf16 copies of both (12 bytes); the training set, its
-// labels and every epoch's batch order (stages 05-07 upload them once); per layer width, fp32 and bf16
+// gradients or an evaluation snapshot, and bf16 copies of both (12 bytes); the training set (its bytes
+// and their floats), its labels and every epoch's batch order (stages 05-07 upload them once); per layer width, fp32 and bf16
 // activations and their gradients for a batch (16 bytes per row, ReLU masks included) and for the
 // test set (8 bytes per row); the per-step losses; two 32 MiB cuBLASLt workspaces. The CUDA context,
 // cuBLAS/cuDNN handles and kernels are covered by a fixed 256 MiB.
@@ -60,8 +60,8 @@ static double mnist_device_bytes(const MnistConfig *cfg, int n_train, int n_test
     double widths = 0.0;
     for (int l = 0; l <= cfg->n_layers; l++) widths += cfg->sizes[l];
     double steps = (double)cfg->epochs * mnist_steps_per_epoch(cfg, n_train);
-    return 12.0 * (double)mnist_param_count(cfg) + (double)n_train * (4.0 * MNIST_PIXELS + 1.0) +
-           (double)n_test * (4.0 * MNIST_PIXELS + 1.0) + 4.0 * cfg->epochs * (double)n_train +
+    return 12.0 * (double)mnist_param_count(cfg) + (double)n_train * (5.0 * MNIST_PIXELS + 1.0) +
+           (double)n_test * (5.0 * MNIST_PIXELS + 1.0) + 4.0 * cfg->epochs * (double)n_train +
            (16.0 * cfg->batch + 8.0 * n_test) * widths + 4.0 * steps + (64.0 + 256.0) * (1 << 20);
 }
 
@@ -283,7 +283,8 @@ int main(int argc, char **argv) {
     int32_t *batch_order = alloc_or_die((size_t)cfg.epochs * (size_t)set.n_train, sizeof(int32_t), "the batch order");
     mnist_init_params(&cfg, opt.seed, init_params);
     mnist_batch_order(set.n_train, cfg.epochs, opt.seed, batch_order);
-    MnistData data = {.train_images = set.train_images, .train_labels = set.train_labels, .n_train = set.n_train,
+    MnistData data = {.train_pixels = set.train_pixels, .train_images = set.train_images,
+                      .train_labels = set.train_labels, .n_train = set.n_train, .test_pixels = set.test_pixels,
                       .test_images = set.test_images, .test_labels = set.test_labels, .n_test = set.n_test,
                       .batch_order = batch_order, .init_params = init_params};
 

@@ -207,7 +207,7 @@ FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Icommon \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
-$(FUZZ_DIR)/fuzz_idx: tests/fuzz/fuzz_idx.c common/idx.c common/idx.h common/message.c
+$(FUZZ_DIR)/fuzz_idx: tests/fuzz/fuzz_idx.c common/idx.c common/idx.h common/trainer.h common/message.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_idx.c common/idx.c common/message.c -lz -o $@
 

@@ -103,12 +103,25 @@ typedef struct {
     int variant;                      // index into the stage's MNIST_VARIANTS
 } MnistConfig;
 
+// A pixel byte as the trainers read it, in [0, 1]: images[i] == mnist_pixel_value(pixels[i]) bit for bit.
+// One expression for the host (common/idx.c) and the device (stages 05-07 upload the bytes, 1/4 of the
+// floats, and scale them on the GPU): a float division, correctly rounded on both sides (nvcc divides
+// to IEEE unless told --use_fast_math or -prec-div=false, which this repository never does).
+#ifdef __CUDACC__
+#define MNIST_HOST_DEVICE __host__ __device__
+#else
+#define MNIST_HOST_DEVICE
+#endif
+static inline MNIST_HOST_DEVICE float mnist_pixel_value(uint8_t pixel) { return (float)pixel / 255.0f; }
+
 // Parameters are packed layer by layer: W_l (sizes[l], sizes[l+1]) row-major, then b_l (sizes[l+1]).
 // A layer computes out = in @ W_l + b_l with in (batch, sizes[l]); ReLU after every layer but the last.
 typedef struct {
-    const float *train_images;    // (n_train, 784) row-major, pixels scaled to [0, 1]
+    const uint8_t *train_pixels;  // (n_train, 784) row-major, the raw bytes
+    const float *train_images;    // (n_train, 784): mnist_pixel_value of each byte, in [0, 1]
     const uint8_t *train_labels;  // (n_train,) in 0..9
     int n_train;
+    const uint8_t *test_pixels;   // (n_test, 784)
     const float *test_images;     // (n_test, 784)
     const uint8_t *test_labels;   // (n_test,)
     int n_test;

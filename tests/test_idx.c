@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include "idx.h"
+#include "trainer.h"
 
 // ----------------------------------------------------------------------------
 // fixtures: a temp directory per test, IDX files written byte by byte
@@ -180,13 +181,34 @@ Test(idx, mnist_load_scales_pixels) {
     cr_assert_eq(set.n_test, 4);
     for (int i = 0; i < 6 * 784; i++) {
         uint8_t p = (uint8_t)((3 + 7 * i) % 256);
+        cr_assert_eq(set.train_pixels[i], p, "train pixel %d", i);  // the bytes are kept for the GPU trainers
         cr_assert_eq(set.train_images[i], (float)p / 255.0f, "train pixel %d", i);
     }
-    for (int i = 0; i < 4 * 784; i++) cr_assert_eq(set.test_images[i], (float)(uint8_t)((3 + 7 * i) % 256) / 255.0f);
+    for (int i = 0; i < 4 * 784; i++) {
+        cr_assert_eq(set.test_pixels[i], (uint8_t)((3 + 7 * i) % 256), "test pixel %d", i);
+        cr_assert_eq(set.test_images[i], (float)(uint8_t)((3 + 7 * i) % 256) / 255.0f);
+    }
     for (int i = 0; i < 6; i++) cr_assert_eq(set.train_labels[i], i % 10);
     for (int i = 0; i < 4; i++) cr_assert_eq(set.test_labels[i], i % 10);
     mnist_free(&set);
     cr_assert_null(set.train_images);
+    cr_assert_null(set.train_pixels);
+}
+
+// The GPU trainers (05-07) scale the bytes on the device with mnist_pixel_value, the loader's expression:
+// it must be the correctly rounded quotient p / 255 (what an IEEE float division gives on either side,
+// and what PyTorch's x.float() / 255 gives), for every byte.
+Test(idx, pixel_value_is_the_correctly_rounded_quotient) {
+    for (int p = 0; p < 256; p++) {
+        float value = mnist_pixel_value((uint8_t)p);
+        cr_assert_eq(value, (float)p / 255.0f, "pixel %d", p);
+        double exact = p / 255.0, error = fabs((double)value - exact);
+        cr_assert(error <= fabs((double)nextafterf(value, 2.0f) - exact) &&
+                      error <= fabs((double)nextafterf(value, -1.0f) - exact),
+                  "pixel %d: %.9g is not the float nearest %.17g", p, value, exact);
+    }
+    cr_assert_eq(mnist_pixel_value(0), 0.0f);
+    cr_assert_eq(mnist_pixel_value(255), 1.0f);
 }
 
 // ----------------------------------------------------------------------------

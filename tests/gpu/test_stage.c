@@ -300,32 +300,45 @@ static void hidden_name(const MnistConfig *cfg, char *name, size_t len) {
 
 // Owns every array an MnistData points to.
 typedef struct {
-    float *train_images, *test_images;    // (n_train, 784), (n_test, 784)
+    uint8_t *train_pixels, *test_pixels;  // (n_train, 784), (n_test, 784)
+    float *train_images, *test_images;    // the same, mnist_pixel_value of each byte
     uint8_t *train_labels, *test_labels;  // (n_train,), (n_test,)
     int32_t *batch_order;                 // (epochs, n_train)
     float *init_params;                   // (mnist_param_count,)
     MnistData data;
 } MnistInputs;
 
-// images uniform in [0, 1), labels uniform in 0..9, from their own seed; init and order as the drivers make them
+// Pixel bytes uniform in 0..255 (as floats, as the IDX loader scales them), labels uniform in 0..9, from
+// their own seed; init and order as the drivers make them
 static void mnist_inputs_synthetic(const MnistConfig *cfg, int n_train, int n_test, MnistInputs *in) {
     Rng rng;
     rng_seed(&rng, 7);
-    in->train_images = xmalloc(sizeof(float) * (size_t)n_train * MNIST_PIXELS);
-    in->test_images = xmalloc(sizeof(float) * (size_t)n_test * MNIST_PIXELS);
+    size_t train_pixels = (size_t)n_train * MNIST_PIXELS, test_pixels = (size_t)n_test * MNIST_PIXELS;
+    in->train_pixels = xmalloc(train_pixels);
+    in->test_pixels = xmalloc(test_pixels);
+    in->train_images = xmalloc(sizeof(float) * train_pixels);
+    in->test_images = xmalloc(sizeof(float) * test_pixels);
     in->train_labels = xmalloc((size_t)n_train);
     in->test_labels = xmalloc((size_t)n_test);
-    for (size_t i = 0; i < (size_t)n_train * MNIST_PIXELS; i++) in->train_images[i] = (float)rng_uniform(&rng);
-    for (size_t i = 0; i < (size_t)n_test * MNIST_PIXELS; i++) in->test_images[i] = (float)rng_uniform(&rng);
+    for (size_t i = 0; i < train_pixels; i++) {
+        in->train_pixels[i] = (uint8_t)(rng_next(&rng) >> 56);
+        in->train_images[i] = mnist_pixel_value(in->train_pixels[i]);
+    }
+    for (size_t i = 0; i < test_pixels; i++) {
+        in->test_pixels[i] = (uint8_t)(rng_next(&rng) >> 56);
+        in->test_images[i] = mnist_pixel_value(in->test_pixels[i]);
+    }
     for (int i = 0; i < n_train; i++) in->train_labels[i] = (uint8_t)(rng_next(&rng) % MNIST_CLASSES);
     for (int i = 0; i < n_test; i++) in->test_labels[i] = (uint8_t)(rng_next(&rng) % MNIST_CLASSES);
     in->batch_order = xmalloc(sizeof(int32_t) * (size_t)cfg->epochs * n_train);
     mnist_batch_order(n_train, cfg->epochs, SEED, in->batch_order);
     in->init_params = xmalloc(sizeof(float) * (size_t)mnist_param_count(cfg));
     mnist_init_params(cfg, SEED, in->init_params);
-    in->data = (MnistData){.train_images = in->train_images,
+    in->data = (MnistData){.train_pixels = in->train_pixels,
+                           .train_images = in->train_images,
                            .train_labels = in->train_labels,
                            .n_train = n_train,
+                           .test_pixels = in->test_pixels,
                            .test_images = in->test_images,
                            .test_labels = in->test_labels,
                            .n_test = n_test,
@@ -334,6 +347,8 @@ static void mnist_inputs_synthetic(const MnistConfig *cfg, int n_train, int n_te
 }
 
 static void mnist_inputs_free(MnistInputs *in) {
+    free(in->train_pixels);
+    free(in->test_pixels);
     free(in->train_images);
     free(in->test_images);
     free(in->train_labels);
@@ -472,9 +487,11 @@ static void check_mnist_real(const int *hidden, int n_hidden, double min_accurac
     mnist_batch_order(set.n_train, 1, SEED, in.batch_order);
     in.init_params = xmalloc(sizeof(float) * (size_t)mnist_param_count(&cfg));
     mnist_init_params(&cfg, SEED, in.init_params);
-    MnistData data = {.train_images = set.train_images,
+    MnistData data = {.train_pixels = set.train_pixels,
+                      .train_images = set.train_images,
                       .train_labels = set.train_labels,
                       .n_train = set.n_train,
+                      .test_pixels = set.test_pixels,
                       .test_images = set.test_images,
                       .test_labels = set.test_labels,
                       .n_test = set.n_test,

@@ -1,0 +1,123 @@
+// common/copy_pool.c: see copy_pool.h. Tested by tests/test_copy_pool.c.
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "copy_pool.h"
+#include "exit_codes.h"
+#include "host.h"
+
+#define LINE_BYTES 64
+
+typedef struct {
+    CopyPool *pool;
+    int index;  // 1 .. threads - 1: the caller copies part 0
+} Worker;
+
+struct CopyPool {
+    int threads;
+    pthread_t ids[COPY_POOL_MAX_THREADS];
+    Worker workers[COPY_POOL_MAX_THREADS];
+    pthread_mutex_t lock;
+    pthread_cond_t work;  // a new job (generation advanced) or stop
+    pthread_cond_t done;  // pending reached 0
+    // the job, guarded by lock
+    unsigned long generation;  // advanced once per job: a worker copies each generation once
+    char *dst;
+    const char *src;
+    size_t bytes;
+    int pending;  // workers still copying this job
+    int stop;
+};
+
+size_t copy_pool_part_start(size_t bytes, int threads, int index) {
+    size_t lines = (bytes + LINE_BYTES - 1) / LINE_BYTES;
+    size_t per_thread = (lines + (size_t)threads - 1) / (size_t)threads;
+    size_t start = per_thread * (size_t)index * LINE_BYTES;
+    return start < bytes ? start : bytes;
+}
+
+static void copy_part(CopyPool *pool, int index, char *dst, const char *src, size_t bytes) {
+    size_t start = copy_pool_part_start(bytes, pool->threads, index);
+    size_t end = copy_pool_part_start(bytes, pool->threads, index + 1);
+    if (end > start) memcpy(dst + start, src + start, end - start);
+}
+
+static void *worker_main(void *arg) {
+    Worker *self = (Worker *)arg;
+    CopyPool *pool = self->pool;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pool->lock);
+    for (;;) {
+        while (pool->generation == seen && !pool->stop) pthread_cond_wait(&pool->work, &pool->lock);
+        if (pool->stop) break;
+        seen = pool->generation;
+        char *dst = pool->dst;
+        const char *src = pool->src;
+        size_t bytes = pool->bytes;
+        pthread_mutex_unlock(&pool->lock);
+        copy_part(pool, self->index, dst, src, bytes);
+        pthread_mutex_lock(&pool->lock);
+        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+CopyPool *copy_pool_create(int threads) {
+    if (threads <= 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = online < 1 ? 1 : online < COPY_POOL_DEFAULT_THREADS ? (int)online : COPY_POOL_DEFAULT_THREADS;
+    }
+    if (threads > COPY_POOL_MAX_THREADS) threads = COPY_POOL_MAX_THREADS;
+    CopyPool *pool = (CopyPool *)host_malloc(sizeof(CopyPool), "the copy threads");
+    memset(pool, 0, sizeof(*pool));
+    pool->threads = threads;
+    pthread_mutex_init(&pool->lock, NULL);
+    pthread_cond_init(&pool->work, NULL);
+    pthread_cond_init(&pool->done, NULL);
+    for (int t = 1; t < threads; t++) {
+        pool->workers[t] = (Worker){pool, t};
+        int status = pthread_create(&pool->ids[t], NULL, worker_main, &pool->workers[t]);
+        if (status != 0) {
+            fprintf(stderr, "error: cannot start copy thread %d of %d: %s\n", t, threads, strerror(status));
+            exit(EXIT_HOST_MEMORY);
+        }
+    }
+    return pool;
+}
+
+int copy_pool_threads(const CopyPool *pool) { return pool->threads; }
+
+void copy_pool_memcpy(CopyPool *pool, void *dst, const void *src, size_t bytes) {
+    if (pool->threads == 1) {  // no hand-off: the caller's memcpy is the whole job
+        memcpy(dst, src, bytes);
+        return;
+    }
+    pthread_mutex_lock(&pool->lock);
+    pool->dst = (char *)dst;
+    pool->src = (const char *)src;
+    pool->bytes = bytes;
+    pool->pending = pool->threads - 1;
+    pool->generation++;
+    pthread_cond_broadcast(&pool->work);
+    pthread_mutex_unlock(&pool->lock);
+    copy_part(pool, 0, (char *)dst, (const char *)src, bytes);
+    pthread_mutex_lock(&pool->lock);
+    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void copy_pool_destroy(CopyPool *pool) {
+    pthread_mutex_lock(&pool->lock);
+    pool->stop = 1;
+    pthread_cond_broadcast(&pool->work);
+    pthread_mutex_unlock(&pool->lock);
+    for (int t = 1; t < pool->threads; t++) pthread_join(pool->ids[t], NULL);
+    pthread_mutex_destroy(&pool->lock);
+    pthread_cond_destroy(&pool->work);
+    pthread_cond_destroy(&pool->done);
+    free(pool);
+}
