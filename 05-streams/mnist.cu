@@ -10,8 +10,8 @@
 #include <cuda_runtime.h>
 
 #include "check.h"
-#include "copy_pool.h"
 #include "host.h"
+#include "staging.h"
 #include "timing.h"
 #include "trainer.h"
 
@@ -24,7 +24,6 @@ const char *const MNIST_PRECISIONS[] = {"fp32", NULL};
 #define TILE 16    // GEMMs: a block of TILE x TILE threads computes a TILE x TILE tile of the output
 #define TILE_K 32  // GEMMs: the slice of the shared dimension K staged in shared memory per step
 #define SLICE_LOADS (TILE * TILE_K / (TILE * TILE))  // floats of each operand's slice that a thread copies
-#define UPLOAD_CHUNK ((size_t)8 << 20)  // bytes per pinned staging buffer (two of them)
 
 // ----------------------------------------------------------------------------
 // pixels: the bytes go up (a quarter of the floats' bytes) and become floats on the device, once
@@ -314,33 +313,6 @@ static void mlp_backward_sgd(const MnistConfig *cfg, float *params, float *const
     }
 }
 
-// Uploads from pageable memory through two pinned buffers. The copy engine reads only pinned (page-
-// locked) memory: from pageable memory the driver stages through a buffer of its own and the call
-// returns when the copy is done. Here the host fills one buffer while the copy engine drains the other,
-// and the copies are asynchronous, on their own stream. One core's memcpy is slower than PCIe: the host
-// fills a buffer with several threads (upload_ladder.cu measures why).
-typedef struct {
-    CopyPool *pool;          // the host threads that fill a buffer
-    char *buffer[2];         // (UPLOAD_CHUNK,) each, pinned
-    cudaEvent_t drained[2];  // the last copy out of buffer[b] has finished
-    int next;                // the buffer to fill next
-} Staging;
-
-// dst (device) <- src (host, pageable), chunk by chunk, asynchronously on copy_stream. The host waits
-// only for a buffer's previous copy before refilling it.
-static void upload_chunked(void *dst, const void *src, size_t bytes, Staging *staging, cudaStream_t copy_stream) {
-    for (size_t offset = 0; offset < bytes; offset += UPLOAD_CHUNK) {
-        size_t chunk = bytes - offset < UPLOAD_CHUNK ? bytes - offset : UPLOAD_CHUNK;
-        int b = staging->next;
-        staging->next = 1 - b;
-        cudaCheck(cudaEventSynchronize(staging->drained[b]));
-        copy_pool_memcpy(staging->pool, staging->buffer[b], (const char *)src + offset, chunk);
-        cudaCheck(
-            cudaMemcpyAsync((char *)dst + offset, staging->buffer[b], chunk, cudaMemcpyHostToDevice, copy_stream));
-        cudaCheck(cudaEventRecord(staging->drained[b], copy_stream));
-    }
-}
-
 // ----------------------------------------------------------------------------
 // training
 
@@ -405,11 +377,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaEventCreateWithFlags(&upload_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&snapshot_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&eval_done, cudaEventDisableTiming));
-    Staging staging = {copy_pool_create(0), {NULL, NULL}, {NULL, NULL}, 0};
-    for (int b = 0; b < 2; b++) {
-        staging.buffer[b] = (char *)host_pinned(UPLOAD_CHUNK, "a pinned upload buffer");
-        cudaCheck(cudaEventCreateWithFlags(&staging.drained[b], cudaEventDisableTiming));
-    }
+    StagingRing *staging = staging_create(STAGING_SLOTS, STAGING_SLOT_BYTES, 0);
     TrainClock clock;
     train_clock_init(&clock, cfg->epochs, cfg->breakdown);
     out->timing.setup_ms = host_ms() - setup_start_ms;
@@ -419,14 +387,14 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     train_clock_e2e_start(&clock, stream);
     TIMED_PHASE(&clock, PHASE_H2D, stream) {
         cudaCheck(cudaStreamWaitEvent(copy_stream, clock.e2e_start, 0));  // the upload is inside e2e
-        upload_chunked(d_params, data->init_params, n_params * sizeof(float), &staging, copy_stream);
-        upload_chunked(d_pixels, data->train_pixels, (size_t)n_train * pixels, &staging, copy_stream);
-        upload_chunked(d_train_labels, data->train_labels, n_train, &staging, copy_stream);
-        upload_chunked(d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t), &staging,
+        staging_upload(staging, d_params, data->init_params, n_params * sizeof(float), copy_stream);
+        staging_upload(staging, d_pixels, data->train_pixels, (size_t)n_train * pixels, copy_stream);
+        staging_upload(staging, d_train_labels, data->train_labels, n_train, copy_stream);
+        staging_upload(staging, d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t),
                        copy_stream);
-        upload_chunked(d_pixels + (size_t)n_train * pixels, data->test_pixels, (size_t)n_test * pixels, &staging,
+        staging_upload(staging, d_pixels + (size_t)n_train * pixels, data->test_pixels, (size_t)n_test * pixels,
                        copy_stream);
-        upload_chunked(d_test_labels, data->test_labels, n_test, &staging, copy_stream);
+        staging_upload(staging, d_test_labels, data->test_labels, n_test, copy_stream);
         int64_t train_values = (int64_t)n_train * pixels, test_values = (int64_t)n_test * pixels;
         scale_pixels_kernel<<<blocks_for(train_values), BLOCK_SIZE, 0, copy_stream>>>(d_train_images, d_pixels,
                                                                                        train_values);
@@ -529,10 +497,6 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaEventDestroy(upload_done));
     cudaCheck(cudaEventDestroy(snapshot_ready));
     cudaCheck(cudaEventDestroy(eval_done));
-    for (int b = 0; b < 2; b++) {
-        cudaCheck(cudaFreeHost(staging.buffer[b]));
-        cudaCheck(cudaEventDestroy(staging.drained[b]));
-    }
-    copy_pool_destroy(staging.pool);
+    staging_destroy(staging);
     return 0;
 }

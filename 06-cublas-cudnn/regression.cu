@@ -5,10 +5,11 @@
 #include <cublas_v2.h>
 
 #include "check.h"
-#include "copy_pool.h"
 #include "host.h"
+#include "staging.h"
 #include "timing.h"
 #include "trainer.h"
+#include "cublas_sums.cuh"  // the cublas variant's state and small kernels
 
 const char *const REGRESSION_VARIANTS[] = {"fused", "cublas", NULL};
 enum { VARIANT_FUSED, VARIANT_CUBLAS };  // indices into REGRESSION_VARIANTS
@@ -16,12 +17,6 @@ enum { VARIANT_FUSED, VARIANT_CUBLAS };  // indices into REGRESSION_VARIANTS
 #define BLOCK_SIZE 256  // a multiple of WARP_SIZE: the reductions below assume full warps
 #define WARP_SIZE 32
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)
-// Uploads go in chunks through a ring of pinned buffers: the copy engine can read only pinned memory, so a
-// pageable array is first copied by the host into a pinned slot, and while the copy engine drains that
-// slot the host fills the next. One core copies slower than PCIe moves, so several threads fill a slot
-// (upload_ladder.cu, version 3), and a chunk is large enough to pay for waking them.
-#define CHUNK_POINTS (1 << 20)  // floats per chunk: 4 MiB
-#define STAGING_SLOTS 4         // 16 MiB of pinned memory in all
 
 // ----------------------------------------------------------------------------
 // forward, loss and gradient: one pass over the points, reduced on chip. The three sums are built bottom-up:
@@ -106,33 +101,6 @@ __global__ void forward_loss_backward_kernel(double *loss_sum, double *grad_sum,
 }
 
 // ----------------------------------------------------------------------------
-// forward, loss and gradient, "cublas": a kernel for the residual, cuBLAS for the sums. Each step is its
-// own pass over memory: the residual kernel reads x and y and writes r; then cublasSdot reads r (for r.r),
-// r and x, r and a vector of ones. Four passes where the fused kernel makes one.
-
-// for (i = 0; i < n; i++) r[i] = w * x[i] + b - y[i];
-__global__ void residual_kernel(float *residual, const float *x, const float *y, const float *params, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    residual[i] = params[0] * x[i] + params[1] - y[i];
-}
-
-// cuBLAS leaves each dot product, a float, in device memory; this adds them to the double sums, where the
-// fused kernel's atomics go: loss_sum += r.r; grad_sum += (r.x, r.1)
-__global__ void add_dots_kernel(double *loss_sum, double *grad_sum, const float *dots) {
-    *loss_sum += dots[0];
-    grad_sum[0] += dots[1];
-    grad_sum[1] += dots[2];
-}
-
-// for (i = 0; i < n; i++) v[i] = value;
-__global__ void fill_kernel(float *v, float value, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    v[i] = value;
-}
-
-// ----------------------------------------------------------------------------
 // update: one thread, two parameters
 
 // A logged epoch (log_slot >= 0) leaves its loss sum and starting parameters in the logs; then
@@ -155,8 +123,6 @@ __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_
 // ----------------------------------------------------------------------------
 // launchers
 
-static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
-
 // The largest grid that runs in one wave: SMs × the blocks of the kernel one SM holds at once. Once every
 // thread loops, more blocks only queue behind the first wave (each adding its atomics), and fewer leave SMs
 // without enough loads in flight to keep memory busy. Asked once (in setup), then remembered.
@@ -178,50 +144,18 @@ static unsigned int wave_for(int64_t n) {
     return (unsigned int)(needed < wave_blocks() ? needed : wave_blocks());
 }
 
-// What the cuBLAS path needs: a handle bound to the training stream, in device pointer mode (cublasSdot then
-// writes its result to device memory and returns at once, instead of copying it to the host and waiting).
-typedef struct {
-    cublasHandle_t handle;
-    float *residual;  // (n,) r = w x + b - y
-    float *ones;      // (n,) 1.0f, for r.1
-    float *dots;      // (3,) r.r, r.x, r.1
-} CublasSums;
-
-static CublasSums *cublas_sums_create(int64_t n, cudaStream_t stream) {
-    CublasSums *c = (CublasSums *)host_malloc(sizeof(CublasSums), "the cuBLAS state");
-    cublasCheck(cublasCreate(&c->handle));
-    cublasCheck(cublasSetStream(c->handle, stream));
-    cublasCheck(cublasSetPointerMode(c->handle, CUBLAS_POINTER_MODE_DEVICE));
-    cudaCheck(cudaMalloc(&c->residual, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&c->ones, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&c->dots, 3 * sizeof(float)));
-    fill_kernel<<<blocks_for(n), BLOCK_SIZE, 0, stream>>>(c->ones, 1.0f, n);
-    launchCheck();
-    return c;
-}
-
-static void cublas_sums_destroy(CublasSums *c) {
-    cublasCheck(cublasDestroy(c->handle));
-    cudaCheck(cudaFree(c->residual));
-    cudaCheck(cudaFree(c->ones));
-    cudaCheck(cudaFree(c->dots));
-    free(c);
-}
-
 // grad_sum NULL: the loss alone (the test set). cublas NULL: the fused kernel; else the training set's sums
 // with cuBLAS (n fits its int: --points <= 2e9).
 static void forward_loss_backward(double *loss_sum, double *grad_sum, const float *x, const float *y,
                                   const float *params, int64_t n, cudaStream_t stream, const CublasSums *cublas) {
     if (cublas != NULL) {
-        residual_kernel<<<blocks_for(n), BLOCK_SIZE, 0, stream>>>(cublas->residual, x, y, params, n);
-        launchCheck();
+        cublas_residual(cublas, x, y, params, n, stream);
         // EXERCISE(cublas-dots) begin: three cublasSdot calls, into cublas->dots: r.r, r.x, r.1. Check each.
         cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, cublas->residual, 1, &cublas->dots[0]));
         cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, x, 1, &cublas->dots[1]));
         cublasCheck(cublasSdot(cublas->handle, (int)n, cublas->residual, 1, cublas->ones, 1, &cublas->dots[2]));
         // EXERCISE end
-        add_dots_kernel<<<1, 1, 0, stream>>>(loss_sum, grad_sum, cublas->dots);
-        launchCheck();
+        cublas_add_dots(cublas, loss_sum, grad_sum, stream);
         return;
     }
     forward_loss_backward_kernel<<<wave_for(n), BLOCK_SIZE, 0, stream>>>(loss_sum, grad_sum, x, y, params, n);
@@ -232,31 +166,6 @@ static void sgd_update(float *params, double *loss_sum, double *grad_sum, double
                        int log_slot, float lr, int64_t n, cudaStream_t stream) {
     sgd_update_kernel<<<1, 1, 0, stream>>>(params, loss_sum, grad_sum, loss_log, param_log, log_slot, lr, n);
     launchCheck();
-}
-
-// ----------------------------------------------------------------------------
-// upload: pageable host array -> pinned staging slot (host memcpy) -> device (copy engine, asynchronous)
-
-typedef struct {
-    CopyPool *pool;                      // the host threads that fill a slot
-    float *slot[STAGING_SLOTS];          // pinned, (CHUNK_POINTS,) each
-    cudaEvent_t drained[STAGING_SLOTS];  // recorded after the copy that reads the slot
-    int next;                            // the slot to fill next
-} StagingRing;
-
-// n floats from src to dst, enqueued on stream chunk by chunk. The host waits only when the slot it is about
-// to refill has not been drained yet (never-recorded events count as done): a wait for the copy engine, never
-// for a kernel.
-static void staged_upload(StagingRing *ring, float *dst, const float *src, int64_t n, cudaStream_t stream) {
-    for (int64_t start = 0; start < n; start += CHUNK_POINTS) {
-        int s = ring->next;
-        ring->next = (s + 1) % STAGING_SLOTS;
-        size_t bytes = (size_t)(n - start < CHUNK_POINTS ? n - start : CHUNK_POINTS) * sizeof(float);
-        cudaCheck(cudaEventSynchronize(ring->drained[s]));
-        copy_pool_memcpy(ring->pool, ring->slot[s], src + start, bytes);
-        cudaCheck(cudaMemcpyAsync(dst + start, ring->slot[s], bytes, cudaMemcpyHostToDevice, stream));
-        cudaCheck(cudaEventRecord(ring->drained[s], stream));
-    }
 }
 
 // ----------------------------------------------------------------------------
@@ -289,11 +198,7 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     double *d_loss_log = (double *)device_zeros((2 * n_logged + 1) * sizeof(double));
     double *h_loss_log = (double *)host_malloc((2 * n_logged + 1) * sizeof(double), "the losses");
     wave_blocks();
-    StagingRing ring = {copy_pool_create(0), {NULL}, {NULL}, 0};
-    for (int s = 0; s < STAGING_SLOTS; s++) {
-        ring.slot[s] = (float *)host_pinned(CHUNK_POINTS * sizeof(float), "a staging buffer");
-        cudaCheck(cudaEventCreateWithFlags(&ring.drained[s], cudaEventDisableTiming));
-    }
+    StagingRing *ring = staging_create(STAGING_SLOTS, STAGING_SLOT_BYTES, 0);
     // stream: the training set and the epochs; eval_stream: the test set and the test losses
     cudaStream_t stream, eval_stream;
     cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -313,9 +218,9 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     train_clock_e2e_start(&clock, stream);
     float params_init[2] = {data->w_init, data->b_init};
     TIMED_PHASE(&clock, PHASE_H2D, stream) {
-        staged_upload(&ring, d_x_train, data->x_train, n_train, stream);
-        staged_upload(&ring, d_y_train, data->y_train, n_train, stream);
-        staged_upload(&ring, d_params, params_init, 2, stream);
+        staging_upload(ring, d_x_train, data->x_train, n_train * sizeof(float), stream);
+        staging_upload(ring, d_y_train, data->y_train, n_train * sizeof(float), stream);
+        staging_upload(ring, d_params, params_init, 2 * sizeof(float), stream);
     }
     train_clock_loop_start(&clock, stream);
 
@@ -338,8 +243,8 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     // does not delay their launches); each test loss runs as soon as its parameters exist. The eval stream
     // waits for the trained parameters last: it ends the last epoch (and the loop) and the run.
     TIMED_PHASE(&clock, PHASE_H2D, eval_stream) {
-        staged_upload(&ring, d_x_test, data->x_test, n_test, eval_stream);
-        staged_upload(&ring, d_y_test, data->y_test, n_test, eval_stream);
+        staging_upload(ring, d_x_test, data->x_test, n_test * sizeof(float), eval_stream);
+        staging_upload(ring, d_y_test, data->y_test, n_test * sizeof(float), eval_stream);
     }
     TIMED_PHASE(&clock, PHASE_EVAL, eval_stream) for (int k = 0; k <= n_logged; k++) {
         const float *params = k < n_logged ? d_param_log + 2 * k : d_params;
@@ -364,11 +269,7 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     }
     out->final_test_loss = (float)(h_loss_log[2 * n_logged] / (double)n_test);
 
-    for (int s = 0; s < STAGING_SLOTS; s++) {
-        cudaCheck(cudaFreeHost(ring.slot[s]));
-        cudaCheck(cudaEventDestroy(ring.drained[s]));
-    }
-    copy_pool_destroy(ring.pool);
+    staging_destroy(ring);
     if (cublas != NULL) cublas_sums_destroy(cublas);
     for (int k = 0; k <= n_logged; k++) cudaCheck(cudaEventDestroy(logged_ready[k]));
     free(logged_ready);

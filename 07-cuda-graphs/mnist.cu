@@ -11,8 +11,8 @@
 #include <cudnn.h>
 
 #include "check.h"
-#include "copy_pool.h"
 #include "host.h"
+#include "staging.h"
 #include "lt_matmul.h"
 #include "timing.h"
 #include "trainer.h"
@@ -24,7 +24,6 @@ const char *const MNIST_PRECISIONS[] = {"fp32", "tf32", NULL};
 #define BLOCK_SIZE 256
 #define WARP_SIZE 32
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
-#define UPLOAD_CHUNK ((size_t)8 << 20)  // bytes per pinned staging buffer (two of them)
 
 // ----------------------------------------------------------------------------
 // pixels: the bytes go up (a quarter of the floats' bytes) and become floats on the device, once
@@ -257,33 +256,6 @@ static void train_step(const TrainStep *t, TrainClock *clock, cudaStream_t strea
         mlp_backward_sgd(cfg, t->lt, t->input_plans, t->weight_plans, t->params, t->dact, t->step, batch, stream);
 }
 
-// Uploads from pageable memory through two pinned buffers. The copy engine reads only pinned (page-
-// locked) memory: from pageable memory the driver stages through a buffer of its own and the call
-// returns when the copy is done. Here the host fills one buffer while the copy engine drains the other,
-// and the copies are asynchronous, on their own stream. One core's memcpy is slower than PCIe: the host
-// fills a buffer with several threads (upload_ladder.cu measures why).
-typedef struct {
-    CopyPool *pool;          // the host threads that fill a buffer
-    char *buffer[2];         // (UPLOAD_CHUNK,) each, pinned
-    cudaEvent_t drained[2];  // the last copy out of buffer[b] has finished
-    int next;                // the buffer to fill next
-} Staging;
-
-// dst (device) <- src (host, pageable), chunk by chunk, asynchronously on copy_stream. The host waits
-// only for a buffer's previous copy before refilling it.
-static void upload_chunked(void *dst, const void *src, size_t bytes, Staging *staging, cudaStream_t copy_stream) {
-    for (size_t offset = 0; offset < bytes; offset += UPLOAD_CHUNK) {
-        size_t chunk = bytes - offset < UPLOAD_CHUNK ? bytes - offset : UPLOAD_CHUNK;
-        int b = staging->next;
-        staging->next = 1 - b;
-        cudaCheck(cudaEventSynchronize(staging->drained[b]));
-        copy_pool_memcpy(staging->pool, staging->buffer[b], (const char *)src + offset, chunk);
-        cudaCheck(
-            cudaMemcpyAsync((char *)dst + offset, staging->buffer[b], chunk, cudaMemcpyHostToDevice, copy_stream));
-        cudaCheck(cudaEventRecord(staging->drained[b], copy_stream));
-    }
-}
-
 // ----------------------------------------------------------------------------
 // training
 
@@ -357,11 +329,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaEventCreateWithFlags(&upload_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&snapshot_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&eval_done, cudaEventDisableTiming));
-    Staging staging = {copy_pool_create(0), {NULL, NULL}, {NULL, NULL}, 0};
-    for (int b = 0; b < 2; b++) {
-        staging.buffer[b] = (char *)host_pinned(UPLOAD_CHUNK, "a pinned upload buffer");
-        cudaCheck(cudaEventCreateWithFlags(&staging.drained[b], cudaEventDisableTiming));
-    }
+    StagingRing *staging = staging_create(STAGING_SLOTS, STAGING_SLOT_BYTES, 0);
     cudnnHandle_t cudnn;                  // the softmax, on the training stream
     cudnnTensorDescriptor_t logits_desc;  // (batch, classes, 1, 1): softmax over each row (INSTANCE mode)
     cudnnCheck(cudnnCreate(&cudnn));
@@ -427,14 +395,14 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     train_clock_e2e_start(&clock, stream);
     TIMED_PHASE(&clock, PHASE_H2D, stream) {
         cudaCheck(cudaStreamWaitEvent(copy_stream, clock.e2e_start, 0));  // the upload is inside e2e
-        upload_chunked(d_params, data->init_params, n_params * sizeof(float), &staging, copy_stream);
-        upload_chunked(d_pixels, data->train_pixels, (size_t)n_train * pixels, &staging, copy_stream);
-        upload_chunked(d_train_labels, data->train_labels, n_train, &staging, copy_stream);
-        upload_chunked(d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t), &staging,
+        staging_upload(staging, d_params, data->init_params, n_params * sizeof(float), copy_stream);
+        staging_upload(staging, d_pixels, data->train_pixels, (size_t)n_train * pixels, copy_stream);
+        staging_upload(staging, d_train_labels, data->train_labels, n_train, copy_stream);
+        staging_upload(staging, d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t),
                        copy_stream);
-        upload_chunked(d_pixels + (size_t)n_train * pixels, data->test_pixels, (size_t)n_test * pixels, &staging,
+        staging_upload(staging, d_pixels + (size_t)n_train * pixels, data->test_pixels, (size_t)n_test * pixels,
                        copy_stream);
-        upload_chunked(d_test_labels, data->test_labels, n_test, &staging, copy_stream);
+        staging_upload(staging, d_test_labels, data->test_labels, n_test, copy_stream);
         int64_t train_values = (int64_t)n_train * pixels, test_values = (int64_t)n_test * pixels;
         scale_pixels_kernel<<<blocks_for(train_values), BLOCK_SIZE, 0, copy_stream>>>(d_train_images, d_pixels,
                                                                                        train_values);
@@ -538,10 +506,6 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaEventDestroy(upload_done));
     cudaCheck(cudaEventDestroy(snapshot_ready));
     cudaCheck(cudaEventDestroy(eval_done));
-    for (int b = 0; b < 2; b++) {
-        cudaCheck(cudaFreeHost(staging.buffer[b]));
-        cudaCheck(cudaEventDestroy(staging.drained[b]));
-    }
-    copy_pool_destroy(staging.pool);
+    staging_destroy(staging);
     return 0;
 }

@@ -5,8 +5,8 @@
 #include <cuda_runtime.h>
 
 #include "check.h"
-#include "copy_pool.h"
 #include "host.h"
+#include "staging.h"
 #include "timing.h"
 #include "trainer.h"
 
@@ -15,12 +15,6 @@ const char *const REGRESSION_VARIANTS[] = {"fused", NULL};
 #define BLOCK_SIZE 256  // a multiple of WARP_SIZE: the reductions below assume full warps
 #define WARP_SIZE 32
 #define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)
-// Uploads go in chunks through a ring of pinned buffers: the copy engine can read only pinned memory, so a
-// pageable array is first copied by the host into a pinned slot, and while the copy engine drains that
-// slot the host fills the next. One core copies slower than PCIe moves, so several threads fill a slot
-// (upload_ladder.cu, version 3), and a chunk is large enough to pay for waking them.
-#define CHUNK_POINTS (1 << 20)  // floats per chunk: 4 MiB
-#define STAGING_SLOTS 4         // 16 MiB of pinned memory in all
 // Epochs per graph launch. Any number works (the epoch count lives on the device); 10 = one log interval.
 #define EPOCHS_PER_GRAPH 10
 
@@ -168,31 +162,6 @@ static void sgd_update(float *params, double *loss_sum, double *grad_sum, double
 }
 
 // ----------------------------------------------------------------------------
-// upload: pageable host array -> pinned staging slot (host memcpy) -> device (copy engine, asynchronous)
-
-typedef struct {
-    CopyPool *pool;                      // the host threads that fill a slot
-    float *slot[STAGING_SLOTS];          // pinned, (CHUNK_POINTS,) each
-    cudaEvent_t drained[STAGING_SLOTS];  // recorded after the copy that reads the slot
-    int next;                            // the slot to fill next
-} StagingRing;
-
-// n floats from src to dst, enqueued on stream chunk by chunk. The host waits only when the slot it is about
-// to refill has not been drained yet (never-recorded events count as done): a wait for the copy engine, never
-// for a kernel.
-static void staged_upload(StagingRing *ring, float *dst, const float *src, int64_t n, cudaStream_t stream) {
-    for (int64_t start = 0; start < n; start += CHUNK_POINTS) {
-        int s = ring->next;
-        ring->next = (s + 1) % STAGING_SLOTS;
-        size_t bytes = (size_t)(n - start < CHUNK_POINTS ? n - start : CHUNK_POINTS) * sizeof(float);
-        cudaCheck(cudaEventSynchronize(ring->drained[s]));
-        copy_pool_memcpy(ring->pool, ring->slot[s], src + start, bytes);
-        cudaCheck(cudaMemcpyAsync(dst + start, ring->slot[s], bytes, cudaMemcpyHostToDevice, stream));
-        cudaCheck(cudaEventRecord(ring->drained[s], stream));
-    }
-}
-
-// ----------------------------------------------------------------------------
 // training
 
 int train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out) {
@@ -229,11 +198,7 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     cudaCheck(cudaMalloc(&d_log_slots, cfg->epochs * sizeof(int)));
     cudaCheck(cudaMemcpy(d_log_slots, log_slots, cfg->epochs * sizeof(int), cudaMemcpyHostToDevice));
     wave_blocks();
-    StagingRing ring = {copy_pool_create(0), {NULL}, {NULL}, 0};
-    for (int s = 0; s < STAGING_SLOTS; s++) {
-        ring.slot[s] = (float *)host_pinned(CHUNK_POINTS * sizeof(float), "a staging buffer");
-        cudaCheck(cudaEventCreateWithFlags(&ring.drained[s], cudaEventDisableTiming));
-    }
+    StagingRing *ring = staging_create(STAGING_SLOTS, STAGING_SLOT_BYTES, 0);
     // stream: the training set and the epochs; eval_stream: the test set and the test losses
     cudaStream_t stream, eval_stream;
     cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -272,9 +237,9 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     train_clock_e2e_start(&clock, stream);
     float params_init[2] = {data->w_init, data->b_init};
     TIMED_PHASE(&clock, PHASE_H2D, stream) {
-        staged_upload(&ring, d_x_train, data->x_train, n_train, stream);
-        staged_upload(&ring, d_y_train, data->y_train, n_train, stream);
-        staged_upload(&ring, d_params, params_init, 2, stream);
+        staging_upload(ring, d_x_train, data->x_train, n_train * sizeof(float), stream);
+        staging_upload(ring, d_y_train, data->y_train, n_train * sizeof(float), stream);
+        staging_upload(ring, d_params, params_init, 2 * sizeof(float), stream);
     }
     train_clock_loop_start(&clock, stream);
 
@@ -303,8 +268,8 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     // does not delay their launches); each test loss runs as soon as its parameters exist. The eval stream
     // waits for the trained parameters last: it ends the last epoch (and the loop) and the run.
     TIMED_PHASE(&clock, PHASE_H2D, eval_stream) {
-        staged_upload(&ring, d_x_test, data->x_test, n_test, eval_stream);
-        staged_upload(&ring, d_y_test, data->y_test, n_test, eval_stream);
+        staging_upload(ring, d_x_test, data->x_test, n_test * sizeof(float), eval_stream);
+        staging_upload(ring, d_y_test, data->y_test, n_test * sizeof(float), eval_stream);
     }
     TIMED_PHASE(&clock, PHASE_EVAL, eval_stream) for (int k = 0; k <= n_logged; k++) {
         const float *params = k < n_logged ? d_param_log + 2 * k : d_params;
@@ -336,11 +301,7 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     out->final_test_loss = (float)(h_loss_log[2 * n_logged] / (double)n_test);
 
     if (graph != NULL) cudaCheck(cudaGraphExecDestroy(graph));
-    for (int s = 0; s < STAGING_SLOTS; s++) {
-        cudaCheck(cudaFreeHost(ring.slot[s]));
-        cudaCheck(cudaEventDestroy(ring.drained[s]));
-    }
-    copy_pool_destroy(ring.pool);
+    staging_destroy(ring);
     for (int k = 0; k <= n_logged; k++) cudaCheck(cudaEventDestroy(logged_ready[k]));
     free(logged_ready);
     free(h_loss_log);
