@@ -1,8 +1,8 @@
 // Stage 05, MNIST: stage 04's trainer with the host taken out of the training loop. The training set (its
-// bytes, scaled on the device), its labels and every epoch's batch order go up once, through two pinned
-// buffers on a copy stream; each step gathers its batch on the device; step losses stay on the device until
-// the end; each epoch's test evaluation runs on a stream of its own, from a snapshot of the parameters, while
-// the next epoch trains.
+// bytes, scaled on the device), its labels and every epoch's batch order go up once, through the pinned
+// staging ring (common/staging.c) on a copy stream; each step gathers its batch on the device; step losses
+// stay on the device until the end; each epoch's test evaluation runs on a stream of its own, from a snapshot
+// of the parameters, while the next epoch trains.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@ memory, so pageable bytes must be copied into pinned memory first, or the pages 
 
     1 pageable        cudaMemcpy straight from the pageable array: the driver copies it through pinned
                       buffers of its own, one piece at a time, and returns when the last is on the device
-    2 staged          the trainers' scheme before issue 18: a ring of 4 pinned 1 MiB slots; one host thread
+    2 staged          the regression's scheme before issue 18: a ring of 4 pinned 1 MiB slots; one host thread
                       memcpys a chunk into a slot while the copy engine drains the one before it
                       (cudaMemcpyAsync), waiting only for a slot still being read
     3 staged-threads  the same ring with --chunk-kib slots, each filled by --threads host threads together
@@ -42,7 +42,7 @@ Exit codes: 0 ok; 1 a wrong copy; 2 an invalid flag or an unwritable --csv file;
 #include "host.h"
 #include "ladder.h"
 
-#define SLOTS 4                         // pinned slots in a ring, as the regression trainer has
+#define SLOTS 4                         // pinned slots in a ring, as the trainers' (STAGING_SLOTS)
 #define STAGED_CHUNK ((size_t)1 << 20)  // version 2's slot: the trainer's 1 MiB before issue 18
 
 // ----------------------------------------------------------------------------
@@ -71,8 +71,8 @@ typedef struct {
 
 static void pageable_copy(Upload *u) { cudaCheck(cudaMemcpy(u->dst, u->src, u->bytes, cudaMemcpyHostToDevice)); }
 
-// The regression trainer's staged_upload: chunk by chunk through the ring. The host waits only when the slot
-// it is about to refill has not been drained yet (never-recorded events count as done).
+// The trainers' upload (staging_upload, common/staging.c): chunk by chunk through the ring. The host waits only
+// when the slot it is about to refill has not been drained yet (never-recorded events count as done).
 static void staged_copy(Upload *u) {
     for (size_t offset = 0; offset < u->bytes; offset += u->chunk) {
         int s = u->next;
