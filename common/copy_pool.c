@@ -1,8 +1,11 @@
 // common/copy_pool.c: see copy_pool.h. Tested by tests/test_copy_pool.c.
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "copy_pool.h"
@@ -10,6 +13,10 @@
 #include "host.h"
 
 #define LINE_BYTES 64
+// How long a thread polls for the next job, or the caller for the end of this one, before sleeping on a
+// condition variable. An upload hands out a job every ~100 µs; waking a sleeping thread costs tens of µs,
+// as much as its part of a chunk takes to copy. Between uploads the threads sleep.
+#define SPIN_NS 2000000L
 
 typedef struct {
     CopyPool *pool;
@@ -21,16 +28,22 @@ struct CopyPool {
     pthread_t ids[COPY_POOL_MAX_THREADS];
     Worker workers[COPY_POOL_MAX_THREADS];
     pthread_mutex_t lock;
-    pthread_cond_t work;  // a new job (generation advanced) or stop
-    pthread_cond_t done;  // pending reached 0
-    // the job, guarded by lock
-    unsigned long generation;  // advanced once per job: a worker copies each generation once
+    pthread_cond_t work;  // a new job (generation advanced) or stop, for a sleeping worker
+    pthread_cond_t done;  // pending reached 0, for a sleeping caller
+    // the job: written before generation advances, read after a worker sees it advance
+    _Atomic unsigned long generation;  // advanced once per job, under lock: a worker copies each generation once
     char *dst;
     const char *src;
     size_t bytes;
-    int pending;  // workers still copying this job
-    int stop;
+    _Atomic int pending;  // workers still copying this job
+    _Atomic int stop;
 };
+
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
 
 size_t copy_pool_part_start(size_t bytes, int threads, int index) {
     size_t lines = (bytes + LINE_BYTES - 1) / LINE_BYTES;
@@ -49,21 +62,24 @@ static void *worker_main(void *arg) {
     Worker *self = (Worker *)arg;
     CopyPool *pool = self->pool;
     unsigned long seen = 0;
-    pthread_mutex_lock(&pool->lock);
     for (;;) {
-        while (pool->generation == seen && !pool->stop) pthread_cond_wait(&pool->work, &pool->lock);
-        if (pool->stop) break;
-        seen = pool->generation;
-        char *dst = pool->dst;
-        const char *src = pool->src;
-        size_t bytes = pool->bytes;
-        pthread_mutex_unlock(&pool->lock);
-        copy_part(pool, self->index, dst, src, bytes);
+        for (long start = now_ns(); atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop) &&
+                                    now_ns() - start < SPIN_NS;) {
+            sched_yield();  // where threads outnumber cores, let the copying ones run
+        }
         pthread_mutex_lock(&pool->lock);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+        while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop))
+            pthread_cond_wait(&pool->work, &pool->lock);
+        pthread_mutex_unlock(&pool->lock);
+        if (atomic_load(&pool->stop)) return NULL;
+        seen = atomic_load(&pool->generation);
+        copy_part(pool, self->index, pool->dst, pool->src, pool->bytes);
+        if (atomic_fetch_sub(&pool->pending, 1) == 1) {
+            pthread_mutex_lock(&pool->lock);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->lock);
+        }
     }
-    pthread_mutex_unlock(&pool->lock);
-    return NULL;
 }
 
 CopyPool *copy_pool_create(int threads) {
@@ -96,23 +112,26 @@ void copy_pool_memcpy(CopyPool *pool, void *dst, const void *src, size_t bytes) 
         memcpy(dst, src, bytes);
         return;
     }
-    pthread_mutex_lock(&pool->lock);
     pool->dst = (char *)dst;
     pool->src = (const char *)src;
     pool->bytes = bytes;
-    pool->pending = pool->threads - 1;
-    pool->generation++;
+    atomic_store(&pool->pending, pool->threads - 1);
+    pthread_mutex_lock(&pool->lock);  // a worker checks generation under lock before it sleeps: no lost wake-up
+    atomic_fetch_add(&pool->generation, 1);
     pthread_cond_broadcast(&pool->work);
     pthread_mutex_unlock(&pool->lock);
     copy_part(pool, 0, (char *)dst, (const char *)src, bytes);
+    for (long start = now_ns(); atomic_load(&pool->pending) > 0 && now_ns() - start < SPIN_NS;) {
+        sched_yield();
+    }
     pthread_mutex_lock(&pool->lock);
-    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->lock);
     pthread_mutex_unlock(&pool->lock);
 }
 
 void copy_pool_destroy(CopyPool *pool) {
     pthread_mutex_lock(&pool->lock);
-    pool->stop = 1;
+    atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->work);
     pthread_mutex_unlock(&pool->lock);
     for (int t = 1; t < pool->threads; t++) pthread_join(pool->ids[t], NULL);
