@@ -8,7 +8,8 @@
 #   try.sh prompt NN       writes build/prompt/stageNN-TRAINER.md, one per trainer (stage 01: stage01.md)
 #
 # try, step by step (every mistake is one "error:" line and exit 2, before anything runs on a GPU):
-#   1. FILE exists and is a .cu file; the stage's own objects are built (make, as usual);
+#   1. FILE exists and is a .cu file, or a Markdown answer (.md) whose only fenced code block is taken as
+#      the file (build/try/NN/TRAINER.cu); the stage's own objects are built (make, as usual);
 #   2. FILE compiles (nvcc, the Makefile's flags) into build/try/NN/;
 #   3. it defines, with C linkage, what the drivers and tests call: train_regression and
 #      REGRESSION_VARIANTS, or train_mnist, MNIST_VARIANTS and MNIST_PRECISIONS (nm decides which
@@ -126,12 +127,26 @@ todo_note() {
 # ----------------------------------------------------------------------------
 # try
 
+answer_blocks() {  # answer_blocks FILE.md: how many fenced code blocks it holds (``` or ~~~ at a line's start)
+    awk '/^(```|~~~)/ { fences++ } END { print int(fences / 2) }' "$1"
+}
+
+answer_code() {  # answer_code FILE.md: the body of its only fenced code block; fails unless there is exactly one
+    [ "$(answer_blocks "$1")" = 1 ] || return 1
+    awk '/^(```|~~~)/ { inside = !inside; next } inside' "$1"
+}
+
 try_file() {
     file=$1
     [ -n "$file" ] || die "no candidate given: make stage $n try FILE=path/to/regression.cu (a .cu file that replaces one of stage $nn's trainers)"
     [ -e "$file" ] || die "FILE '$file' does not exist"
     [ -f "$file" ] || die "FILE '$file' is not a regular file"
-    case $file in *.cu) ;; *) die "FILE '$file' is not a CUDA source: try takes a .cu file" ;; esac
+    local answer=
+    case $file in
+    *.cu) ;;
+    *.md) answer=$file ;;
+    *) die "FILE '$file' is not a CUDA source: try takes a .cu file, or a Markdown answer holding one" ;;
+    esac
     local run_suite_too=${TRY_RUN_SUITE:-1}
 
     local targets=("$build/common/libcommon.a")  # the drivers only when they will run
@@ -146,6 +161,12 @@ try_file() {
     build_stage "${targets[@]}"
     rm -rf "$out"
     mkdir -p "$out"
+    if [ -n "$answer" ]; then  # an assistant's answer as it came: its one fenced code block is the candidate
+        file=$out/$(basename "${answer%.md}").cu
+        file=${file%.answer.cu}.cu
+        answer_code "$answer" >"$file" || die "$answer holds $(answer_blocks "$answer") fenced code blocks: try takes an answer with exactly one (the complete file)"
+        echo "== try: the fenced code block of $answer, written to $file"
+    fi
     echo "== try: stage $nn with $file ($out/)"
 
     # compile, check what it exports, link

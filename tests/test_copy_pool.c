@@ -19,18 +19,25 @@ static void fill(uint8_t *bytes, size_t n, uint32_t seed) {
     }
 }
 
-// Copies n bytes from a source at an odd offset, and checks the copy and the guard bytes around it.
-static void check_copy(CopyPool *pool, size_t n, uint32_t seed) {
-    uint8_t *src = malloc(n + 3), *dst = malloc(n + 2);
+// Copies n bytes from a source at an odd offset to a destination at dst_offset (16: aligned, where the pool
+// streams its stores; 1: not), and checks the copy and the guard bytes around it.
+static void check_copy_at(CopyPool *pool, size_t n, uint32_t seed, size_t dst_offset) {
+    uint8_t *src = malloc(n + 3), *dst = aligned_alloc(64, (n + dst_offset + 1 + 63) / 64 * 64);
     cr_assert(src && dst);
     fill(src, n + 3, seed);
-    memset(dst, 0xA5, n + 2);
-    copy_pool_memcpy(pool, dst + 1, src + 3, n);
-    cr_assert_eq(dst[0], 0xA5, "byte before the copy written (n = %zu)", n);
-    cr_assert_eq(dst[n + 1], 0xA5, "byte after the copy written (n = %zu)", n);
-    cr_assert_eq(memcmp(dst + 1, src + 3, n), 0, "n = %zu, %d threads: copy differs", n, copy_pool_threads(pool));
+    memset(dst, 0xA5, n + dst_offset + 1);
+    copy_pool_memcpy(pool, dst + dst_offset, src + 3, n);
+    cr_assert_eq(dst[dst_offset - 1], 0xA5, "byte before the copy written (n = %zu)", n);
+    cr_assert_eq(dst[dst_offset + n], 0xA5, "byte after the copy written (n = %zu)", n);
+    cr_assert_eq(memcmp(dst + dst_offset, src + 3, n), 0, "n = %zu, %d threads, destination offset %zu: copy differs",
+                 n, copy_pool_threads(pool), dst_offset);
     free(src);
     free(dst);
+}
+
+static void check_copy(CopyPool *pool, size_t n, uint32_t seed) {
+    check_copy_at(pool, n, seed, 1);
+    check_copy_at(pool, n, seed, 16);
 }
 
 static const size_t SIZES[] = {0, 1, 63, 64, 65, 1000, 4096 + 7, (1 << 20) + 13};
