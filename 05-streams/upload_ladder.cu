@@ -9,8 +9,11 @@ memory, so pageable bytes must be copied into pinned memory first, or the pages 
                       memcpys a chunk into a slot while the copy engine drains the one before it
                       (cudaMemcpyAsync), waiting only for a slot still being read
     3 staged-threads  the same ring with --chunk-kib slots, each filled by --threads host threads together
-                      (common/copy_pool.h): one core's memcpy is slower than PCIe; the trainers' upload now
-    4 host-register   cudaHostRegister the caller's array (pins its pages in place), one cudaMemcpyAsync,
+                      (common/copy_pool.h): one core's memcpy is slower than PCIe
+    4 streaming       the same, the slots written with streaming stores: a cached store first reads the
+                      line it writes (read-for-ownership), traffic for a line no core reads again; the
+                      trainers' upload (common/staging.c) now
+    5 host-register   cudaHostRegister the caller's array (pins its pages in place), one cudaMemcpyAsync,
                       cudaHostUnregister: no host copy at all, but pinning costs time per page, paid again
                       for every new array; the registration is its setup, and inside its time
 
@@ -41,8 +44,8 @@ Exit codes: 0 ok; 1 a wrong copy; 2 an invalid flag or an unwritable --csv file;
 #include "device.h"
 #include "host.h"
 #include "ladder.h"
+#include "staging.h"
 
-#define SLOTS 4                         // pinned slots in a ring, as the trainers' (STAGING_SLOTS)
 #define STAGED_CHUNK ((size_t)1 << 20)  // version 2's slot: the trainer's 1 MiB before issue 18
 
 // ----------------------------------------------------------------------------
@@ -54,36 +57,20 @@ typedef struct {
     const char *src;   // (bytes,) pageable host
     size_t bytes;
     cudaStream_t stream;
-    // versions 2, 3: the ring of pinned slots and the threads that fill them
-    CopyPool *pool;
-    size_t chunk;
-    char *slot[SLOTS];          // pinned, (chunk,) each
-    cudaEvent_t drained[SLOTS];  // recorded after the copy that reads the slot
-    int next;                    // the slot to fill next
-    double register_ms;          // version 4: the last call's cudaHostRegister
+    StagingRing *ring;    // versions 2-4: STAGING_SLOTS pinned slots and the threads that fill them
+    double register_ms;   // version 5: the last call's cudaHostRegister
 } Upload;
 
 typedef struct {
     const char *name;
-    int threads;  // versions 2, 3: copy threads (0: the ladder's --threads)
+    int threads;    // versions 2-4: copy threads (0: the ladder's --threads)
+    int streaming;  // versions 2-4: slots written with streaming stores
     void (*call)(Upload *u);
 } Version;
 
 static void pageable_copy(Upload *u) { cudaCheck(cudaMemcpy(u->dst, u->src, u->bytes, cudaMemcpyHostToDevice)); }
 
-// The trainers' upload (staging_upload, common/staging.c): chunk by chunk through the ring. The host waits only
-// when the slot it is about to refill has not been drained yet (never-recorded events count as done).
-static void staged_copy(Upload *u) {
-    for (size_t offset = 0; offset < u->bytes; offset += u->chunk) {
-        int s = u->next;
-        u->next = (s + 1) % SLOTS;
-        size_t bytes = u->bytes - offset < u->chunk ? u->bytes - offset : u->chunk;
-        cudaCheck(cudaEventSynchronize(u->drained[s]));
-        copy_pool_memcpy(u->pool, u->slot[s], u->src + offset, bytes);
-        cudaCheck(cudaMemcpyAsync(u->dst + offset, u->slot[s], bytes, cudaMemcpyHostToDevice, u->stream));
-        cudaCheck(cudaEventRecord(u->drained[s], u->stream));
-    }
-}
+static void staged_copy(Upload *u) { staging_upload(u->ring, u->dst, u->src, u->bytes, u->stream); }
 
 // The caller's pages are pinned for this call only: they belong to the caller, who may free them next.
 static void registered_copy(Upload *u) {
@@ -96,17 +83,18 @@ static void registered_copy(Upload *u) {
 }
 
 static const Version VERSIONS[] = {
-    {"pageable", 0, pageable_copy},
-    {"staged", 1, staged_copy},
-    {"staged-threads", 0, staged_copy},
-    {"host-register", 0, registered_copy},
+    {"pageable", 0, 0, pageable_copy},
+    {"staged", 1, 0, staged_copy},
+    {"staged-threads", 0, 0, staged_copy},
+    {"streaming", 0, 1, staged_copy},
+    {"host-register", 0, 0, registered_copy},
 };
 #define VERSION_COUNT ((int)(sizeof(VERSIONS) / sizeof(VERSIONS[0])))
 
 extern "C" int upload_ladder_version_count(void) { return VERSION_COUNT; }
 extern "C" const char *upload_ladder_version_name(int index) { return VERSIONS[index].name; }
 
-// One version's state for src (bytes,) -> dst; threads and chunk are version 3's (version 2 has its own).
+// One version's state for src (bytes,) -> dst; threads and chunk are versions 3 and 4's (version 2 has its own).
 // Returns the host time it took: the setup a trainer would count once.
 static double upload_open(Upload *u, const Version *v, char *dst, const char *src, size_t bytes, int threads,
                           size_t chunk) {
@@ -118,24 +106,14 @@ static double upload_open(Upload *u, const Version *v, char *dst, const char *sr
     cudaCheck(cudaStreamCreateWithFlags(&u->stream, cudaStreamNonBlocking));
     if (v->call == staged_copy) {
         int staged = v->threads == 1;
-        u->pool = copy_pool_create(staged ? 1 : threads);
-        u->chunk = staged ? STAGED_CHUNK : chunk;
-        for (int s = 0; s < SLOTS; s++) {
-            u->slot[s] = (char *)host_pinned(u->chunk, "a staging slot");
-            cudaCheck(cudaEventCreateWithFlags(&u->drained[s], cudaEventDisableTiming));
-        }
+        u->ring = staging_create(STAGING_SLOTS, staged ? STAGED_CHUNK : chunk, staged ? 1 : threads);
+        copy_pool_set_streaming(staging_pool(u->ring), v->streaming);
     }
     return host_ms() - start_ms;
 }
 
 static void upload_close(Upload *u) {
-    if (u->pool) {
-        for (int s = 0; s < SLOTS; s++) {
-            cudaCheck(cudaFreeHost(u->slot[s]));
-            cudaCheck(cudaEventDestroy(u->drained[s]));
-        }
-        copy_pool_destroy(u->pool);
-    }
+    if (u->ring) staging_destroy(u->ring);
     cudaCheck(cudaStreamDestroy(u->stream));
 }
 
@@ -149,7 +127,7 @@ static double timed_call(const Version *v, Upload *u) {
 }
 
 // One call of version index: src (bytes,) to a fresh device buffer, then back into back (bytes,). threads and
-// chunk_bytes: version 3's settings (threads 0: the default).
+// chunk_bytes: versions 3 and 4's settings (threads 0: the default).
 extern "C" void upload_ladder_run(int index, const void *src, void *back, size_t bytes, int threads,
                                   size_t chunk_bytes) {
     char *dst = NULL;
@@ -236,7 +214,7 @@ int main(int argc, char **argv) {
     table.show_setup = 1;
     table.device = &device;
     table.csv_path = options.csv_path;
-    printf("upload of %lld points (x and y): %.1f MB from pageable host memory; version 3: %d threads, %lld KiB "
+    printf("upload of %lld points (x and y): %.1f MB from pageable host memory; versions 3, 4: %d threads, %lld KiB "
            "slots\n", (long long)n, table.work / 1e6, threads, (long long)sizes[2].value);
     printf("GPU: %s (cc %s, CUDA %s, driver %s); host clock from the call until the bytes are on the device\n",
            device.name, device.cc, device.cuda, device.driver);

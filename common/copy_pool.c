@@ -29,6 +29,7 @@ typedef struct {
 
 struct CopyPool {
     int threads;
+    int streaming;  // copies use streaming stores (copy_streaming) where the destination allows
     pthread_t ids[COPY_POOL_MAX_THREADS];
     Worker workers[COPY_POOL_MAX_THREADS];
     pthread_mutex_t lock;
@@ -82,7 +83,9 @@ static void copy_streaming(char *dst, const char *src, size_t bytes) {
 static void copy_part(CopyPool *pool, int index, char *dst, const char *src, size_t bytes) {
     size_t start = copy_pool_part_start(bytes, pool->threads, index);
     size_t end = copy_pool_part_start(bytes, pool->threads, index + 1);
-    if (end > start) copy_streaming(dst + start, src + start, end - start);
+    if (end <= start) return;
+    if (pool->streaming) copy_streaming(dst + start, src + start, end - start);
+    else memcpy(dst + start, src + start, end - start);
 }
 
 static void *worker_main(void *arg) {
@@ -118,6 +121,7 @@ CopyPool *copy_pool_create(int threads) {
     CopyPool *pool = (CopyPool *)host_malloc(sizeof(CopyPool), "the copy threads");
     memset(pool, 0, sizeof(*pool));
     pool->threads = threads;
+    pool->streaming = 1;
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->work, NULL);
     pthread_cond_init(&pool->done, NULL);
@@ -134,9 +138,11 @@ CopyPool *copy_pool_create(int threads) {
 
 int copy_pool_threads(const CopyPool *pool) { return pool->threads; }
 
+void copy_pool_set_streaming(CopyPool *pool, int streaming) { pool->streaming = streaming; }
+
 void copy_pool_memcpy(CopyPool *pool, void *dst, const void *src, size_t bytes) {
-    if (pool->threads == 1) {  // no hand-off: the caller's memcpy is the whole job
-        memcpy(dst, src, bytes);
+    if (pool->threads == 1) {  // no hand-off: the caller's copy is the whole job
+        copy_part(pool, 0, (char *)dst, (const char *)src, bytes);
         return;
     }
     pool->dst = (char *)dst;

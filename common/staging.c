@@ -52,3 +52,5 @@ void staging_destroy(StagingRing *ring) {
     free(ring->drained);
     free(ring);
 }
+
+CopyPool *staging_pool(StagingRing *ring) { return ring->pool; }

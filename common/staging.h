@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <cuda_runtime_api.h>
 
+#include "copy_pool.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,6 +27,8 @@ StagingRing *staging_create(int slots, size_t slot_bytes, int threads);
 // reused on return; dst is complete once stream reaches this point.
 void staging_upload(StagingRing *ring, void *dst, const void *src, size_t bytes, cudaStream_t stream);
 void staging_destroy(StagingRing *ring);
+// The threads that fill the slots (05-streams/upload_ladder.cu sets how they store).
+CopyPool *staging_pool(StagingRing *ring);
 
 #ifdef __cplusplus
 }

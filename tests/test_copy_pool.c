@@ -48,7 +48,10 @@ Test(copy_pool, every_size_and_thread_count) {
     for (size_t t = 0; t < sizeof(threads) / sizeof(threads[0]); t++) {
         CopyPool *pool = copy_pool_create(threads[t]);
         cr_assert_eq(copy_pool_threads(pool), threads[t]);
-        for (size_t s = 0; s < SIZE_COUNT; s++) check_copy(pool, SIZES[s], (uint32_t)(t * 31 + s));
+        for (int streaming = 1; streaming >= 0; streaming--) {
+            copy_pool_set_streaming(pool, streaming);
+            for (size_t s = 0; s < SIZE_COUNT; s++) check_copy(pool, SIZES[s], (uint32_t)(t * 31 + s));
+        }
         copy_pool_destroy(pool);
     }
 }

@@ -198,7 +198,7 @@ Test(ladder, gemm_rows_checked) {
 // the upload ladder's flags and shape (05-streams/upload_ladder.cu)
 
 static const char *upload_version_name(int index) {
-    static const char *const names[] = {"pageable", "staged", "staged-threads", "host-register"};
+    static const char *const names[] = {"pageable", "staged", "staged-threads", "streaming", "host-register"};
     return names[index];
 }
 
@@ -206,13 +206,13 @@ Test(ladder, upload_flags) {
     char *argv[] = {"p", "--threads", "16", "--chunk-kib", "8192", "--version", "staged-threads", NULL};
     LadderSize sizes[] = LADDER_UPLOAD_SIZES;
     LadderOptions options;
-    ladder_parse_args(7, argv, LADDER_UPLOAD_USAGE, sizes, 3, 4, upload_version_name, 1, &options);
+    ladder_parse_args(7, argv, LADDER_UPLOAD_USAGE, sizes, 3, 5, upload_version_name, 1, &options);
     cr_expect(sizes[0].value == 4000000 && !sizes[0].given, "--n defaults to the trainer's training set");
     cr_expect(sizes[1].value == 16 && sizes[2].value == 8192);
     cr_expect(options.first == 2 && options.last == 3);
     char *defaults[] = {"p", NULL};
     LadderSize fresh[] = LADDER_UPLOAD_SIZES;
-    ladder_parse_args(1, defaults, LADDER_UPLOAD_USAGE, fresh, 3, 4, upload_version_name, 1, &options);
+    ladder_parse_args(1, defaults, LADDER_UPLOAD_USAGE, fresh, 3, 5, upload_version_name, 1, &options);
     cr_expect(fresh[1].value == 0 && fresh[2].value == 4096, "threads: the pool's default; slots: the trainer's");
 }
 
@@ -220,14 +220,14 @@ Test(ladder, upload_threads_past_the_pool_exit_2, .exit_code = 2) {
     char *argv[] = {"p", "--threads", "65", NULL};
     LadderSize sizes[] = LADDER_UPLOAD_SIZES;
     LadderOptions options;
-    ladder_parse_args(3, argv, LADDER_UPLOAD_USAGE, sizes, 3, 4, upload_version_name, 1, &options);
+    ladder_parse_args(3, argv, LADDER_UPLOAD_USAGE, sizes, 3, 5, upload_version_name, 1, &options);
 }
 
 Test(ladder, upload_chunk_below_4_kib_exits_2, .exit_code = 2) {
     char *argv[] = {"p", "--chunk-kib", "3", NULL};
     LadderSize sizes[] = LADDER_UPLOAD_SIZES;
     LadderOptions options;
-    ladder_parse_args(3, argv, LADDER_UPLOAD_USAGE, sizes, 3, 4, upload_version_name, 1, &options);
+    ladder_parse_args(3, argv, LADDER_UPLOAD_USAGE, sizes, 3, 5, upload_version_name, 1, &options);
 }
 
 Test(ladder, upload_shape) {
