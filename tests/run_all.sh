@@ -51,6 +51,13 @@ else
     echo "== bench table generator: SKIPPED (no python3)"; skipped=$((skipped + 1))
 fi
 
+run "profile summary (ncu raw CSV, real H100 exports)" bash tests/profile_summary.sh
+line=$(grep -a "^profile: [0-9]* passed" "$log" | tail -n1)
+count=$(sed -n 's/profile: \([0-9]*\) passed.*/\1/p' <<<"$line")
+passed=$((passed + ${count:-0}))
+count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
+failed=$((failed + ${count:-1}))  # no tally line: the script died, which is a failure
+
 run "try and exercises (CPU side)" bash tests/try_smoke.sh
 line=$(grep -a "^try: [0-9]* passed" "$log" | tail -n1)
 passed=$((passed + $(sed -n 's/try: \([0-9]*\) passed.*/\1/p' <<<"$line")))
