@@ -223,7 +223,7 @@ while IFS= read -r -d '' f; do
     [ -e "$f" ] || [ -L "$f" ] || continue
     case $f in [0-9][0-9]-*/assistant/*.answer.md)  # complete stage files: left out, and said so
         [ ! -e "$copy/$f" ] || { changed=$((changed + 1)); echo "an assistant's answer copied: $f" >>"$work/student-diff"; }
-        grep -qx "- \`$f\`" "$copy/STUDENT.md" || { changed=$((changed + 1)); echo "not listed as left out: $f" >>"$work/student-diff"; }
+        grep -qxF -- "- \`$f\`" "$copy/STUDENT.md" || { changed=$((changed + 1)); echo "not listed as left out: $f" >>"$work/student-diff"; }
         continue ;;
     esac
     if [ ! -e "$copy/$f" ] && [ ! -L "$copy/$f" ]; then missing=$((missing + 1)); echo "missing: $f" >>"$work/student-diff"; continue; fi
