@@ -24,6 +24,9 @@ file and the device it comes from. The tables go between markers, and nothing ou
                    ... end -->  (lines of the per-kernel summaries `make stage N profile RECORD=1` wrote to
                    results/<gpu>-profile-NN.txt: per trainer, its K lines of most time, or the lines of
                    the kernels named)
+  02-*/README.md   <!-- rounds:all begin --> ... <!-- rounds:all end -->  (the assistant rounds: every
+                   results/<gpu>-try-NN-TRAINER.txt, the output of `make stage N try` on an answer)
+  NN-*/assistant/README.md  <!-- rounds:stageNN begin --> ... <!-- rounds:stageNN end -->  (that stage's rows)
 
 A stage counts in the ladder and the stage-vs-stage tables in its default variant (the first name of
 its REGRESSION_VARIANTS / MNIST_VARIANTS), at fp32 and bf16; its other variants and precisions (the
@@ -601,7 +604,101 @@ def all_blocks(datasets, root, results_dir):
         files[os.path.join(root, d, "README.md")].update(kernel_ladders.readme_blocks(ladder_sets, root, nn, d))
     add_outcome_blocks(files, root, dirs, datasets, names, known)
     add_profile_blocks(files, datasets, results_dir, root, dirs)
+    add_round_blocks(files, root, dirs, results_dir)
     return files
+
+
+# ----------------------------------------------------------------------------
+# assistant rounds: `make stage N try FILE=answer.md`, its output kept as results/<gpu>-try-NN-TRAINER.txt
+
+TRY_FILE = re.compile(r"(?P<gpu>.+)-try-(?P<stage>\d\d)-(?P<trainer>regression|mnist)\.txt")
+TRY_COMMAND = re.compile(r"# make stage \d+ try FILE=(?P<answer>\S+)")
+TRY_PROVENANCE = re.compile(r"# commit (?P<commit>[0-9a-f]+)(?: \((?P<state>[^)]*)\))?, (?P<device>[^,]+),")
+TRY_RUN = re.compile(r"stage (?P<stage>\d\d)(?P<try>-try)? (?:regression|mnist) \((?P<variant>[^,)]+)[^)]*\) on "
+                     r"[^:]+: setup [^,]+, e2e (?P<e2e>[\d.]+) ms, loop (?P<loop>[\d.]+) ms")
+TRY_VERDICT = re.compile(r"try: (?P<verdict>[A-Z]+)(?P<rest>.*)")
+TRY_SPEED = re.compile(r"relative loop speed (?P<speed>[\d.]+x.*)")
+
+
+class TryFileError(Exception):
+    """A results/*-try-NN-TRAINER.txt file that does not hold what `make stage N try` prints."""
+
+
+def parse_try_file(path):
+    """The round recorded in path: answer, commit, device, verdict line, the stage's own file's ("own") and
+    the candidate's variant, e2e and loop ms as printed (strings), and the verdict line's relative loop speed."""
+    match = TRY_FILE.fullmatch(os.path.basename(path))
+    if not match:
+        raise TryFileError(f"{path}: not named <gpu>-try-NN-TRAINER.txt")
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().rstrip("\n").split("\n")
+    command = TRY_COMMAND.fullmatch(lines[0]) if lines else None
+    provenance = TRY_PROVENANCE.match(lines[1]) if len(lines) > 1 else None
+    if not command or not provenance:
+        raise TryFileError(f"{path}: the first two lines must be '# make stage N try FILE=...' and '# commit ...'")
+    round_ = {"stage": match.group("stage"), "trainer": match.group("trainer"), "answer": command.group("answer"),
+              "commit": provenance.group("commit"), "state": provenance.group("state") or "",
+              "device": provenance.group("device"), "verdict": lines[-1]}
+    verdict = TRY_VERDICT.fullmatch(lines[-1])
+    if not verdict:
+        raise TryFileError(f"{path}: its last line is not a 'try: ...' verdict")
+    speed = TRY_SPEED.search(verdict.group("rest"))
+    round_["speed"] = speed.group("speed") if speed else None
+    for line in lines:
+        run = TRY_RUN.match(line)
+        if run and run.group("stage") == round_["stage"]:
+            who = "candidate" if run.group("try") else "own"
+            round_[who] = {key: run.group(key) for key in ("variant", "e2e", "loop")}
+    if round_["verdict"].startswith("try: PASS") and not ("own" in round_ and "candidate" in round_):
+        raise TryFileError(f"{path}: a PASS without the two timed runs")
+    return round_
+
+
+def try_rounds(results_dir):
+    """Every round in results_dir, by stage, trainer and file name."""
+    if not os.path.isdir(results_dir):
+        return []
+    names = sorted(n for n in os.listdir(results_dir) if TRY_FILE.fullmatch(n))
+    rounds = [dict(parse_try_file(os.path.join(results_dir, n)), file=n) for n in names]
+    return sorted(rounds, key=lambda r: (r["stage"], r["trainer"], r["file"]))
+
+
+def rounds_block(rounds, stage=None, base="."):
+    """The table of the rounds (all, or stage's): one line per results file, every figure as try printed it;
+    links relative to base, the folder of the README it goes into (relative to the repository root)."""
+    shown = [r for r in rounds if stage is None or r["stage"] == stage]
+    if not shown:
+        return "*No round recorded yet: `make stage N try FILE=answer.md` on a GPU machine, output kept in results/.*"
+    lines = []
+    for r in shown:
+        own, cand = r.get("own", {}), r.get("candidate", {})
+        commit = r["commit"] + (f" ({r['state']})" if r["state"] else "")
+        lines.append([r["stage"], r["trainer"], f"[`{r['answer']}`]({os.path.relpath(r['answer'], base)})",
+                      r["verdict"].split(",")[0].replace("try: ", ""),
+                      own.get("e2e", NOT_COMPARED), cand.get("e2e", NOT_COMPARED),
+                      own.get("loop", NOT_COMPARED), cand.get("loop", NOT_COMPARED),
+                      r["speed"] or NOT_COMPARED, r["device"], commit, f"[`{r['file']}`]({os.path.relpath(os.path.join('results', r['file']), base)})"])
+    header = ["stage", "trainer", "answer", "verdict", "stage e2e ms", "answer e2e ms", "stage loop ms",
+              "answer loop ms", "loop speed", "GPU", "commit", "output"]
+    footnote = ("<sub>One line per `results/<gpu>-try-NN-TRAINER.txt`, the output of `make stage N try FILE=answer.md`: "
+                "verdict and relative loop speed from its last line (`try:`; the stage's loop ÷ the answer's, "
+                "above 1: the answer is faster), the stage's own file and the answer timed one after the other "
+                "with the same flags (the canonical configuration, medians of 3 runs), GPU and commit from its "
+                "header. " + FOOTNOTE_GENERATED.replace("the CSV named above", "those files") + "</sub>")
+    align = [":--"] * 4 + ["--:"] * 5 + [":--"] * 3
+    return markdown_table(header, align, lines) + "\n\n" + footnote
+
+
+def add_round_blocks(files, root, dirs, results_dir):
+    """The rounds table into 02's README (all of them) and each NN-*/assistant/README.md (its stage's)."""
+    rounds = try_rounds(results_dir)
+    if "02" in dirs:
+        files.setdefault(os.path.join(root, dirs["02"], "README.md"), {})["rounds:all"] = rounds_block(rounds, None,
+                                                                                                     dirs["02"])
+    for nn, d in dirs.items():
+        path = os.path.join(root, d, "assistant", "README.md")
+        if os.path.exists(path):
+            files.setdefault(path, {})[f"rounds:stage{nn}"] = rounds_block(rounds, nn, os.path.join(d, "assistant"))
 
 
 # ----------------------------------------------------------------------------
@@ -1050,7 +1147,7 @@ def run(args, results_dir):
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(new)
                 print(f"make_tables: updated {path}")
-    except (OSError, rc.SchemaError, MarkerError, MixedRunsError, PredictionError, ProfileError) as err:
+    except (OSError, rc.SchemaError, MarkerError, MixedRunsError, PredictionError, ProfileError, TryFileError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for problem in claims:

@@ -307,6 +307,44 @@ class MarkerTest(unittest.TestCase):
             self.assertEqual(self.run_main("--root", root, "--check"), 1)
 
 
+class TryRoundsTest(unittest.TestCase):
+    """The rounds table, from a copy of a real `make stage 4 try` output (results/nvidia-h100-80gb-hbm3-try-04-regression.txt)."""
+    FIXTURE = os.path.join(FIXTURES, "fixture-gpu-try-04-regression.txt")
+
+    def test_parse_a_real_output(self):
+        r = make_tables.parse_try_file(self.FIXTURE)
+        self.assertEqual((r["stage"], r["trainer"]), ("04", "regression"))
+        self.assertEqual(r["answer"], "04-shared-memory/assistant/regression.answer.md")
+        self.assertEqual((r["commit"], r["state"], r["device"]), ("615f77392bc0", "clean", "NVIDIA H100 80GB HBM3"))
+        self.assertEqual(r["own"], {"variant": "shared", "e2e": "14.19", "loop": "7.466"})
+        self.assertEqual(r["candidate"], {"variant": "block-reduce", "e2e": "12.83", "loop": "6.804"})
+        self.assertEqual(r["speed"], "1.10x (faster)")
+        self.assertTrue(r["verdict"].startswith("try: PASS"))
+
+    def test_block_by_stage(self):
+        with tempfile.TemporaryDirectory() as results:
+            shutil.copy(self.FIXTURE, results)
+            rounds = make_tables.try_rounds(results)
+            line = "| 04 | regression | [`04-shared-memory/assistant/regression.answer.md`](regression.answer.md) | PASS | " \
+                   "14.19 | 12.83 | 7.466 | 6.804 | 1.10x (faster) | NVIDIA H100 80GB HBM3 | 615f77392bc0 (clean) |"
+            self.assertIn(line, make_tables.rounds_block(rounds, "04", "04-shared-memory/assistant"))
+            self.assertIn("(../results/fixture-gpu-try-04-regression.txt)", make_tables.rounds_block(rounds, None, "02-x"))
+            self.assertIn("No round recorded yet", make_tables.rounds_block(rounds, "03"))
+
+    def test_refuses_what_try_did_not_print(self):
+        with tempfile.TemporaryDirectory() as results:
+            with open(self.FIXTURE) as f:
+                lines = f.read().split("\n")
+            broken = {"no-header": lines[1:], "no-verdict": lines[:-2],
+                      "no-timed-runs": [line for line in lines if not line.startswith("stage 04")]}
+            for name, text in broken.items():
+                path = os.path.join(results, f"{name}-try-04-regression.txt")
+                with open(path, "w") as f:
+                    f.write("\n".join(text))
+                with self.assertRaises(make_tables.TryFileError, msg=name):
+                    make_tables.parse_try_file(path)
+
+
 class PlotDataTest(unittest.TestCase):
     def setUp(self):
         self.rows = fixture_rows()

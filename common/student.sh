@@ -3,7 +3,8 @@
 # STUDENT_DIR). Writes a copy of the repository without the answers, for a class:
 #
 #   1. the files git knows (tracked, and untracked ones that are not ignored), as they are in the work
-#      tree, copied to STUDENT_DIR (default build/student); no .git, no build/, no data/;
+#      tree, copied to STUDENT_DIR (default build/student); no .git, no build/, no data/, and no assistant
+#      answers (NN-*/assistant/*.answer.md: complete stage files, the exercises' answers in them);
 #   2. every source file with exercise regions (// EXERCISE(name) begin: ... // EXERCISE end) replaced by
 #      its skeleton, cut by common/exercise_cut.awk: each region leaves its // TODO(exercise) marker;
 #   3. STUDENT.md at the top of the copy: what was cut, and how a student checks the work
@@ -51,8 +52,10 @@ trap 'rm -rf -- "$work"' EXIT
 list=$work/.files
 git ls-files -z --cached --others --exclude-standard |
     while IFS= read -r -d '' f; do
+        case $f in [0-9][0-9]-*/assistant/*.answer.md) continue ;; esac  # listed in STUDENT.md below
         if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
     done | sort -zu >"$list" || die "git ls-files failed"
+left_out=$(git ls-files --cached --others --exclude-standard -- '[0-9][0-9]-*/assistant/*.answer.md' | sort -u)
 mkdir "$work/copy"
 tar --null --no-recursion -T "$list" -cf - | tar -xf - -C "$work/copy" || die "copying the files into $work/copy failed"
 files=$(tr -cd '\0' <"$list" | wc -c)
@@ -98,6 +101,15 @@ state="commit $commit"
     echo "## Exercise regions cut"
     echo
     if [ -n "$cut_list" ]; then printf '%s' "$cut_list"; else echo "None: no stage file marked an exercise region."; fi
+    if [ -n "$left_out" ]; then
+        echo
+        echo "## Left out"
+        echo
+        echo "The assistants' answers: each is a complete stage file, the answers to its exercises included"
+        echo "(the review beside them, assistant/README.md, stays; its links to them do not resolve here)."
+        echo
+        sed 's/.*/- `&`/' <<<"$left_out"
+    fi
 } >"$work/copy/STUDENT.md"
 
 # replace an earlier copy only now that the new one is complete

@@ -10,7 +10,8 @@
 #   3. refusals, one "error:" line and exit 2, no output: nested, unclosed and unopened regions, a name
 #      used twice, a malformed marker, an unknown or invalid EXERCISE; and through common/try.sh, a stage
 #      without a region and a name used in both of a stage's files;
-#   4. make student: the copy has every file git knows, each region cut (nothing of the answers left),
+#   4. make student: the copy has every file git knows but the assistants' answers (NN-*/assistant/
+#      *.answer.md, absent and listed in STUDENT.md), each region cut (nothing of the answers left),
 #      STUDENT.md lists them, everything else is unchanged, `make -n all` finds every file, stage 01's
 #      programs and each cut file build, and `make stage 1 exercise` there checks the student's file in
 #      place; a DIR that is not a new folder or an earlier copy is refused.
@@ -220,6 +221,11 @@ cut_files=0 missing=0 changed=0
 : >"$work/student-diff"
 while IFS= read -r -d '' f; do
     [ -e "$f" ] || [ -L "$f" ] || continue
+    case $f in [0-9][0-9]-*/assistant/*.answer.md)  # complete stage files: left out, and said so
+        [ ! -e "$copy/$f" ] || { changed=$((changed + 1)); echo "an assistant's answer copied: $f" >>"$work/student-diff"; }
+        grep -qxF -- "- \`$f\`" "$copy/STUDENT.md" || { changed=$((changed + 1)); echo "not listed as left out: $f" >>"$work/student-diff"; }
+        continue ;;
+    esac
     if [ ! -e "$copy/$f" ] && [ ! -L "$copy/$f" ]; then missing=$((missing + 1)); echo "missing: $f" >>"$work/student-diff"; continue; fi
     if [ ! -f "$f" ] || [ -L "$f" ]; then continue; fi
     case $f in *.cu | *.cuh | *.c | *.h | *.cc | *.cpp) ;; *)

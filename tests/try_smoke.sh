@@ -11,8 +11,8 @@
 #     bash tests/try_smoke.sh --gpu [N ...]   on a GPU machine, in addition: for every stage (or stages N ...)
 #                                      every skeleton FAILs the suite and the stage's own files PASS
 #                                      `make stage N exercise ANSWER=1`; with stage 2, a deliberately wrong
-#                                      candidate FAILs `try`, and the round of 02-llm-baseline/README.md is
-#                                      recorded
+#                                      candidate FAILs `try`, and stage 03's regression.cu PASSes as a
+#                                      stage 02 candidate
 #
 # The skeleton of one region is compiled for one architecture (CUDA_ARCH=75, in build/smoke-sm75/):
 # cutting code cannot make a file depend on the architecture, and it is 4x faster. The skeleton of all a
@@ -85,7 +85,16 @@ fi
 
 expect_refused "try without FILE" "no candidate given" stage 3 try
 expect_refused "try on a missing file" "does not exist" stage 3 try FILE=$work/nothing-here.cu
-expect_refused "try on a file that is not .cu" "not a CUDA source" stage 3 try FILE=README.md
+expect_refused "try on a file that is not .cu" "not a CUDA source" stage 3 try FILE=Makefile
+printf '# two blocks\n```cuda\nint a;\n```\n```cuda\nint b;\n```\n' >"$work/two-blocks.md"
+expect_refused "try on an answer with two fenced blocks" "holds 2 fenced code blocks" stage 3 try FILE=$work/two-blocks.md
+
+# the assistants' answers as committed: their one fenced block compiles, exports and links (NN-*/assistant/)
+for answer in 0[2-7]-*/assistant/*.answer.md; do
+    [ -f "$answer" ] || continue
+    n=${answer:0:2}
+    expect_verdict "assistant answer $answer: passes the CPU-side checks" "NOT RUN" stage "${n#0}" try FILE="$answer" TRY_RUN=0
+done
 
 printf 'int broken = ;\n' >"$work/broken.cu"
 expect_refused "try on a file that does not compile" "does not compile \(see the compiler output above\)" \
@@ -287,11 +296,11 @@ if [ $gpu = 1 ]; then
     if [ "$only" = "  " ] || [[ "$only" == *" 2 "* ]]; then
         expect_verdict "GPU: the wrong candidate FAILs" FAIL stage 2 try FILE=$work/wrong/regression.cu
         cp "$log" "$work/wrong.log"
-        # the round recorded in 02-llm-baseline/README.md ("One round of the profile-to-prompt loop")
+        # a right candidate: stage 03's own file, one idea ahead of stage 02
         expect_verdict "GPU: stage 03's regression.cu as a stage 02 candidate" PASS stage 2 try FILE=03-fused-kernels/regression.cu
         cp "$log" "$work/example-02.log"
     fi
-    echo "      logs: $work/*.log (example-02.log is the verdict block for 02-llm-baseline/README.md)"
+    echo "      logs: $work/*.log (example-02.log: stage 03's regression.cu tried as a stage 02 candidate)"
 fi
 
 if [ "$notes" -gt 0 ]; then echo "try: $passed passed, $failed failed, $notes note(s) above"
