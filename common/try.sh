@@ -510,8 +510,8 @@ EOF
         elif [ "$nn" = 02 ]; then
             cat <<EOF
 Below is \`$start\`, the $trainer trainer of stage 02 of cuda-stages, a CUDA C tutorial that trains the
-same two models faster stage by stage (a full-batch linear regression on 5,000,000 points, an MLP on
-MNIST). Stage 02 is where the trainers start: a naive, correct first port. Make it faster by removing
+same two models faster stage by stage (a full-batch linear regression on 5,000,000 points, the first 80%
+training and the rest test, and an MLP on MNIST). Stage 02 is where the trainers start: a naive, correct first port. Make it faster by removing
 **one** open item of the checklist below. First write your prediction with napkin math (bytes moved,
 launches, syncs, FLOPs, and the time each costs), naming the item. Then answer with the complete new
 \`$trainer.cu\`, nothing left out: it replaces the stage's file as a whole.
@@ -521,8 +521,8 @@ EOF
         else
             cat <<EOF
 Below is \`$start\`, the $trainer trainer of stage $prev of cuda-stages, a CUDA C tutorial that trains
-the same two models faster stage by stage (a full-batch linear regression on 5,000,000 points, an MLP
-on MNIST). Stage $nn adds **one** idea to it:
+the same two models faster stage by stage (a full-batch linear regression on 5,000,000 points, the first
+80% training and the rest test, and an MLP on MNIST). Stage $nn adds **one** idea to it:
 
 > $idea
 
