@@ -199,45 +199,21 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 #define PERSISTENT_THREADS 512
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
 #define PERSISTENT_MAX_SLICE 8    // features a block owns, at most (registers per thread in phase A)
-#define PERSISTENT_MAX_BATCH 128  // rows a block holds the pixels, values and gradients of (shared memory)
+#define PERSISTENT_MAX_BATCH 256  // rows a block holds values and gradients of (shared memory)
 #define PIXELS 784
-#define WORDS (PIXELS / 4)        // a row's pixels as 4-byte words
 #define CLASSES 10
 
 // Every block of the grid arrives; none leaves before all have. *arrived counts arrivals since the launch
 // (zeroed before it), so the n-th barrier of the launch waits for n * gridDim.x. A cooperative launch puts every
-// block on the GPU at once: without it, a block spinning here could wait for one that never gets an SM. The wait
-// reads the counter (volatile: from L2, never a stale L1 copy) rather than polling with atomics, which would
-// queue behind the arrivals at the one address.
+// block on the GPU at once: without it, a block spinning here could wait for one that never gets an SM.
 __device__ void grid_barrier(unsigned int *arrived, unsigned int target) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();  // this block's writes are visible to every block before it counts as arrived
         atomicAdd(arrived, 1u);
-        while (*(volatile unsigned int *)arrived < target) {
+        while (atomicAdd(arrived, 0u) < target) {
         }
         __threadfence();
-    }
-    __syncthreads();
-}
-
-// sums[o] = sum over i < rows of a[i * a_ld + o / b_cols] * b[i * b_cols + o % b_cols] for o < outputs (b NULL:
-// a alone), by every thread of the block: groups of `outputs` threads take every groups-th row, and thread o
-// adds its column's group sums in a fixed order, so every run sums alike. scratch: PERSISTENT_THREADS floats.
-__device__ void block_row_sums(float *sums, const float *a, int a_ld, const float *b, int b_cols, int rows,
-                               int outputs, float *scratch) {
-    int groups = PERSISTENT_THREADS / outputs, o = threadIdx.x % outputs, group = threadIdx.x / outputs;
-    if (group < groups) {
-        float sum = 0.0f;
-        for (int i = group; i < rows; i += groups)
-            sum += b ? a[i * a_ld + o / b_cols] * b[i * b_cols + o % b_cols] : a[i * a_ld + o];
-        scratch[group * outputs + o] = sum;
-    }
-    __syncthreads();
-    if (threadIdx.x < outputs) {
-        float sum = 0.0f;
-        for (int g = 0; g < groups; g++) sum += scratch[g * outputs + threadIdx.x];
-        sums[threadIdx.x] = sum;
     }
     __syncthreads();
 }
@@ -264,16 +240,13 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(
     float *w0 = params, *b0 = params + (int64_t)PIXELS * hidden;                // hidden: (PIXELS, hidden), (hidden,)
     // shared memory, in order
     float *pixel_value = shared;                          // (256,) mnist_pixel_value of every byte
-    float *scratch = pixel_value + 256;                   // (PERSISTENT_THREADS,) block_row_sums' group sums
-    float *gradient = scratch + PERSISTENT_THREADS;       // (slice * CLASSES,) a gradient block_row_sums returns
-    float *my_w_last = gradient + slice * CLASSES;        // (slice, CLASSES) W_last's rows of my features
+    float *my_w_last = pixel_value + 256;                 // (slice, CLASSES) W_last's rows of my features
     float *value = my_w_last + slice * CLASSES;           // (batch, slice) my features' values for the batch
     float *dvalue = value + batch * slice;                // (batch, slice) hidden: dloss/d(hidden unit)
     float *dlogit = dvalue + batch * slice;               // (batch, CLASSES) this step's dlogits
     int32_t *batch_row = (int32_t *)(dlogit + batch * CLASSES);  // (batch,) this step's rows of the training set
     float *my_b0 = (float *)(batch_row + batch);          // (slice,) hidden: b0 of my units
     float *my_w0 = my_b0 + slice;                         // (PIXELS, slice) hidden: W0's columns of my units
-    uint32_t *batch_pixels = (uint32_t *)(my_w0 + PIXELS * slice);  // (batch, WORDS) hidden: the batch's bytes
     int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
 
     for (int v = tid; v < 256; v += PERSISTENT_THREADS) pixel_value[v] = mnist_pixel_value((uint8_t)v);
@@ -297,18 +270,13 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(
 
         // A: my features' values, then my share of every logit
         if (hidden) {
-            // the batch's bytes into shared memory, read by every unit here and again for W0's gradient
-            for (int e = tid; e < batch * WORDS; e += PERSISTENT_THREADS) {
-                int i = e / WORDS, w = e % WORDS;
-                batch_pixels[e] = ((const uint32_t *)(pixels + (int64_t)batch_row[i] * PIXELS))[w];
-            }
-            __syncthreads();
-            // a warp per row: lanes split the row's words, then the warp sums each unit
+            // a warp per row: lanes split the row's 196 words of 4 pixels, then the warp sums each unit
             for (int i = warp; i < batch; i += PERSISTENT_WARPS) {
+                const uint32_t *row = (const uint32_t *)(pixels + (int64_t)batch_row[i] * PIXELS);
                 float sum[PERSISTENT_MAX_SLICE];
                 for (int f = 0; f < PERSISTENT_MAX_SLICE; f++) sum[f] = 0.0f;
-                for (int w = lane; w < WORDS; w += WARP_SIZE) {
-                    uint32_t four = batch_pixels[i * WORDS + w];
+                for (int w = lane; w < PIXELS / 4; w += WARP_SIZE) {
+                    uint32_t four = row[w];
                     for (int b = 0; b < 4; b++) {
                         float x = pixel_value[(four >> (8 * b)) & 0xff];
                         const float *w0_row = my_w0 + (4 * w + b) * slice;
@@ -373,22 +341,32 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(
                 dvalue[e] = value[e] > 0.0f ? sum : 0.0f;
             }
         }
-        block_row_sums(gradient, value, slice, dlogit, CLASSES, batch, slice * CLASSES, scratch);
-        for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS) my_w_last[e] -= lr * gradient[e];
-        if (blockIdx.x == 0) {  // block-uniform: every thread reaches block_row_sums' barriers
-            block_row_sums(gradient, dlogit, CLASSES, NULL, 1, batch, CLASSES, scratch);
-            for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) b_last[j] -= lr * gradient[j];
+        __syncthreads();
+        for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS) {
+            int f = e / CLASSES, j = e % CLASSES;
+            float sum = 0.0f;
+            for (int i = 0; i < batch; i++) sum += value[i * slice + f] * dlogit[i * CLASSES + j];
+            my_w_last[e] -= lr * sum;
+        }
+        if (blockIdx.x == 0) {
+            for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) {
+                float sum = 0.0f;
+                for (int i = 0; i < batch; i++) sum += dlogit[i * CLASSES + j];
+                b_last[j] -= lr * sum;
+            }
         }
         if (hidden) {
-            block_row_sums(gradient, dvalue, slice, NULL, 1, batch, slice, scratch);
-            for (int f = tid; f < slice; f += PERSISTENT_THREADS) my_b0[f] -= lr * gradient[f];
-            // W0's columns of my units: a thread per pixel, over the batch's rows
-            const uint8_t *batch_bytes = (const uint8_t *)batch_pixels;  // (batch, PIXELS)
+            for (int f = tid; f < slice; f += PERSISTENT_THREADS) {
+                float sum = 0.0f;
+                for (int i = 0; i < batch; i++) sum += dvalue[i * slice + f];
+                my_b0[f] -= lr * sum;
+            }
+            // W0's columns of my units: a thread per pixel, over the batch's rows (the bytes phase A read)
             for (int k = tid; k < PIXELS; k += PERSISTENT_THREADS) {
                 float sum[PERSISTENT_MAX_SLICE];
                 for (int f = 0; f < PERSISTENT_MAX_SLICE; f++) sum[f] = 0.0f;
                 for (int i = 0; i < batch; i++) {
-                    float x = pixel_value[batch_bytes[i * PIXELS + k]];
+                    float x = pixel_value[pixels[(int64_t)batch_row[i] * PIXELS + k]];
                     for (int f = 0; f < PERSISTENT_MAX_SLICE; f++)
                         if (f < slice) sum[f] += x * dvalue[i * slice + f];
                 }
@@ -412,10 +390,9 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(
 
 // The persistent kernel's dynamic shared memory, in mlp_epoch_kernel's order.
 static size_t persistent_shared_bytes(int hidden, int slice, int batch) {
-    size_t floats = 256 + PERSISTENT_THREADS + 2 * (size_t)slice * CLASSES + 2 * (size_t)batch * slice +
-                    (size_t)batch * CLASSES + batch;
-    if (hidden) floats += slice + (size_t)PIXELS * slice + (size_t)batch * WORDS;
-    return floats * sizeof(float);
+    size_t floats = 256 + (size_t)slice * CLASSES + 2 * (size_t)batch * slice + (size_t)batch * CLASSES;
+    if (hidden) floats += slice + (size_t)PIXELS * slice;
+    return floats * sizeof(float) + (size_t)batch * sizeof(int32_t);
 }
 
 // The persistent kernel's grid for cfg on this GPU: blocks and features per block (*slice). 0 where it does not
