@@ -31,7 +31,7 @@ CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-lin
 
 BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
 # A trainer stage exists once its folder holds both trainer files.
-STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-8]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-8]-*/mnist.cu))))
+STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-7]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-7]-*/mnist.cu))))
 STAGES := $(foreach d,$(STAGE_DIRS),$(firstword $(subst -, ,$(d))))
 ALL_STAGES := 01 $(STAGES)
 
