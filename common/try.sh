@@ -162,8 +162,9 @@ try_file() {
     rm -rf "$out"
     mkdir -p "$out"
     if [ -n "$answer" ]; then  # an assistant's answer as it came: its one fenced code block is the candidate
-        file=$out/$(basename "${answer%.md}").cu
-        file=${file%.answer.cu}.cu
+        local name
+        name=$(basename "$answer" .md)
+        file=$out/${name%.answer}.cu
         answer_code "$answer" >"$file" || die "$answer holds $(answer_blocks "$answer") fenced code blocks: try takes an answer with exactly one (the complete file)"
         echo "== try: the fenced code block of $answer, written to $file"
     fi

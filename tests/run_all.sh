@@ -18,6 +18,19 @@ tally_criterion() {
     skipped=$((skipped + ${skips:-0}))
 }
 
+# tally_script PREFIX: add a script's closing "PREFIX: N passed, N failed[, N skipped]" line to the tally;
+# no such line means the script died, which counts as a failure
+tally_script() {
+    local line count
+    line=$(grep -a "^$1: [0-9]* passed" "$log" | tail -n1)
+    count=$(sed -n "s/$1: \([0-9]*\) passed.*/\1/p" <<<"$line")
+    passed=$((passed + ${count:-0}))
+    count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
+    failed=$((failed + ${count:-1}))
+    count=$(sed -n 's/.* \([0-9]*\) skipped.*/\1/p' <<<"$line")
+    skipped=$((skipped + ${count:-0}))
+}
+
 run() {  # run NAME COMMAND...: show the output, remember a failure
     echo "== $1"; shift
     "$@" 2>&1 | tee "$log"
@@ -29,19 +42,10 @@ tally_criterion
 
 last_stage=${stages##* }
 run "command-line contract (stage $last_stage)" bash tests/cli_smoke.sh "$build/$last_stage"
-line=$(grep -a "^cli:" "$log" | tail -n1)
-passed=$((passed + $(sed -n 's/cli: \([0-9]*\) passed.*/\1/p' <<<"$line")))
-failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
-skipped=$((skipped + $(sed -n 's/.* \([0-9]*\) skipped.*/\1/p' <<<"$line")))
+tally_script cli
 
 run "citations (every path a comment or README cites exists)" bash tests/citations.sh
-line=$(grep -a "^citations: [0-9]* passed" "$log" | tail -n1)
-count=$(sed -n 's/citations: \([0-9]*\) passed.*/\1/p' <<<"$line")
-passed=$((passed + ${count:-0}))
-count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
-failed=$((failed + ${count:-1}))  # no tally line: the script died, which is a failure
-count=$(sed -n 's/.* \([0-9]*\) skipped.*/\1/p' <<<"$line")
-skipped=$((skipped + ${count:-0}))
+tally_script citations
 
 if command -v python3 >/dev/null; then
     run "bench table generator (Python, stdlib only)" python3 -m unittest discover -s bench -p 'test_*.py'
@@ -52,43 +56,23 @@ else
 fi
 
 run "profile summary (ncu raw CSV, real H100 exports)" bash tests/profile_summary.sh
-line=$(grep -a "^profile: [0-9]* passed" "$log" | tail -n1)
-count=$(sed -n 's/profile: \([0-9]*\) passed.*/\1/p' <<<"$line")
-passed=$((passed + ${count:-0}))
-count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
-failed=$((failed + ${count:-1}))  # no tally line: the script died, which is a failure
+tally_script profile
 
 run "try and exercises (CPU side)" bash tests/try_smoke.sh
-line=$(grep -a "^try: [0-9]* passed" "$log" | tail -n1)
-passed=$((passed + $(sed -n 's/try: \([0-9]*\) passed.*/\1/p' <<<"$line")))
-failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
+tally_script try
 
 run "prompts: size, sections, checklists from the code" bash tests/prompt_smoke.sh
-line=$(grep -a "^prompt: [0-9]* passed" "$log" | tail -n1)
-count=$(sed -n 's/prompt: \([0-9]*\) passed.*/\1/p' <<<"$line")
-passed=$((passed + ${count:-0}))
-count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
-failed=$((failed + ${count:-1}))  # no tally line: the script died, which is a failure
+tally_script prompt
 
 run "exercise regions: the cutter and make student" bash tests/exercise_smoke.sh
-line=$(grep -a "^exercise: [0-9]* passed" "$log" | tail -n1)
-count=$(sed -n 's/exercise: \([0-9]*\) passed.*/\1/p' <<<"$line")
-passed=$((passed + ${count:-0}))
-count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
-failed=$((failed + ${count:-1}))  # no tally line: the script died, which is a failure
+tally_script exercise
 
 run "make sanitize's verdicts (a stand-in compute-sanitizer)" bash tests/sanitize_smoke.sh "$build"
-line=$(grep -a "^sanitize: [0-9]* passed" "$log" | tail -n1)
-passed=$((passed + $(sed -n 's/sanitize: \([0-9]*\) passed.*/\1/p' <<<"$line")))
-failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
+tally_script sanitize
 
 # the deliberate bugs of tests/mutants/ still apply and compile (make test-mutants runs them on a GPU)
 run "mutants apply and compile (stage $last_stage)" env NVCC="${NVCC:-nvcc}" bash tests/mutants.sh "$build" "$last_stage" --compile-only
-line=$(grep -a "^mutants: [0-9]* passed" "$log" | tail -n1)
-count=$(sed -n 's/mutants: \([0-9]*\) passed.*/\1/p' <<<"$line")
-passed=$((passed + ${count:-0}))
-count=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")
-failed=$((failed + ${count:-1}))
+tally_script mutants
 
 for suite in "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done) $ladder_tests; do
     run "GPU suite $suite" "$suite"
