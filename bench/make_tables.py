@@ -9,6 +9,9 @@ file and the device it comes from. The tables go between markers, and nothing ou
   NN-*/README.md   <!-- results:stageNN begin --> ... <!-- results:stageNN end -->  (stage NN vs the one before,
                    then its variants table where it has other variants or precisions; 01-vector-add: its
                    versions)
+  NN-*/README.md   <!-- steps:stageNN begin --> ... <!-- steps:stageNN end -->  (stage NN and the one before:
+                   regression loop ms, µs per epoch, e2e − loop; MNIST µs per step per --hidden, and the µs
+                   saved per step; the figures the stage's prose reasons with)
   07-*/README.md   <!-- targets:stage07 begin --> ... <!-- targets:stage07 end -->  (the issue's targets for
                    the last stage against its measured rows)
   NN-*/README.md   <!-- outcome:stageNN begin --> ... <!-- outcome:stageNN end -->  (the stage's predictions,
@@ -377,6 +380,102 @@ def targets_block(datasets, known=None):
 
 
 # ----------------------------------------------------------------------------
+# a stage README's per-step figures: what its prose would otherwise derive by hand (fp32, default variants)
+
+def mnist_steps_per_epoch(batch=rc.MNIST_BATCH):
+    """Training steps in an MNIST epoch: the full batches of the training set (60,000 // 128 = 468)."""
+    return rc.MNIST_TRAIN // batch
+
+
+def fmt_us(value):
+    return NOT_COMPARED if value is None else rc.three_digits(value)
+
+
+def fmt_saved(value):
+    """A saving in µs: positive when this stage is faster, signed when it is slower."""
+    if value is None:
+        return NOT_COMPARED
+    return ("−" if value < 0 else "") + rc.three_digits(abs(value))
+
+
+def step_figures(entry):
+    """(µs per step, steps per epoch) of an entry: the regression's step is a full-batch epoch, loop ÷
+    epochs; an MNIST step is ms/epoch ÷ the epoch's steps (60,000 // batch)."""
+    if entry is None:
+        return None, None
+    if entry.row["trainer"] == "regression":
+        if entry.loop is None or not entry.epochs:
+            return None, 1
+        return entry.loop / entry.epochs * 1000, 1
+    batch = rc.integer(entry.row, "batch") or rc.MNIST_BATCH
+    steps = mnist_steps_per_epoch(batch)
+    if entry.ms_per_epoch is None or steps <= 0:
+        return None, steps
+    return entry.ms_per_epoch / steps * 1000, steps
+
+
+def steps_lines(rows, stage, stage_names=None, defaults=None):
+    """(regression cells, MNIST cells, rows shown) of a stage's per-step tables: the stage before (none
+    for the first stage) and this stage, newest default fp32 rows.
+
+    regression: run, loop ms, µs per epoch (loop ÷ epochs), e2e − loop ms (outside the loop), µs saved
+    per epoch. MNIST, per --hidden: configuration, run, ms/epoch, steps per epoch, µs per step (ms/epoch ÷
+    steps), µs saved per step. Saved: the stage before's µs ÷ step minus this stage's (on this stage's line)."""
+    regression, mnist, shown = [], [], []
+    for config in rc.canonical_configs():
+        entries = rc.select_entries(rows, config, defaults)
+        this = next((e for e in entries if e.is_ladder_stage and e.stage == stage), None)
+        earlier = [e for e in entries if e.is_ladder_stage and e.stage < stage]
+        before = earlier[-1] if earlier else None
+        if this is None:
+            if config.trainer == "regression":
+                regression.append([stage, "no result yet", "", "", ""])
+            else:
+                mnist.append([short_name(config), stage, "no result yet", "", "", ""])
+            continue
+        previous_us = step_figures(before)[0]
+        for e in ([before] if before else []) + [this]:
+            us, steps = step_figures(e)
+            saved = ""
+            if e is this and before is not None:
+                saved = fmt_saved(previous_us - us if None not in (previous_us, us) else None)
+            if config.trainer == "regression":
+                outside = e.e2e - e.loop if None not in (e.e2e, e.loop) else None
+                regression.append([e.label(stage_names), fmt_3(e.loop), fmt_us(us), fmt_3(outside), saved])
+            else:
+                mnist.append([short_name(config), e.label(stage_names), fmt_3(e.ms_per_epoch), str(steps),
+                              fmt_us(us), saved])
+            shown.append(e.row)
+    return regression, mnist, shown
+
+
+def steps_block(datasets, stage, stage_names=None, known=None):
+    """The text between the steps:stageNN markers: per results file, the regression's loop per epoch and
+    time outside the loop, and MNIST's time per step, for stage NN and the stage before it."""
+    if not datasets:
+        return NO_RESULTS
+    parts = []
+    for source, rows in datasets:
+        defaults = rc.variant_defaults(rows, known)
+        regression, mnist, shown = steps_lines(rows, stage, stage_names, defaults)
+        if not shown:
+            parts.append(f"No stage {stage} rows in `{source}` yet.")
+            continue
+        tables = markdown_table(["regression 5M", "loop ms", "µs per epoch", "e2e − loop ms", "µs saved per epoch"],
+                                [":--"] + ["--:"] * 4, regression)
+        tables += "\n\n" + markdown_table(["configuration", "run", "ms/epoch", "steps per epoch", "µs per step",
+                                            "µs saved per step"], [":--", ":--"] + ["--:"] * 4, mnist)
+        parts.append(f"{source_line(shown, rc.device_of(rows), source)}\n\n"
+                     f"{runs_note(shown, f'the stage {stage} per-step table of {source}')}{tables}")
+    note = (f"Stage {stage} and the stage before it (the first stage: its own figures only), each in its default "
+            "variant at fp32, newest rows. Regression: a step is a full-batch epoch; µs per epoch = loop ms ÷ epochs; "
+            "e2e − loop: the time outside the training loop (uploads, downloads, evaluation). MNIST: µs per step "
+            f"= ms/epoch (the median epoch) ÷ steps per epoch ({rc.MNIST_TRAIN:,} // batch). µs saved: the stage "
+            "before's figure minus this stage's (− where this stage is slower). " + FOOTNOTE_GENERATED)
+    return "\n\n".join(parts + [f"<sub>{note}</sub>"])
+
+
+# ----------------------------------------------------------------------------
 # TEACHING.md's answer key: each stage's default fp32 run, the figures a class should expect
 
 ANSWER_KEY_SPREAD = 0.2  # another GPU of the same model lands within about this share (clocks, driver, host)
@@ -647,6 +746,8 @@ def all_blocks(datasets, root, results_dir):
         block = vector_add_block(datasets) if nn == "01" else stage_block(datasets, nn, names, known)
         files[os.path.join(root, d, "README.md")] = {f"results:stage{nn}": block,
                                                      f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
+        if nn != "01":
+            files[os.path.join(root, d, "README.md")][f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
         if nn == "07":
             files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
         files[os.path.join(root, d, "README.md")].update(kernel_ladders.readme_blocks(ladder_sets, root, nn, d))
