@@ -31,7 +31,7 @@ CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-lin
 
 BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
 # A trainer stage exists once its folder holds both trainer files.
-STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-7]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-7]-*/mnist.cu))))
+STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-8]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-8]-*/mnist.cu))))
 STAGES := $(foreach d,$(STAGE_DIRS),$(firstword $(subst -, ,$(d))))
 ALL_STAGES := 01 $(STAGES)
 
@@ -89,7 +89,7 @@ ifeq ($(firstword $(MAKECMDGOALS)),stage)
 STAGE_WORD := $(word 2,$(MAKECMDGOALS))
 VERB := $(or $(word 3,$(MAKECMDGOALS)),run)
 # (override: the stage word decides, even over an NN= on the command line)
-override NN := $(if $(filter 1 2 3 4 5 6 7,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
+override NN := $(if $(filter 1 2 3 4 5 6 7 8,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
 VERBS := run compare diff test profile sanitize try exercise prompt ladder
 
 ifeq ($(filter $(NN),$(ALL_STAGES)),)

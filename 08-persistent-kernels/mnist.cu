@@ -1,0 +1,1024 @@
+// Stage 08, MNIST: stage 07's trainer plus a persistent kernel. --variant persistent (default) runs a whole epoch
+// of steps in one launch: each block keeps its slice of the weights in shared memory for the whole epoch, copies
+// its batch from the resident pixel bytes itself, and the steps meet at cluster and grid barriers instead of
+// kernel boundaries. It covers fp32 with at most one hidden layer that fits the grid (persistent_layout); every
+// other configuration, and --variant epoch-graph or step-graph, runs stage 07's graphs.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_pipeline_primitives.h>  // __pipeline_memcpy_async: copies into shared memory that run on their own
+#include <cuda_runtime.h>
+#include <cublasLt.h>  // before check.h, which defines cublasCheck and cudnnCheck only for headers included
+#include <cudnn.h>
+
+#include "check.h"
+#include "host.h"
+#include "staging.h"
+#include "lt_matmul.h"
+#include "timing.h"
+#include "trainer.h"
+
+const char *const MNIST_VARIANTS[] = {"persistent", "epoch-graph", "step-graph", NULL};
+#define VARIANT_PERSISTENT 0  // index of "persistent" above
+#define VARIANT_STEP_GRAPH 2  // index of "step-graph" above
+const char *const MNIST_PRECISIONS[] = {"fp32", "tf32", NULL};
+
+#define BLOCK_SIZE 256
+#define WARP_SIZE 32
+#define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
+
+// ----------------------------------------------------------------------------
+// pixels: the bytes go up (a quarter of the floats' bytes) and become floats on the device, once
+
+// for i < n: images[i] = mnist_pixel_value(pixels[i]), the host's own expression, so bit for bit its floats
+__global__ void scale_pixels_kernel(float *images, const uint8_t *pixels, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) images[i] = mnist_pixel_value(pixels[i]);
+}
+
+// ----------------------------------------------------------------------------
+// batch gather: the training set lives on the device; each step copies its batch's rows out of it
+
+// for i < batch, p < pixels: batch_images[i][p] = images[rows[i]][p], and batch_labels[i] = labels[rows[i]]
+// (rows: the batch order's slice for step *step = epoch * steps + s, checked on the host before the upload)
+__global__ void gather_batch_kernel(float *batch_images, uint8_t *batch_labels, const float *images,
+                                    const uint8_t *labels, const int32_t *order, const int *step, int n_train,
+                                    int steps, int batch, int pixels) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)batch * pixels) return;
+    int i = (int)(idx / pixels), p = (int)(idx % pixels);
+    const int32_t *rows = order + (int64_t)(*step / steps) * n_train + (int64_t)(*step % steps) * batch;
+    int64_t row = rows[i];
+    batch_images[idx] = images[row * pixels + p];
+    if (p == 0) batch_labels[i] = labels[row];
+}
+
+// ----------------------------------------------------------------------------
+// GEMMs through cuBLASLt
+//
+// cuBLAS is column-major, so it reads our row-major (R, C) matrix as its (C, R) matrix with ld = C, and
+// for our C = A @ B we ask it for C^T = B^T @ A^T, without moving a byte. A layer's three products:
+//     forward  out^T (out, rows) = W^T (out, in) @ in^T (in, rows) + b       (BIAS: b runs down out^T's rows)
+//     din      din^T (in, rows)  = op_T(W^T) (in, out) @ dout^T (out, rows)
+//     dW + SGD W^T (out, in)     = -lr * dout^T (out, rows) @ op_T(in^T) (rows, in) + W^T
+// The SGD update stays fused as in stage 03: alpha = -lr, beta = 1 and C = D = W, so dW is never stored.
+// Each GEMM is planned once in setup (plan_matmul, common/lt_matmul.c) and run with one call (run_matmul).
+
+// ----------------------------------------------------------------------------
+// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one warp per row.
+// Every row is shifted by its largest logit before exp, so exp never overflows.
+//
+// A row is 10 logits. Stage 03's one thread per row walks its row three times in series, and a batch of 128
+// rows is 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of the row's
+// warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each, and a batch of
+// 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared memory: one atomic
+// per block, not per row.
+
+// The sum over the warp's 32 lanes, in every lane. Each step adds the value of the lane `offset` away
+// (xor: a butterfly), so every lane ends with the same total.
+__device__ __forceinline__ float warp_sum(float value) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// The largest value over the warp and the lowest index that holds it, in every lane.
+__device__ __forceinline__ void warp_argmax(float *value, int *index) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        float other = __shfl_xor_sync(0xffffffff, *value, offset);
+        int other_index = __shfl_xor_sync(0xffffffff, *index, offset);
+        if (other > *value || (other == *value && other_index < *index)) {
+            *value = other;
+            *index = other_index;
+        }
+    }
+}
+
+// for each row i, with p = softmax(logits[i]), and loss_sum advanced by *step (if step):
+//     loss_sum += log(sum_j exp(logits[i][j])) - logits[i][label[i]]
+//     correct  += (argmax_j logits[i][j] == label[i]), ties going to the lowest index      (if correct)
+//     dlogits[i][j] = (p[j] - (j == label[i])) / rows                                       (if dlogits)
+// Training asks for dlogits, evaluation for the count. dlogits arrives holding p from cuDNN's softmax (cuDNN has
+// no cross-entropy) and becomes the gradient in place (cudnnSoftmaxBackward would divide by p, which can underflow
+// to 0). Launch BLOCK_SIZE threads a block, one warp per row.
+__global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, int *correct, const float *logits,
+                                             const uint8_t *labels, int rows, int classes, const int *step) {
+    __shared__ float block_loss[WARPS_PER_BLOCK];  // [w]: the loss of warp w's row (0 past the last row)
+    __shared__ int block_hits[WARPS_PER_BLOCK];    // [w]: 1 if warp w's row was predicted right
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int i = blockIdx.x * WARPS_PER_BLOCK + warp;
+    float loss = 0.0f;
+    int hit = 0;
+    if (i < rows) {  // the same for the whole warp, so every shuffle sees all 32 lanes
+        const float *row = logits + (size_t)i * classes;
+        int label = labels[i];
+        float max = -INFINITY;
+        int argmax = classes;  // a lane with no logit loses every comparison
+        for (int j = lane; j < classes; j += WARP_SIZE) {
+            if (row[j] > max) {
+                max = row[j];
+                argmax = j;
+            }
+        }
+        warp_argmax(&max, &argmax);
+        float sum = 0.0f;
+        for (int j = lane; j < classes; j += WARP_SIZE) sum += expf(row[j] - max);
+        sum = warp_sum(sum);
+        // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+        loss = logf(sum) - (row[label] - max);
+        hit = argmax == label;
+        if (dlogits) {
+            float *dlogits_row = dlogits + (size_t)i * classes;
+            for (int j = lane; j < classes; j += WARP_SIZE) {
+                float onehot = j == label ? 1.0f : 0.0f;
+                dlogits_row[j] = (dlogits_row[j] - onehot) / (float)rows;
+            }
+        }
+    }
+    if (lane == 0) {
+        block_loss[warp] = loss;
+        block_hits[warp] = hit;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    float block_sum = 0.0f;
+    int block_correct = 0;
+    for (int w = 0; w < WARPS_PER_BLOCK; w++) {
+        block_sum += block_loss[w];
+        block_correct += block_hits[w];
+    }
+    atomicAdd(loss_sum + (step ? *step : 0), block_sum);
+    if (correct) atomicAdd(correct, block_correct);
+}
+
+// ----------------------------------------------------------------------------
+// backward and update: for out = in @ W + b, given dout, compute din (through the ReLU), then apply
+// SGD to W and b in place. No gradient buffer: din and W's update are the cuBLASLt GEMMs; db and b's update
+// stay one kernel (the BGRADA epilogue would sum db into a buffer, and the update would need a launch of its own).
+
+// for j < dim: bias[j] -= lr * sum_i dout[i][j]; then *step += 1 (if step)
+// The thread that completes a column's sum holds the whole gradient and can apply it: with stage 02's
+// atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed buffer and a
+// second kernel). A block of 32 x 8 threads owns 32 columns: thread (x, y) sums rows y, y + 8, ... of
+// column x (a warp reads 32 neighbouring floats of a row), and thread (x, 0) adds the 8 partial sums
+// from shared memory in a fixed order, so every run sums alike. (Stage 03's one thread per column adds a
+// batch of 128 rows in series, all in one block.)
+// Layer 0's bias update is the step's last kernel, so it also advances the step counter (no one-thread kernel,
+// no graph node of its own): every kernel of the step that reads the counter runs before it, in stream order.
+__global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float lr, int rows, int dim, int *step) {
+    if (step && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *step += 1;
+    __shared__ float partial[WARPS_PER_BLOCK][WARP_SIZE];  // [y][x]: thread (x, y)'s share of its column
+    int j = blockIdx.x * WARP_SIZE + threadIdx.x;
+    float sum = 0.0f;
+    if (j < dim) {
+        for (int i = threadIdx.y; i < rows; i += WARPS_PER_BLOCK) sum += dout[(size_t)i * dim + j];
+    }
+    partial[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= dim) return;
+    for (int y = 1; y < WARPS_PER_BLOCK; y++) sum += partial[y][threadIdx.x];
+    bias[j] -= lr * sum;
+}
+
+// ----------------------------------------------------------------------------
+// the persistent epoch: one launch, every step of the epoch inside it
+//
+// The network is 784 -> [hidden] -> 10. A step's work splits by the last layer's inputs, its features: the pixels
+// without a hidden layer, the hidden units with one. Block g owns features [g * slice, g * slice + slice) and every
+// weight that touches them, and keeps those in shared memory for the whole epoch: with a hidden layer its units'
+// columns of W0, their b0 and their rows of W1; without one its pixels' rows of W0. The blocks come in thread-block
+// clusters (compute capability 9.0): the blocks of a cluster read each other's shared memory (distributed shared
+// memory) and meet at a hardware barrier. A step:
+//     A  every block: its features' values for the batch (with a hidden layer: its units' forward pass over the
+//        batch's pixels, copied into its shared memory) and its share of every logit,
+//        share[i][j] = sum over its features f of value[i][f] * W_last[f][j]
+//     -- cluster barrier
+//     B  block r of a cluster sums the cluster's shares of rows [r * rows_per_block, ...), block by block. With one
+//        cluster those are the logits. With several, each writes its sums to global memory, the grid meets at a
+//        grid barrier, and block r adds the clusters' sums of its rows, cluster by cluster. Then softmax, loss and
+//        dlogits of its rows.
+//     -- cluster barrier
+//     C  every block: the whole batch's dlogits from its cluster, then the gradients of the weights it owns,
+//        applied in place. Each block keeps its own copy of the last layer's bias; all copies take the same
+//        update, summed in the same order.
+// While the cluster waits at the first barrier, the next step's batch is already being copied in. Every sum runs
+// in a fixed order, so a run repeats bit for bit.
+
+#define PERSISTENT_THREADS 512
+#define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
+#define ROW_THREADS 4                                            // phase A: the threads that share a row
+#define PERSISTENT_MAX_BATCH (PERSISTENT_THREADS / ROW_THREADS)  // phase A: 4 threads a row, one pass
+#define PERSISTENT_MAX_UNITS 8    // hidden units a block owns, at most: one running sum each in registers
+#define GRADIENT_GROUPS 8         // W_last's gradient: partial sums per weight, added in a fixed order
+#define HIDDEN_CLUSTER 8          // blocks a cluster with a hidden layer (the portable maximum)
+#define PIXELS 784
+#define WORDS (PIXELS / 4)        // a row's pixels as 4-byte words
+#define CLASSES 10
+
+typedef struct {
+    float *params;          // packed as trainer.h: each block reads its slices at the start, writes them at the end
+    float *partial;         // (2, clusters, batch, CLASSES) each cluster's sums of the logits, by step parity
+    float *loss_sum;        // (steps,) this epoch's summed cross-entropy per step (zeroed)
+    unsigned int *arrived;  // (1,) the grid barrier's counter (zeroed)
+    const uint8_t *pixels;  // (n_train, PIXELS) the training images' bytes
+    const uint8_t *labels;  // (n_train,)
+    const int32_t *rows;    // (steps * batch,) this epoch's batch order
+    int hidden, slice, steps, batch, cluster_size, buffers;  // buffers: 2 when the next batch is copied early
+    float lr;
+} EpochArgs;
+
+static __host__ __device__ int round_up4(int n) { return (n + 3) / 4 * 4; }
+
+// Where the batch's bytes start in the kernel's dynamic shared memory, in floats (the regions before them, in
+// mlp_epoch_kernel's order, each a multiple of 16 bytes), and how many bytes a row takes there.
+static __host__ __device__ int persistent_pixels_offset(const EpochArgs *a) {
+    int rows_per_block = (a->batch + a->cluster_size - 1) / a->cluster_size, slice = a->slice, batch = a->batch;
+    int floats = round_up4(batch * CLASSES) * 2 + round_up4(rows_per_block * CLASSES) + round_up4(slice * CLASSES) +
+                 round_up4(CLASSES) + round_up4(batch * slice) * 2 + round_up4(GRADIENT_GROUPS * slice * CLASSES) +
+                 256 + round_up4(batch) * 4;
+    if (a->hidden) floats += round_up4(slice) + slice * PIXELS;
+    return floats;
+}
+static __host__ __device__ int persistent_row_bytes(const EpochArgs *a) { return a->hidden ? PIXELS : a->slice; }
+
+// Every block of the grid arrives; none leaves before all have. *arrived counts arrivals since the launch
+// (zeroed before it), so the n-th barrier of the launch waits for n * gridDim.x. The cooperative launch puts every
+// block on the GPU at once: without it, a block spinning here could wait for one that never gets an SM. The wait
+// reads the counter (volatile: from L2, never a stale L1 copy) rather than polling with atomics, which would
+// queue behind the arrivals at the one address.
+__device__ void grid_barrier(unsigned int *arrived, unsigned int target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();  // this block's writes are visible to every block before it counts as arrived
+        atomicAdd(arrived, 1u);
+        while (*(volatile unsigned int *)arrived < target) {
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// Every thread of the cluster arrives; the wait returns once all have, and what they wrote to shared memory
+// before arriving is visible to all (arrive releases, wait acquires).
+__device__ __forceinline__ void cluster_barrier() {
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+
+// The sum over each group of `width` neighbouring lanes (a power of 2 up to 32), in every lane of the group.
+__device__ __forceinline__ float group_sum(float value, int width) {
+    for (int offset = width / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// Byte b of word as a float, exactly: the byte becomes the low mantissa bits of 2^23 (0x4B000000), and taking
+// 2^23 away leaves its value. Two instructions; the pixel's 1/255 is applied once, to the sum.
+__device__ __forceinline__ float byte_value(uint32_t word, int b) {
+    return __int_as_float((int)__byte_perm(word, 0x4B000000u, 0x7440 | b)) - 8388608.0f;
+}
+
+// Starts copying step's batch into shared memory: its rows of the training set and their labels now, its pixels
+// (my bytes of each row: all 784 with a hidden layer, my slice without) asynchronously, waited for with
+// __pipeline_wait_prior(0). owned: my features (a multiple of 4).
+__device__ void stage_batch(const EpochArgs *a, int step, int owned, uint8_t *x, int32_t *batch_row,
+                            int32_t *batch_label) {
+    const int32_t *rows = a->rows + (int64_t)step * a->batch;
+    for (int i = threadIdx.x; i < a->batch; i += PERSISTENT_THREADS) {
+        int32_t row = rows[i];
+        batch_row[i] = row;
+        batch_label[i] = a->labels[row];
+    }
+    int row_bytes = persistent_row_bytes(a);
+    if (a->hidden) {  // 16-byte copies of whole rows
+        for (int e = threadIdx.x; e < a->batch * (PIXELS / 16); e += PERSISTENT_THREADS) {
+            int i = e / (PIXELS / 16), c = e % (PIXELS / 16);
+            __pipeline_memcpy_async(x + i * row_bytes + c * 16, a->pixels + (int64_t)rows[i] * PIXELS + c * 16, 16);
+        }
+    } else {  // 4-byte copies of my pixels (my first pixel and PIXELS are multiples of 4)
+        int first = blockIdx.x * a->slice, words = owned / 4;
+        for (int e = threadIdx.x; e < a->batch * words; e += PERSISTENT_THREADS) {
+            int i = e / words, c = e % words;
+            __pipeline_memcpy_async(x + i * row_bytes + c * 4, a->pixels + (int64_t)rows[i] * PIXELS + first + c * 4,
+                                    4);
+        }
+    }
+    __pipeline_commit();
+}
+
+// One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one launch of
+// clusters of a.cluster_size blocks of PERSISTENT_THREADS threads, one block an SM. Dynamic shared memory:
+// persistent_shared_bytes(a). Built for every architecture, launched on 9.0 and up only (persistent_layout).
+__global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochArgs a) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(16) float shared[];
+    int hidden = a.hidden, slice = a.slice, batch = a.batch, cluster_size = a.cluster_size;
+    int features = hidden ? hidden : PIXELS, first = blockIdx.x * slice;
+    int owned = max(0, min(slice, features - first));
+    int rank = (int)__clusterRelativeBlockRank(), cluster = (int)__clusterIdx().x;
+    int clusters = gridDim.x / cluster_size, clusters_pow2 = 1;
+    while (clusters_pow2 < clusters) clusters_pow2 *= 2;
+    int rows_per_block = (batch + cluster_size - 1) / cluster_size, row0 = rank * rows_per_block;
+    int my_rows = max(0, min(rows_per_block, batch - row0));
+    float *w_last = a.params + (hidden ? (int64_t)PIXELS * hidden + hidden : 0);  // (features, CLASSES)
+    float *b_last = w_last + (int64_t)features * CLASSES;                         // (CLASSES,)
+    float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;              // hidden: (PIXELS, hidden), (hidden,)
+    // shared memory, in order (persistent_pixels_offset adds it up)
+    float *share = shared;                                       // (batch, CLASSES) my share of every logit
+    float *dlogit = share + round_up4(batch * CLASSES);          // (batch, CLASSES) this step's dlogits
+    float *my_logit = dlogit + round_up4(batch * CLASSES);       // (rows_per_block, CLASSES) my rows' logits,
+                                                                 // then their dlogits: the cluster reads them
+    float *my_w_last = my_logit + round_up4(rows_per_block * CLASSES);  // (slice, CLASSES) W_last's rows I own
+    float *my_b_last = my_w_last + round_up4(slice * CLASSES);          // (CLASSES,) my copy of b_last
+    float *value = my_b_last + round_up4(CLASSES);                      // (batch, slice) my features' values
+    float *dvalue = value + round_up4(batch * slice);                   // (batch, slice) hidden: dloss/dvalue
+    float *scratch = dvalue + round_up4(batch * slice);       // (GRADIENT_GROUPS, slice, CLASSES) partial sums
+    float *pixel_value = scratch + round_up4(GRADIENT_GROUPS * slice * CLASSES);  // (256,) mnist_pixel_value
+    int32_t *batch_row = (int32_t *)(pixel_value + 256);      // (2, batch) each step's rows, by step parity
+    int32_t *batch_label = batch_row + 2 * round_up4(batch);  // (2, batch) their labels
+    float *my_b0 = (float *)(batch_label + 2 * round_up4(batch));  // (slice,) hidden: b0 of my units
+    float *my_w0 = my_b0 + round_up4(slice);                        // (slice, PIXELS) hidden: my units' W0 columns
+    uint8_t *pixels = (uint8_t *)(shared + persistent_pixels_offset(&a));  // (buffers, batch, row_bytes)
+    int row_bytes = persistent_row_bytes(&a), tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
+
+    for (int v = tid; v < 256; v += PERSISTENT_THREADS) pixel_value[v] = mnist_pixel_value((uint8_t)v);
+    for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)
+        my_w_last[e] = e / CLASSES < owned ? w_last[(int64_t)first * CLASSES + e] : 0.0f;
+    for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) my_b_last[j] = b_last[j];
+    if (hidden) {
+        for (int f = tid; f < slice; f += PERSISTENT_THREADS) my_b0[f] = f < owned ? b0[first + f] : 0.0f;
+        for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS) {
+            int f = e / PIXELS, k = e % PIXELS;
+            my_w0[e] = f < owned ? w0[(int64_t)k * hidden + first + f] : 0.0f;
+        }
+    }
+    stage_batch(&a, 0, owned, pixels, batch_row, batch_label);
+
+    unsigned int barriers = 0;
+    for (int step = 0; step < a.steps; step++) {
+        int parity = step & 1;
+        uint8_t *x = pixels + (a.buffers == 2 ? parity : 0) * batch * row_bytes;  // (batch, row_bytes)
+        if (a.buffers == 1 && step > 0)
+            stage_batch(&a, step, owned, x, batch_row + parity * round_up4(batch), batch_label + parity * round_up4(batch));
+        __pipeline_wait_prior(0);
+        __syncthreads();
+
+        // A: my features' values, then my share of every logit; 4 threads a row
+        int i = tid / ROW_THREADS, q = tid % ROW_THREADS;
+        if (hidden) {  // each of the 4 over a quarter of the row's words, then their sums added
+            float sum[PERSISTENT_MAX_UNITS];
+            for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) sum[f] = 0.0f;
+            if (i < batch) {
+                const uint32_t *row_words = (const uint32_t *)(x + i * PIXELS);
+                for (int w = q * (WORDS / ROW_THREADS); w < (q + 1) * (WORDS / ROW_THREADS); w++) {
+                    uint32_t four = row_words[w];
+                    float x0 = byte_value(four, 0), x1 = byte_value(four, 1), x2 = byte_value(four, 2),
+                          x3 = byte_value(four, 3);
+                    for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) {
+                        if (f >= slice) break;
+                        float4 w0_four = *(const float4 *)(my_w0 + f * PIXELS + 4 * w);
+                        sum[f] = fmaf(x3, w0_four.w, fmaf(x2, w0_four.z, fmaf(x1, w0_four.y, fmaf(x0, w0_four.x, sum[f]))));
+                    }
+                }
+            }
+            for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) {
+                if (f >= slice) break;
+                float z = group_sum(sum[f], ROW_THREADS) / 255.0f + my_b0[f];
+                if (q == 0 && i < batch) value[i * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
+            }
+        } else {
+            for (int e = tid; e < batch * slice; e += PERSISTENT_THREADS) {
+                int row = e / slice, f = e % slice;
+                value[e] = f < owned ? pixel_value[x[row * row_bytes + f]] : 0.0f;
+            }
+        }
+        __syncthreads();
+        {  // each of the 4 over every 4th feature
+            float logit[CLASSES];
+            for (int j = 0; j < CLASSES; j++) logit[j] = 0.0f;
+            if (i < batch) {
+                for (int f = q; f < slice; f += ROW_THREADS) {
+                    float v = value[i * slice + f];
+                    for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(v, my_w_last[f * CLASSES + j], logit[j]);
+                }
+            }
+            for (int j = 0; j < CLASSES; j++) logit[j] = group_sum(logit[j], ROW_THREADS);
+            if (q == 0 && i < batch)
+                for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];
+        }
+        // the next step's batch, copied while the cluster meets (its buffer was last read in the previous step)
+        int next = parity ^ 1;
+        if (a.buffers == 2 && step + 1 < a.steps)
+            stage_batch(&a, step + 1, owned, pixels + next * batch * row_bytes, batch_row + next * round_up4(batch),
+                        batch_label + next * round_up4(batch));
+        cluster_barrier();
+
+        // B: my rows' logits. A group of cluster_size lanes reads one logit's shares, a lane per block of the
+        // cluster, and sums them; with several clusters, a group of clusters_pow2 lanes then does the same over
+        // the clusters' sums in global memory (read past L1: other SMs wrote them).
+        int outputs = my_rows * CLASSES;
+        float *cluster_sums = a.partial + (int64_t)(parity * clusters + cluster) * batch * CLASSES;
+        for (int o0 = 0; o0 < outputs; o0 += PERSISTENT_THREADS / cluster_size) {
+            int o = o0 + tid / cluster_size, source = tid % cluster_size;
+            const float *source_share = (const float *)__cluster_map_shared_rank(share, source);
+            float sum = group_sum(o < outputs ? source_share[row0 * CLASSES + o] : 0.0f, cluster_size);
+            if (source == 0 && o < outputs) {
+                if (clusters > 1) __stcg(cluster_sums + row0 * CLASSES + o, sum);
+                else my_logit[o] = sum;
+            }
+        }
+        if (clusters > 1) {
+            grid_barrier(a.arrived, ++barriers * gridDim.x);
+            const float *all_sums = a.partial + (int64_t)parity * clusters * batch * CLASSES;
+            for (int o0 = 0; o0 < outputs; o0 += PERSISTENT_THREADS / clusters_pow2) {
+                int o = o0 + tid / clusters_pow2, c = tid % clusters_pow2;
+                float v = o < outputs && c < clusters ? __ldcg(all_sums + ((int64_t)c * batch + row0) * CLASSES + o) : 0.0f;
+                float sum = group_sum(v, clusters_pow2);
+                if (c == 0 && o < outputs) my_logit[o] = sum;
+            }
+        }
+        __syncthreads();
+        // softmax, loss and dlogits: a warp per row, lane j holding logit j
+        int32_t *labels_now = batch_label + parity * round_up4(batch);
+        for (int r = warp; r < my_rows; r += PERSISTENT_WARPS) {
+            float logit = lane < CLASSES ? my_logit[r * CLASSES + lane] + my_b_last[lane] : -INFINITY;
+            float max = logit;
+            int argmax = lane;
+            warp_argmax(&max, &argmax);
+            float e = lane < CLASSES ? expf(logit - max) : 0.0f, sum = warp_sum(e);
+            int label = labels_now[row0 + r];
+            float label_logit = __shfl_sync(0xffffffff, logit, label);
+            if (lane < CLASSES) my_logit[r * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;
+            // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+            if (lane == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
+        }
+        cluster_barrier();
+
+        // C: the batch's dlogits from the cluster (row i is block i / rows_per_block's), then my gradients, every
+        // one from the weights before this step's update
+        for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) {
+            int owner = e / (rows_per_block * CLASSES);
+            const float *owner_dlogits = (const float *)__cluster_map_shared_rank(my_logit, owner);
+            dlogit[e] = owner_dlogits[e - owner * rows_per_block * CLASSES];
+        }
+        __syncthreads();
+        if (hidden) {  // dvalue: through W_last and the ReLU
+            for (int e = tid; e < batch * slice; e += PERSISTENT_THREADS) {
+                int row = e / slice, f = e % slice;
+                float sum = 0.0f;
+                for (int j = 0; j < CLASSES; j++) sum = fmaf(dlogit[row * CLASSES + j], my_w_last[f * CLASSES + j], sum);
+                dvalue[e] = value[e] > 0.0f ? sum : 0.0f;
+            }
+        }
+        // W_last's gradient: `groups` threads a feature, each over every groups-th row
+        int groups = min(GRADIENT_GROUPS, PERSISTENT_THREADS / slice);
+        {
+            int f = tid / groups, g = tid % groups;
+            if (f < slice) {
+                float sum[CLASSES];
+                for (int j = 0; j < CLASSES; j++) sum[j] = 0.0f;
+                for (int row = g; row < batch; row += groups) {
+                    float v = value[row * slice + f];
+                    for (int j = 0; j < CLASSES; j++) sum[j] = fmaf(v, dlogit[row * CLASSES + j], sum[j]);
+                }
+                for (int j = 0; j < CLASSES; j++) scratch[(g * slice + f) * CLASSES + j] = sum[j];
+            }
+        }
+        // b_last's gradient, in every block alike: warp j sums column j
+        float bias_gradient = 0.0f;
+        if (warp < CLASSES) {
+            for (int row = lane; row < batch; row += WARP_SIZE) bias_gradient += dlogit[row * CLASSES + warp];
+            bias_gradient = warp_sum(bias_gradient);
+        }
+        __syncthreads();  // scratch written, dvalue read W_last
+        for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS) {
+            float sum = 0.0f;
+            for (int g = 0; g < groups; g++) sum += scratch[g * slice * CLASSES + e];
+            my_w_last[e] -= a.lr * sum;
+        }
+        if (warp < CLASSES && lane == 0) my_b_last[warp] -= a.lr * bias_gradient;
+        if (hidden) {
+            // b0's gradient: warp f sums unit f's column of dvalue
+            for (int f = warp; f < slice; f += PERSISTENT_WARPS) {
+                float sum = 0.0f;
+                for (int row = lane; row < batch; row += WARP_SIZE) sum += dvalue[row * slice + f];
+                sum = warp_sum(sum);
+                if (lane == 0) my_b0[f] -= a.lr * sum;
+            }
+            // W0's gradient: 2 threads a word (4 pixels), over alternate runs of 4 rows (4 rows apart, their
+            // words fall 16 banks apart), then the pair's sums added
+            int w = tid / 2, half = tid % 2;
+            float sum[PERSISTENT_MAX_UNITS][4];
+            for (int f = 0; f < PERSISTENT_MAX_UNITS; f++)
+                for (int b = 0; b < 4; b++) sum[f][b] = 0.0f;
+            if (w < WORDS) {
+                for (int row0_of_run = 4 * half; row0_of_run < batch; row0_of_run += 8) {
+                    for (int row = row0_of_run; row < min(row0_of_run + 4, batch); row++) {
+                        uint32_t four = ((const uint32_t *)(x + row * PIXELS))[w];
+                        float x0 = byte_value(four, 0), x1 = byte_value(four, 1), x2 = byte_value(four, 2),
+                              x3 = byte_value(four, 3);
+                        for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) {
+                            if (f >= slice) break;
+                            float d = dvalue[row * slice + f];
+                            sum[f][0] = fmaf(x0, d, sum[f][0]);
+                            sum[f][1] = fmaf(x1, d, sum[f][1]);
+                            sum[f][2] = fmaf(x2, d, sum[f][2]);
+                            sum[f][3] = fmaf(x3, d, sum[f][3]);
+                        }
+                    }
+                }
+            }
+            for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) {
+                if (f >= slice) break;
+                for (int b = 0; b < 4; b++) {
+                    float total = sum[f][b] + __shfl_xor_sync(0xffffffff, sum[f][b], 1);
+                    if (w < WORDS && half == 0) my_w0[f * PIXELS + 4 * w + b] -= a.lr * (total / 255.0f);
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    // no block leaves while the cluster may still read its shared memory; then the epoch's weights go back
+    cluster_barrier();
+    for (int e = tid; e < owned * CLASSES; e += PERSISTENT_THREADS) w_last[(int64_t)first * CLASSES + e] = my_w_last[e];
+    if (blockIdx.x == 0)
+        for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) b_last[j] = my_b_last[j];
+    if (hidden) {
+        for (int f = tid; f < owned; f += PERSISTENT_THREADS) b0[first + f] = my_b0[f];
+        for (int e = tid; e < owned * PIXELS; e += PERSISTENT_THREADS) {
+            int f = e / PIXELS, k = e % PIXELS;
+            w0[(int64_t)k * hidden + first + f] = my_w0[e];
+        }
+    }
+#endif
+}
+
+// The persistent kernel's dynamic shared memory, in mlp_epoch_kernel's order.
+static size_t persistent_shared_bytes(const EpochArgs *a) {
+    return (size_t)persistent_pixels_offset(a) * sizeof(float) +
+           (size_t)a->buffers * a->batch * persistent_row_bytes(a);
+}
+
+// The persistent kernel's launch: grid, block, shared memory, cluster (and, with several clusters, the cooperative
+// launch that puts them all on the GPU at once, for the grid barrier). attrs: room for 2.
+static cudaLaunchConfig_t persistent_config(const EpochArgs *a, int blocks, size_t shared_bytes, cudaStream_t stream,
+                                            cudaLaunchAttribute *attrs) {
+    cudaLaunchConfig_t config = {};  // every field not set below: 0
+    config.gridDim = dim3((unsigned int)blocks);
+    config.blockDim = dim3(PERSISTENT_THREADS);
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = attrs;
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = (unsigned int)a->cluster_size;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    attrs[1].id = cudaLaunchAttributeCooperative;
+    attrs[1].val.cooperative = 1;
+    config.numAttrs = blocks > a->cluster_size ? 2 : 1;
+    return config;
+}
+
+// How many clusters of a->cluster_size blocks the GPU runs at once with shared_bytes each (0: none, or a size it
+// does not support).
+static int persistent_max_clusters(const EpochArgs *a, size_t shared_bytes) {
+    cudaLaunchAttribute attrs[2];
+    cudaLaunchConfig_t config = persistent_config(a, a->cluster_size, shared_bytes, 0, attrs);
+    int clusters = 0;
+    cudaError_t status = cudaOccupancyMaxActiveClusters(&clusters, (const void *)mlp_epoch_kernel, &config);
+    if (status == cudaErrorInvalidClusterSize) {
+        (void)cudaGetLastError();  // a size this GPU does not place: not an error, the answer is none
+        return 0;
+    }
+    cudaCheck(status);
+    return clusters;
+}
+
+typedef struct {
+    EpochArgs args;  // all but the per-epoch pointers
+    int blocks;
+    size_t shared_bytes;
+} PersistentLayout;
+
+// The persistent kernel's launch for cfg on this GPU, in *layout; 0 where stage 07's graphs run instead: not fp32,
+// more than one hidden layer, a batch past PERSISTENT_MAX_BATCH, or more hidden units than the blocks the GPU
+// runs at once can own. Without a hidden layer one cluster holds the model: 16 blocks where the GPU places
+// clusters that large, else 8. With one, as many clusters of 8 as the GPU runs at once, at most a block a unit.
+// A GPU without thread-block clusters, or with too little shared memory or too few SMs for a cluster, gets one
+// line and EXIT_CUDA: the stage's idea needs them.
+static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
+    int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
+    if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2 || cfg->batch > PERSISTENT_MAX_BATCH) return 0;
+    int device, major, minor, max_shared, sm_shared;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cudaCheck(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaCheck(cudaDeviceGetAttribute(&sm_shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    if (major < 9) {
+        fprintf(stderr, "error: --variant persistent needs thread-block clusters (compute capability 9.0 or newer); "
+                        "this GPU is %d.%d: use --variant epoch-graph\n", major, minor);
+        exit(EXIT_CUDA);
+    }
+    cudaCheck(cudaFuncSetAttribute(mlp_epoch_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaCheck(cudaFuncSetAttribute(mlp_epoch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
+    memset(layout, 0, sizeof(*layout));
+    EpochArgs *a = &layout->args;
+    a->hidden = hidden;
+    a->batch = cfg->batch;
+    a->lr = cfg->lr;
+    a->cluster_size = hidden ? HIDDEN_CLUSTER : 16;
+    int clusters = 0;
+    for (;;) {
+        int blocks_wanted = hidden ? hidden : a->cluster_size;
+        a->slice = hidden ? 1 : round_up4((PIXELS + a->cluster_size - 1) / a->cluster_size);
+        a->buffers = 1;
+        // one block an SM: a block asks for more than half an SM's shared memory
+        size_t least = (size_t)sm_shared / 2 + 1, bytes = persistent_shared_bytes(a);
+        int fit = persistent_max_clusters(a, bytes > least ? bytes : least);
+        clusters = (blocks_wanted + a->cluster_size - 1) / a->cluster_size;
+        if (clusters > fit) clusters = fit;
+        if (clusters > 0 || a->cluster_size == HIDDEN_CLUSTER) break;
+        a->cluster_size = HIDDEN_CLUSTER;  // no cluster of 16 here
+    }
+    if (clusters == 0) {
+        fprintf(stderr, "error: --variant persistent: this GPU runs no cluster of %d blocks of %d threads with %zu "
+                        "bytes of shared memory each: use --variant epoch-graph\n",
+                a->cluster_size, PERSISTENT_THREADS, persistent_shared_bytes(a));
+        exit(EXIT_CUDA);
+    }
+    layout->blocks = clusters * a->cluster_size;
+    if (hidden) a->slice = (hidden + layout->blocks - 1) / layout->blocks;
+    if (a->slice > PERSISTENT_MAX_UNITS) return 0;
+    for (a->buffers = 2; a->buffers > 1 && persistent_shared_bytes(a) > (size_t)max_shared; a->buffers--) {
+    }
+    size_t least = (size_t)sm_shared / 2 + 1;
+    layout->shared_bytes = persistent_shared_bytes(a);
+    if (layout->shared_bytes < least) layout->shared_bytes = least;
+    if (layout->shared_bytes > (size_t)max_shared) return 0;
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
+
+// bias_backward_sgd_kernel: a block of WARP_SIZE x WARPS_PER_BLOCK threads per WARP_SIZE columns
+static unsigned int column_blocks(int dim) { return (unsigned int)((dim + WARP_SIZE - 1) / WARP_SIZE); }
+
+// plans[l]: layer l's forward GEMM, bound to its parameters and activations (bias and ReLU in its epilogue)
+static void mlp_forward(const MnistConfig *cfg, cublasLtHandle_t lt, const MatmulPlan *plans, cudaStream_t stream) {
+    for (int l = 0; l < cfg->n_layers; l++) run_matmul(lt, &plans[l], stream);
+}
+
+// dact[l]: (rows, sizes[l]) for l >= 1, dact[n_layers] holds dlogits. Updates params in place, yet every
+// gradient comes from the pre-update params, as in the reference: layer l's din (which needs W_l) runs before
+// W_l's update, and the layers below l never read W_l. One stream runs launches in order: that is the guarantee.
+// input_plans[l] (l >= 1) and weight_plans[l]: layer l's din and SGD GEMMs.
+// The last launch, layer 0's bias update, also advances the device step counter (unless step is NULL).
+static void mlp_backward_sgd(const MnistConfig *cfg, cublasLtHandle_t lt, const MatmulPlan *input_plans,
+                             const MatmulPlan *weight_plans, float *params, float *const *dact, int *step, int rows,
+                             cudaStream_t stream) {
+    for (int l = cfg->n_layers - 1; l >= 0; l--) {
+        int out_dim = cfg->sizes[l + 1];
+        if (l > 0) run_matmul(lt, &input_plans[l], stream);  // the images need no gradient
+        run_matmul(lt, &weight_plans[l], stream);
+        bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK), 0, stream>>>(
+            params + mnist_bias_offset(cfg, l), dact[l + 1], cfg->lr, rows, out_dim, l == 0 ? step : NULL);
+        launchCheck();
+    }
+}
+
+// Everything a training step launches on, fixed for the whole run: a graph replays its kernels with the very
+// arguments they were captured with.
+typedef struct {
+    const MnistConfig *cfg;
+    cublasLtHandle_t lt;
+    cudnnHandle_t cudnn;
+    cudnnTensorDescriptor_t logits_desc;
+    const MatmulPlan *forward_plans, *input_plans, *weight_plans;
+    float *params, *const *act, *const *dact;
+    uint8_t *labels;
+    const float *train_images;
+    const uint8_t *train_labels;
+    const int32_t *order;
+    float *loss_sum;  // (epochs, steps)
+    int *step;        // (1,) the device step counter
+    int n_train, steps;
+} TrainStep;
+
+// One training step on stream, every launch the same for every step (the step comes from t->step). Called in
+// the capture, or directly with --breakdown, whose phase timers synchronize (not allowed while capturing).
+static void train_step(const TrainStep *t, TrainClock *clock, cudaStream_t stream) {
+    const MnistConfig *cfg = t->cfg;
+    int n_layers = cfg->n_layers, batch = cfg->batch, pixels = cfg->sizes[0], classes = cfg->sizes[n_layers];
+    const float one = 1.0f, zero = 0.0f;  // cuDNN's alpha and beta, read when the launch is made
+
+    // gather the batch's rows on the device (reported as h2d: it replaces the per-batch copy)
+    TIMED_PHASE(clock, PHASE_H2D, stream) {
+        gather_batch_kernel<<<blocks_for((int64_t)batch * pixels), BLOCK_SIZE, 0, stream>>>(
+            t->act[0], t->labels, t->train_images, t->train_labels, t->order, t->step, t->n_train, t->steps, batch,
+            pixels);
+        launchCheck();
+    }
+
+    TIMED_PHASE(clock, PHASE_FORWARD, stream) mlp_forward(cfg, t->lt, t->forward_plans, stream);
+
+    TIMED_PHASE(clock, PHASE_LOSS, stream) {
+        cudnnCheck(cudnnSoftmaxForward(t->cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one,
+                                       t->logits_desc, t->act[n_layers], &zero, t->logits_desc, t->dact[n_layers]));
+        softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE, 0, stream>>>(
+            t->dact[n_layers], t->loss_sum, NULL, t->act[n_layers], t->labels, batch, classes, t->step);
+        launchCheck();
+    }
+
+    // the update is fused into the backward pass: its time is reported as backward
+    TIMED_PHASE(clock, PHASE_BACKWARD, stream)
+        mlp_backward_sgd(cfg, t->lt, t->input_plans, t->weight_plans, t->params, t->dact, t->step, batch, stream);
+}
+
+// ----------------------------------------------------------------------------
+// training
+
+int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out) {
+    int n_layers = cfg->n_layers, batch = cfg->batch, classes = cfg->sizes[n_layers];
+    int pixels = cfg->sizes[0], n_train = data->n_train, n_test = data->n_test;
+    int steps = mnist_steps_per_epoch(cfg, n_train);
+    int64_t n_params = mnist_param_count(cfg), n_steps = (int64_t)cfg->epochs * steps;
+
+    // every row a batch will gather must exist: checked once here, so that the gather kernel can trust it
+    for (int epoch = 0; epoch < cfg->epochs; epoch++) {
+        for (int s = 0; s < steps * batch; s++) {
+            int32_t row = data->batch_order[(int64_t)epoch * n_train + s];
+            if (row < 0 || row >= n_train) {
+                fprintf(stderr, "error: batch order entry %d of epoch %d is %d, outside 0..%d\n", s, epoch, row,
+                        n_train - 1);
+                exit(EXIT_DATA);
+            }
+        }
+    }
+
+    // setup (not timed): device buffers, streams, events and the pinned staging buffers
+    double setup_start_ms = host_ms();
+    float *d_params;                          // (n_params,) packed as trainer.h
+    float *d_snapshot;                        // (n_params,) the parameters an evaluation reads while training goes on
+    uint8_t *d_pixels;                        // (n_train + n_test, pixels) the images' bytes, uploaded once
+    float *d_train_images;                    // (n_train, pixels) the whole training set, scaled from d_pixels
+    uint8_t *d_train_labels;                  // (n_train,)
+    int32_t *d_order;                         // (epochs, n_train) data->batch_order
+    float *d_act[MNIST_MAX_LAYERS + 1];       // [l]: (batch, sizes[l]); [0] the batch images, [n_layers] the logits
+    float *d_dact[MNIST_MAX_LAYERS + 1];      // [l], l >= 1: (batch, sizes[l]) dloss/dact[l]; [n_layers] dlogits
+    uint8_t *d_relu_mask[MNIST_MAX_LAYERS];   // [l], 1 <= l < n_layers: (batch, relu_mask_ld(sizes[l]) / 8) bytes,
+                                              // bit i of column b: act[l][b][i] > 0 (RELU_AUX_BIAS -> DRELU)
+    uint8_t *d_labels;                        // (batch,)
+    float *d_test_act[MNIST_MAX_LAYERS + 1];  // [l]: (n_test, sizes[l]); [0] the test images
+    uint8_t *d_test_labels;                   // (n_test,)
+    float *d_loss_sum;                        // (epochs, steps) summed cross-entropy of every batch
+    float *d_test_loss_sum;                   // (epochs,) summed test cross-entropy after each epoch
+    int *d_test_correct;                      // (epochs,) correct test predictions after each epoch
+    int *d_step;                              // (1,) the next training step, epoch * steps + step: see train_step
+    PersistentLayout persistent;  // the persistent kernel's launch, where it applies
+    int persistent_blocks = cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, &persistent) ? persistent.blocks : 0;
+    float *d_partial = NULL;                  // persistent: (2, clusters, batch, classes) each cluster's logit sums
+    unsigned int *d_arrived = NULL;           // persistent: (epochs,) each epoch's grid barrier counter
+    void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream
+    // zeroed: the warm-up before the capture reads them before the upload or a gather has written them
+    d_params = (float *)device_zeros(n_params * sizeof(float));
+    cudaCheck(cudaMalloc(&d_snapshot, n_params * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_pixels, ((size_t)n_train + n_test) * pixels));
+    cudaCheck(cudaMalloc(&d_train_images, (size_t)n_train * pixels * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_train_labels, n_train));
+    cudaCheck(cudaMalloc(&d_order, (size_t)cfg->epochs * n_train * sizeof(int32_t)));
+    d_dact[0] = NULL;
+    for (int l = 0; l <= n_layers; l++) {
+        d_act[l] = (float *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(float));
+        if (l > 0) cudaCheck(cudaMalloc(&d_dact[l], (size_t)batch * cfg->sizes[l] * sizeof(float)));
+        cudaCheck(cudaMalloc(&d_test_act[l], (size_t)n_test * cfg->sizes[l] * sizeof(float)));
+        if (l > 0 && l < n_layers) cudaCheck(cudaMalloc(&d_relu_mask[l], relu_mask_ld(cfg->sizes[l]) / 8 * batch));
+    }
+    cudaCheck(cudaMalloc(&d_workspace, WORKSPACE_BYTES));
+    cudaCheck(cudaMalloc(&d_eval_workspace, WORKSPACE_BYTES));
+    cudaCheck(cudaMalloc(&d_labels, batch));
+    cudaCheck(cudaMalloc(&d_test_labels, n_test));
+    cudaCheck(cudaMalloc(&d_loss_sum, n_steps * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_test_loss_sum, cfg->epochs * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_test_correct, cfg->epochs * sizeof(int)));
+    cudaCheck(cudaMalloc(&d_step, sizeof(int)));
+    if (persistent_blocks) {
+        int clusters = persistent_blocks / persistent.args.cluster_size;
+        cudaCheck(cudaMalloc(&d_partial, (size_t)2 * clusters * batch * classes * sizeof(float)));
+        cudaCheck(cudaMalloc(&d_arrived, cfg->epochs * sizeof(unsigned int)));
+    }
+    int *test_correct = (int *)host_malloc(cfg->epochs * sizeof(int), "the test results");  // (epochs,)
+    // Non-blocking streams: the legacy default stream would serialize with all three.
+    cudaStream_t stream, copy_stream, eval_stream;  // training; uploads; evaluation
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&eval_stream, cudaStreamNonBlocking));
+    cudaEvent_t upload_done, snapshot_ready, eval_done;  // ordering only: no timing
+    cudaCheck(cudaEventCreateWithFlags(&upload_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&snapshot_ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&eval_done, cudaEventDisableTiming));
+    StagingRing *staging = staging_create(STAGING_SLOTS, STAGING_SLOT_BYTES, 0);
+    cudnnHandle_t cudnn;                  // the softmax, on the training stream
+    cudnnTensorDescriptor_t logits_desc;  // (batch, classes, 1, 1): softmax over each row (INSTANCE mode)
+    cudnnCheck(cudnnCreate(&cudnn));
+    cudnnCheck(cudnnSetStream(cudnn, stream));
+    cudnnCheck(cudnnCreateTensorDescriptor(&logits_desc));
+    cudnnCheck(cudnnSetTensor4dDescriptor(logits_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, classes, 1, 1));
+    cublasLtHandle_t lt;  // stream-free: each matmul names its stream
+    cublasCheck(cublasLtCreate(&lt));
+    // One plan per GEMM of a step and of an evaluation, bound to its buffers.
+    MatmulPlan forward_plans[MNIST_MAX_LAYERS];  // [l]: act[l+1] = act[l] @ W_l + b_l (+ ReLU, mask out)
+    MatmulPlan eval_plans[MNIST_MAX_LAYERS];     // [l]: the same on the test set, from the snapshot, no mask
+    MatmulPlan input_plans[MNIST_MAX_LAYERS];    // [l], l >= 1: dact[l] = (dact[l+1] @ W_l^T) * ReLU' (mask in)
+    MatmulPlan weight_plans[MNIST_MAX_LAYERS];   // [l]: W_l -= lr * act[l]^T @ dact[l+1]
+    for (int l = 0; l < n_layers; l++) {
+        int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1], hidden = l < n_layers - 1;
+        int64_t w = mnist_weight_offset(cfg, l), b = mnist_bias_offset(cfg, l);
+        plan_matmul(&forward_plans[l], lt, cfg->precision, 0, 0, out_dim, batch, in_dim, d_params + w, d_act[l],
+                    d_act[l + 1], 1.0f, 0.0f, hidden ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS,
+                    d_params + b, hidden ? d_relu_mask[l + 1] : NULL, d_workspace);
+        plan_matmul(&eval_plans[l], lt, cfg->precision, 0, 0, out_dim, n_test, in_dim, d_snapshot + w, d_test_act[l],
+                    d_test_act[l + 1], 1.0f, 0.0f, hidden ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS,
+                    d_snapshot + b, NULL, d_eval_workspace);
+        if (l > 0)
+            plan_matmul(&input_plans[l], lt, cfg->precision, 1, 0, in_dim, batch, out_dim, d_params + w,
+                        d_dact[l + 1], d_dact[l], 1.0f, 0.0f, CUBLASLT_EPILOGUE_DRELU, NULL, d_relu_mask[l],
+                        d_workspace);
+        plan_matmul(&weight_plans[l], lt, cfg->precision, 0, 1, out_dim, in_dim, batch, d_dact[l + 1], d_act[l],
+                    d_params + w, -cfg->lr, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, d_workspace);
+    }
+    TrainClock clock;
+    train_clock_init(&clock, cfg->epochs, cfg->breakdown);
+    TrainStep step_args = {cfg, lt, cudnn, logits_desc, forward_plans, input_plans, weight_plans, d_params, d_act,
+                           d_dact, d_labels, d_train_images, d_train_labels, d_order, d_loss_sum, d_step, n_train,
+                           steps};  // in TrainStep's order
+    // The graph: a whole epoch of steps, or one step, captured (recorded, not run) and instantiated here,
+    // untimed, and uploaded so that its first launch costs no more than the others.
+    int use_graph = !cfg->breakdown && !persistent_blocks, epoch_graph = cfg->variant != VARIANT_STEP_GRAPH;
+    cudaGraphExec_t graph_exec = NULL;
+    if (use_graph) {
+        // A library may set itself up on its first call (cuDNN loads its ops library, cuBLASLt its kernels),
+        // which a capture would refuse: the step's library calls run once first, eagerly, on buffers that the
+        // upload (the parameters) or every step (the rest) overwrites before use.
+        const float one = 1.0f, zero = 0.0f;
+        mlp_forward(cfg, lt, forward_plans, stream);
+        cudnnCheck(cudnnSoftmaxForward(cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, logits_desc,
+                                       d_act[n_layers], &zero, logits_desc, d_dact[n_layers]));
+        mlp_backward_sgd(cfg, lt, input_plans, weight_plans, d_params, d_dact, NULL, batch, stream);
+        cudaCheck(cudaStreamSynchronize(stream));
+
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int s = 0; s < (epoch_graph ? steps : 1); s++) train_step(&step_args, &clock, stream);
+        cudaCheck(cudaStreamEndCapture(stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&graph_exec, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+        cudaCheck(cudaGraphUpload(graph_exec, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+    }
+    out->timing.setup_ms = host_ms() - setup_start_ms;
+
+    // e2e starts with the data in host memory: everything goes up once, on the copy stream, and the
+    // training stream waits for it by event
+    train_clock_e2e_start(&clock, stream);
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        cudaCheck(cudaStreamWaitEvent(copy_stream, clock.e2e_start, 0));  // the upload is inside e2e
+        staging_upload(staging, d_params, data->init_params, n_params * sizeof(float), copy_stream);
+        staging_upload(staging, d_pixels, data->train_pixels, (size_t)n_train * pixels, copy_stream);
+        staging_upload(staging, d_train_labels, data->train_labels, n_train, copy_stream);
+        staging_upload(staging, d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t),
+                       copy_stream);
+        staging_upload(staging, d_pixels + (size_t)n_train * pixels, data->test_pixels, (size_t)n_test * pixels,
+                       copy_stream);
+        staging_upload(staging, d_test_labels, data->test_labels, n_test, copy_stream);
+        int64_t train_values = (int64_t)n_train * pixels, test_values = (int64_t)n_test * pixels;
+        if (!persistent_blocks) {  // the persistent kernel reads the bytes
+            scale_pixels_kernel<<<blocks_for(train_values), BLOCK_SIZE, 0, copy_stream>>>(d_train_images, d_pixels,
+                                                                                           train_values);
+            launchCheck();
+        }
+        scale_pixels_kernel<<<blocks_for(test_values), BLOCK_SIZE, 0, copy_stream>>>(
+            d_test_act[0], d_pixels + train_values, test_values);
+        launchCheck();
+        cudaCheck(cudaEventRecord(upload_done, copy_stream));
+        cudaCheck(cudaMemsetAsync(d_loss_sum, 0, n_steps * sizeof(float), stream));  // the losses are summed
+        cudaCheck(cudaMemsetAsync(d_test_loss_sum, 0, cfg->epochs * sizeof(float), stream));
+        cudaCheck(cudaMemsetAsync(d_test_correct, 0, cfg->epochs * sizeof(int), stream));
+        cudaCheck(cudaMemsetAsync(d_step, 0, sizeof(int), stream));
+        if (persistent_blocks) cudaCheck(cudaMemsetAsync(d_arrived, 0, cfg->epochs * sizeof(unsigned int), stream));
+        cudaCheck(cudaStreamWaitEvent(stream, upload_done, 0));
+    }
+    train_clock_loop_start(&clock, stream);
+
+    // Only enqueueing from here to the end of the loop: the host runs ahead of the GPU, never waits for it.
+    for (int epoch = 0; epoch < cfg->epochs; epoch++) {
+        if (persistent_blocks) {
+            // the whole epoch in one launch (with --breakdown, one phase: its steps have no host-visible seams)
+            EpochArgs args = persistent.args;
+            args.params = d_params;
+            args.partial = d_partial;
+            args.loss_sum = d_loss_sum + (int64_t)epoch * steps;
+            args.arrived = d_arrived + epoch;
+            args.pixels = d_pixels;
+            args.labels = d_train_labels;
+            args.rows = d_order + (int64_t)epoch * n_train;
+            args.steps = steps;
+            void *kernel_args[] = {&args};
+            cudaLaunchAttribute attrs[2];
+            cudaLaunchConfig_t config = persistent_config(&args, persistent_blocks, persistent.shared_bytes, stream, attrs);
+            TIMED_PHASE(&clock, PHASE_FORWARD, stream)
+                cudaCheck(cudaLaunchKernelExC(&config, (const void *)mlp_epoch_kernel, kernel_args));
+        } else if (!use_graph) {
+            for (int step = 0; step < steps; step++) train_step(&step_args, &clock, stream);
+        } else {
+            // one launch for the epoch, or one per step; either way the steps read their batch from d_step
+            for (int replay = 0; replay < (epoch_graph ? 1 : steps); replay++)
+                cudaCheck(cudaGraphLaunch(graph_exec, stream));
+        }
+
+        // test loss and accuracy of this epoch's parameters, on the eval stream while the next epoch
+        // trains. The evaluation reads a snapshot, since training updates d_params in place; the snapshot
+        // is taken once the previous evaluation is done reading it (eval_done: a no-op the first time).
+        cudaCheck(cudaStreamWaitEvent(stream, eval_done, 0));
+        cudaCheck(cudaMemcpyAsync(d_snapshot, d_params, n_params * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+        cudaCheck(cudaEventRecord(snapshot_ready, stream));
+        cudaCheck(cudaStreamWaitEvent(eval_stream, snapshot_ready, 0));
+        TIMED_PHASE(&clock, PHASE_EVAL, eval_stream) {
+            mlp_forward(cfg, lt, eval_plans, eval_stream);
+            softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE, 0, eval_stream>>>(
+                NULL, d_test_loss_sum + epoch, d_test_correct + epoch, d_test_act[n_layers], d_test_labels, n_test,
+                classes, NULL);
+            launchCheck();
+        }
+        cudaCheck(cudaEventRecord(eval_done, eval_stream));
+
+        // the loop (and its last epoch) ends when the last evaluation has, so loop_ms covers all the work
+        if (epoch == cfg->epochs - 1) cudaCheck(cudaStreamWaitEvent(stream, eval_done, 0));
+        train_clock_epoch_end(&clock, epoch, stream);
+    }
+
+    // one copy back of everything the loop produced (D2H into pageable memory: each returns when done)
+    TIMED_PHASE(&clock, PHASE_D2H, stream) {
+        cudaCheck(cudaMemcpyAsync(out->params, d_params, n_params * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaMemcpyAsync(out->step_loss, d_loss_sum, n_steps * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaMemcpyAsync(out->test_loss, d_test_loss_sum, cfg->epochs * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream));
+        cudaCheck(
+            cudaMemcpyAsync(test_correct, d_test_correct, cfg->epochs * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    }
+    train_clock_e2e_stop(&clock, stream);
+    train_clock_finish(&clock, &out->timing);
+
+    // sums to means, as stage 04 did after every copy
+    for (int64_t s = 0; s < n_steps; s++) out->step_loss[s] /= (float)batch;
+    for (int epoch = 0; epoch < cfg->epochs; epoch++) {
+        out->test_loss[epoch] /= (float)n_test;
+        out->test_acc[epoch] = (float)test_correct[epoch] / (float)n_test;
+    }
+
+    cudaCheck(cudaFree(d_params));
+    cudaCheck(cudaFree(d_snapshot));
+    cudaCheck(cudaFree(d_pixels));
+    cudaCheck(cudaFree(d_train_images));
+    cudaCheck(cudaFree(d_train_labels));
+    cudaCheck(cudaFree(d_order));
+    for (int l = 0; l <= n_layers; l++) {
+        cudaCheck(cudaFree(d_act[l]));
+        if (l > 0) cudaCheck(cudaFree(d_dact[l]));
+        cudaCheck(cudaFree(d_test_act[l]));
+        if (l > 0 && l < n_layers) cudaCheck(cudaFree(d_relu_mask[l]));
+    }
+    cudaCheck(cudaFree(d_workspace));
+    cudaCheck(cudaFree(d_eval_workspace));
+    for (int l = 0; l < n_layers; l++) {
+        destroy_matmul(&forward_plans[l]);
+        destroy_matmul(&eval_plans[l]);
+        if (l > 0) destroy_matmul(&input_plans[l]);
+        destroy_matmul(&weight_plans[l]);
+    }
+    cublasCheck(cublasLtDestroy(lt));
+    cudnnCheck(cudnnDestroyTensorDescriptor(logits_desc));
+    cudnnCheck(cudnnDestroy(cudnn));
+    cudaCheck(cudaFree(d_labels));
+    cudaCheck(cudaFree(d_test_labels));
+    cudaCheck(cudaFree(d_loss_sum));
+    cudaCheck(cudaFree(d_test_loss_sum));
+    cudaCheck(cudaFree(d_test_correct));
+    cudaCheck(cudaFree(d_step));
+    cudaCheck(cudaFree(d_partial));
+    cudaCheck(cudaFree(d_arrived));
+    if (graph_exec) cudaCheck(cudaGraphExecDestroy(graph_exec));
+    free(test_correct);
+    cudaCheck(cudaStreamDestroy(stream));
+    cudaCheck(cudaStreamDestroy(copy_stream));
+    cudaCheck(cudaStreamDestroy(eval_stream));
+    cudaCheck(cudaEventDestroy(upload_done));
+    cudaCheck(cudaEventDestroy(snapshot_ready));
+    cudaCheck(cudaEventDestroy(eval_done));
+    staging_destroy(staging);
+    return 0;
+}
