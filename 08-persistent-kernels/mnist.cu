@@ -449,8 +449,9 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             int label = labels_now[row0 + r];
             float label_logit = __shfl_sync(0xffffffff, logit, label);
             if (lane < CLASSES) my_logit[r * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;
-            // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
-            if (lane == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
+            // from the logits, not from p: log of a probability that underflowed to 0 would be -inf (every
+            // cluster computes every row's dlogits, cluster 0 alone adds the loss)
+            if (lane == 0 && cluster == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
         }
         cluster_barrier();
 
