@@ -209,7 +209,7 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
 #define ROW_THREADS 4                                            // phase A: the threads that share a row
 #define PERSISTENT_MAX_BATCH (PERSISTENT_THREADS / ROW_THREADS)  // phase A: 4 threads a row, one pass
-#define PERSISTENT_MAX_UNITS 8    // hidden units a block owns, at most: one running sum each in registers
+#define PERSISTENT_MAX_UNITS 8    // hidden units a block owns, at most (mlp_epoch_kernel's UNITS: 1, 2, 4 or 8)
 #define GRADIENT_GROUPS 8         // W_last's gradient: partial sums per weight, added in a fixed order
 #define HIDDEN_CLUSTER 8          // blocks a cluster with a hidden layer (the portable maximum)
 #define PIXELS 784
@@ -278,37 +278,33 @@ __device__ __forceinline__ float byte_value(uint32_t word, int b) {
     return __int_as_float((int)__byte_perm(word, 0x4B000000u, 0x7440 | b)) - 8388608.0f;
 }
 
-// Starts copying step's batch into shared memory: its rows of the training set and their labels now, its pixels
-// (my bytes of each row: all 784 with a hidden layer, my slice without) asynchronously, waited for with
-// __pipeline_wait_prior(0). owned: my features (a multiple of 4).
-__device__ void stage_batch(const EpochArgs *a, int step, int owned, uint8_t *x, int32_t *batch_row,
-                            int32_t *batch_label) {
-    const int32_t *rows = a->rows + (int64_t)step * a->batch;
-    for (int i = threadIdx.x; i < a->batch; i += PERSISTENT_THREADS) {
-        int32_t row = rows[i];
-        batch_row[i] = row;
-        batch_label[i] = a->labels[row];
-    }
+// Starts copying a batch's pixels into shared memory x: my bytes of each row (all 784 with a hidden layer, my
+// slice without), asynchronously, waited for with __pipeline_wait_prior(0). batch_row: the batch's rows of the
+// training set, in shared memory. owned: my features (a multiple of 4).
+__device__ void copy_batch_pixels(const EpochArgs *a, int owned, uint8_t *x, const int32_t *batch_row) {
     int row_bytes = persistent_row_bytes(a);
     if (a->hidden) {  // 16-byte copies of whole rows
         for (int e = threadIdx.x; e < a->batch * (PIXELS / 16); e += PERSISTENT_THREADS) {
             int i = e / (PIXELS / 16), c = e % (PIXELS / 16);
-            __pipeline_memcpy_async(x + i * row_bytes + c * 16, a->pixels + (int64_t)rows[i] * PIXELS + c * 16, 16);
+            __pipeline_memcpy_async(x + i * row_bytes + c * 16, a->pixels + (int64_t)batch_row[i] * PIXELS + c * 16,
+                                    16);
         }
     } else {  // 4-byte copies of my pixels (my first pixel and PIXELS are multiples of 4)
         int first = blockIdx.x * a->slice, words = owned / 4;
         for (int e = threadIdx.x; e < a->batch * words; e += PERSISTENT_THREADS) {
             int i = e / words, c = e % words;
-            __pipeline_memcpy_async(x + i * row_bytes + c * 4, a->pixels + (int64_t)rows[i] * PIXELS + first + c * 4,
-                                    4);
+            __pipeline_memcpy_async(x + i * row_bytes + c * 4,
+                                    a->pixels + (int64_t)batch_row[i] * PIXELS + first + c * 4, 4);
         }
     }
     __pipeline_commit();
 }
 
 // One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one launch of
-// clusters of a.cluster_size blocks of PERSISTENT_THREADS threads, one block an SM. Dynamic shared memory:
+// clusters of a.cluster_size blocks of PERSISTENT_THREADS threads, one block an SM. UNITS: the hidden units a block
+// owns (a.slice with a hidden layer), so that their sums stay in registers. Dynamic shared memory:
 // persistent_shared_bytes(a). Built for every architecture, launched on 9.0 and up only (persistent_layout).
+template <int UNITS>
 __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochArgs a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     extern __shared__ __align__(16) float shared[];
@@ -352,37 +348,42 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             my_w0[e] = f < owned ? w0[(int64_t)k * hidden + first + f] : 0.0f;
         }
     }
-    stage_batch(&a, 0, owned, pixels, batch_row, batch_label);
+    for (int i = tid; i < batch; i += PERSISTENT_THREADS) {  // step 0's rows, labels and pixels
+        int32_t row = a.rows[i];
+        batch_row[i] = row;
+        batch_label[i] = a.labels[row];
+    }
+    __syncthreads();
+    copy_batch_pixels(&a, owned, pixels, batch_row);
 
     unsigned int barriers = 0;
     for (int step = 0; step < a.steps; step++) {
-        int parity = step & 1;
+        int parity = step & 1, next = parity ^ 1, more = step + 1 < a.steps;
         uint8_t *x = pixels + (a.buffers == 2 ? parity : 0) * batch * row_bytes;  // (batch, row_bytes)
-        if (a.buffers == 1 && step > 0)
-            stage_batch(&a, step, owned, x, batch_row + parity * round_up4(batch), batch_label + parity * round_up4(batch));
+        int32_t *next_rows = batch_row + next * round_up4(batch), *next_labels = batch_label + next * round_up4(batch);
+        // the next step's rows: loaded now, stored after phase A; their labels at the end of the step
+        int32_t next_row = tid < batch && more ? a.rows[(int64_t)(step + 1) * batch + tid] : 0;
         __pipeline_wait_prior(0);
         __syncthreads();
 
         // A: my features' values, then my share of every logit; 4 threads a row
         int i = tid / ROW_THREADS, q = tid % ROW_THREADS;
         if (hidden) {  // each of the 4 over a quarter of the row's words, then their sums added
-            float sum[PERSISTENT_MAX_UNITS];
-            for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) sum[f] = 0.0f;
+            float sum[UNITS];
+            for (int f = 0; f < UNITS; f++) sum[f] = 0.0f;
             if (i < batch) {
                 const uint32_t *row_words = (const uint32_t *)(x + i * PIXELS);
                 for (int w = q * (WORDS / ROW_THREADS); w < (q + 1) * (WORDS / ROW_THREADS); w++) {
                     uint32_t four = row_words[w];
                     float x0 = byte_value(four, 0), x1 = byte_value(four, 1), x2 = byte_value(four, 2),
                           x3 = byte_value(four, 3);
-                    for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) {
-                        if (f >= slice) break;
+                    for (int f = 0; f < UNITS; f++) {
                         float4 w0_four = *(const float4 *)(my_w0 + f * PIXELS + 4 * w);
                         sum[f] = fmaf(x3, w0_four.w, fmaf(x2, w0_four.z, fmaf(x1, w0_four.y, fmaf(x0, w0_four.x, sum[f]))));
                     }
                 }
             }
-            for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) {
-                if (f >= slice) break;
+            for (int f = 0; f < UNITS; f++) {
                 float z = group_sum(sum[f], ROW_THREADS) / 255.0f + my_b0[f];
                 if (q == 0 && i < batch) value[i * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
             }
@@ -392,6 +393,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
                 value[e] = f < owned ? pixel_value[x[row * row_bytes + f]] : 0.0f;
             }
         }
+        if (tid < batch) next_rows[tid] = next_row;
+        int32_t next_label = tid < batch && more ? a.labels[next_row] : 0;
         __syncthreads();
         {  // each of the 4 over every 4th feature
             float logit[CLASSES];
@@ -407,10 +410,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
                 for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];
         }
         // the next step's batch, copied while the cluster meets (its buffer was last read in the previous step)
-        int next = parity ^ 1;
-        if (a.buffers == 2 && step + 1 < a.steps)
-            stage_batch(&a, step + 1, owned, pixels + next * batch * row_bytes, batch_row + next * round_up4(batch),
-                        batch_label + next * round_up4(batch));
+        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * batch * row_bytes, next_rows);
         cluster_barrier();
 
         // B: my rows' logits. A group of cluster_size lanes reads one logit's shares, a lane per block of the
@@ -509,18 +509,19 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             // W0's gradient: 2 threads a word (4 pixels), over alternate runs of 4 rows (4 rows apart, their
             // words fall 16 banks apart), then the pair's sums added
             int w = tid / 2, half = tid % 2;
-            float sum[PERSISTENT_MAX_UNITS][4];
-            for (int f = 0; f < PERSISTENT_MAX_UNITS; f++)
+            float sum[UNITS][4];
+            for (int f = 0; f < UNITS; f++)
                 for (int b = 0; b < 4; b++) sum[f][b] = 0.0f;
             if (w < WORDS) {
-                for (int row0_of_run = 4 * half; row0_of_run < batch; row0_of_run += 8) {
-                    for (int row = row0_of_run; row < min(row0_of_run + 4, batch); row++) {
+                for (int run = 4 * half; run < batch; run += 8) {
+#pragma unroll
+                    for (int row = run; row < run + 4; row++) {
+                        if (row >= batch) break;
                         uint32_t four = ((const uint32_t *)(x + row * PIXELS))[w];
                         float x0 = byte_value(four, 0), x1 = byte_value(four, 1), x2 = byte_value(four, 2),
                               x3 = byte_value(four, 3);
-                        for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) {
-                            if (f >= slice) break;
-                            float d = dvalue[row * slice + f];
+                        for (int f = 0; f < UNITS; f++) {
+                            float d = dvalue[row * UNITS + f];
                             sum[f][0] = fmaf(x0, d, sum[f][0]);
                             sum[f][1] = fmaf(x1, d, sum[f][1]);
                             sum[f][2] = fmaf(x2, d, sum[f][2]);
@@ -529,8 +530,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
                     }
                 }
             }
-            for (int f = 0; f < PERSISTENT_MAX_UNITS; f++) {
-                if (f >= slice) break;
+            for (int f = 0; f < UNITS; f++) {
                 for (int b = 0; b < 4; b++) {
                     float total = sum[f][b] + __shfl_xor_sync(0xffffffff, sum[f][b], 1);
                     if (w < WORDS && half == 0) my_w0[f * PIXELS + 4 * w + b] -= a.lr * (total / 255.0f);
@@ -538,6 +538,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             }
         }
         __syncthreads();
+        if (tid < batch) next_labels[tid] = next_label;
+        if (a.buffers == 1 && more) copy_batch_pixels(&a, owned, pixels, next_rows);
     }
 
     // no block leaves while the cluster may still read its shared memory; then the epoch's weights go back
@@ -581,13 +583,23 @@ static cudaLaunchConfig_t persistent_config(const EpochArgs *a, int blocks, size
     return config;
 }
 
+// mlp_epoch_kernel for a block that owns `units` hidden units (1, 2, 4 or 8; 1 without a hidden layer).
+static const void *persistent_kernel(int units) {
+    switch (units) {
+    case 1: return (const void *)mlp_epoch_kernel<1>;
+    case 2: return (const void *)mlp_epoch_kernel<2>;
+    case 4: return (const void *)mlp_epoch_kernel<4>;
+    default: return (const void *)mlp_epoch_kernel<8>;
+    }
+}
+
 // How many clusters of a->cluster_size blocks the GPU runs at once with shared_bytes each (0: none, or a size it
-// does not support).
+// does not place).
 static int persistent_max_clusters(const EpochArgs *a, size_t shared_bytes) {
     cudaLaunchAttribute attrs[2];
     cudaLaunchConfig_t config = persistent_config(a, a->cluster_size, shared_bytes, 0, attrs);
     int clusters = 0;
-    cudaError_t status = cudaOccupancyMaxActiveClusters(&clusters, (const void *)mlp_epoch_kernel, &config);
+    cudaError_t status = cudaOccupancyMaxActiveClusters(&clusters, persistent_kernel(1), &config);
     if (status == cudaErrorInvalidClusterSize) {
         (void)cudaGetLastError();  // a size this GPU does not place: not an error, the answer is none
         return 0;
@@ -598,16 +610,18 @@ static int persistent_max_clusters(const EpochArgs *a, size_t shared_bytes) {
 
 typedef struct {
     EpochArgs args;  // all but the per-epoch pointers
+    const void *kernel;
     int blocks;
     size_t shared_bytes;
 } PersistentLayout;
 
 // The persistent kernel's launch for cfg on this GPU, in *layout; 0 where stage 07's graphs run instead: not fp32,
 // more than one hidden layer, a batch past PERSISTENT_MAX_BATCH, or more hidden units than the blocks the GPU
-// runs at once can own. Without a hidden layer one cluster holds the model: 16 blocks where the GPU places
-// clusters that large, else 8. With one, as many clusters of 8 as the GPU runs at once, at most a block a unit.
-// A GPU without thread-block clusters, or with too little shared memory or too few SMs for a cluster, gets one
-// line and EXIT_CUDA: the stage's idea needs them.
+// runs at once can own (PERSISTENT_MAX_UNITS each). Without a hidden layer one cluster holds the model: 16 blocks
+// where the GPU places clusters that large, else 8. With one, the cluster size (16, 8, 4 or 2) that puts the most
+// blocks on the GPU at once, up to a block a unit. Every block asks for more than half an SM's shared memory, so
+// that no two share an SM. A GPU without thread-block clusters, or that cannot hold the layout, gets one line and
+// EXIT_CUDA: the stage's idea needs them.
 static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
     if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2 || cfg->batch > PERSISTENT_MAX_BATCH) return 0;
@@ -622,43 +636,54 @@ static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
                         "this GPU is %d.%d: use --variant epoch-graph\n", major, minor);
         exit(EXIT_CUDA);
     }
-    cudaCheck(cudaFuncSetAttribute(mlp_epoch_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    cudaCheck(cudaFuncSetAttribute(mlp_epoch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
+    for (int units = 1; units <= PERSISTENT_MAX_UNITS; units *= 2) {
+        const void *kernel = persistent_kernel(units);
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
+    }
     memset(layout, 0, sizeof(*layout));
     EpochArgs *a = &layout->args;
     a->hidden = hidden;
     a->batch = cfg->batch;
     a->lr = cfg->lr;
-    a->cluster_size = hidden ? HIDDEN_CLUSTER : 16;
-    int clusters = 0;
-    for (;;) {
-        int blocks_wanted = hidden ? hidden : a->cluster_size;
-        a->slice = hidden ? 1 : round_up4((PIXELS + a->cluster_size - 1) / a->cluster_size);
+    size_t least = (size_t)sm_shared / 2 + 1;
+    int best_blocks = 0, best_size = 0;
+    for (int size = 16; size >= (hidden ? 2 : 8); size /= 2) {
+        a->cluster_size = size;
+        a->slice = hidden ? 1 : round_up4((PIXELS + size - 1) / size);
         a->buffers = 1;
-        // one block an SM: a block asks for more than half an SM's shared memory
-        size_t least = (size_t)sm_shared / 2 + 1, bytes = persistent_shared_bytes(a);
-        int fit = persistent_max_clusters(a, bytes > least ? bytes : least);
-        clusters = (blocks_wanted + a->cluster_size - 1) / a->cluster_size;
-        if (clusters > fit) clusters = fit;
-        if (clusters > 0 || a->cluster_size == HIDDEN_CLUSTER) break;
-        a->cluster_size = HIDDEN_CLUSTER;  // no cluster of 16 here
+        size_t bytes = persistent_shared_bytes(a);
+        int wanted = hidden ? (hidden + size - 1) / size : 1, fit = persistent_max_clusters(a, bytes > least ? bytes : least);
+        int blocks = (wanted < fit ? wanted : fit) * size;
+        if (blocks > best_blocks) {
+            best_blocks = blocks;
+            best_size = size;
+        }
+        if (!hidden && blocks > 0) break;  // the largest cluster that fits
     }
-    if (clusters == 0) {
+    if (best_blocks == 0) {
         fprintf(stderr, "error: --variant persistent: this GPU runs no cluster of %d blocks of %d threads with %zu "
                         "bytes of shared memory each: use --variant epoch-graph\n",
-                a->cluster_size, PERSISTENT_THREADS, persistent_shared_bytes(a));
+                hidden ? 2 : 8, PERSISTENT_THREADS, persistent_shared_bytes(a));
         exit(EXIT_CUDA);
     }
-    layout->blocks = clusters * a->cluster_size;
-    if (hidden) a->slice = (hidden + layout->blocks - 1) / layout->blocks;
-    if (a->slice > PERSISTENT_MAX_UNITS) return 0;
+    a->cluster_size = best_size;
+    if (hidden) {
+        a->slice = 1;
+        while (a->slice * best_blocks < hidden) a->slice *= 2;
+        if (a->slice > PERSISTENT_MAX_UNITS) return 0;
+        int owners = (hidden + a->slice - 1) / a->slice;  // blocks that own a unit
+        best_blocks = (owners + best_size - 1) / best_size * best_size;
+    } else {
+        a->slice = round_up4((PIXELS + best_size - 1) / best_size);
+    }
+    layout->kernel = persistent_kernel(hidden ? a->slice : 1);
+    layout->blocks = best_blocks;
     for (a->buffers = 2; a->buffers > 1 && persistent_shared_bytes(a) > (size_t)max_shared; a->buffers--) {
     }
-    size_t least = (size_t)sm_shared / 2 + 1;
     layout->shared_bytes = persistent_shared_bytes(a);
     if (layout->shared_bytes < least) layout->shared_bytes = least;
-    if (layout->shared_bytes > (size_t)max_shared) return 0;
-    return 1;
+    return layout->shared_bytes <= (size_t)max_shared;
 }
 
 // ----------------------------------------------------------------------------
@@ -932,7 +957,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
             cudaLaunchAttribute attrs[2];
             cudaLaunchConfig_t config = persistent_config(&args, persistent_blocks, persistent.shared_bytes, stream, attrs);
             TIMED_PHASE(&clock, PHASE_FORWARD, stream)
-                cudaCheck(cudaLaunchKernelExC(&config, (const void *)mlp_epoch_kernel, kernel_args));
+                cudaCheck(cudaLaunchKernelExC(&config, persistent.kernel, kernel_args));
         } else if (!use_graph) {
             for (int step = 0; step < steps; step++) train_step(&step_args, &clock, stream);
         } else {
