@@ -211,7 +211,8 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 #define PERSISTENT_MAX_BATCH (PERSISTENT_THREADS / ROW_THREADS)  // phase A: 4 threads a row, one pass
 #define PERSISTENT_MAX_UNITS 8    // hidden units a block owns, at most (mlp_epoch_kernel's UNITS: 1, 2, 4 or 8)
 #define GRADIENT_GROUPS 8         // W_last's gradient: partial sums per weight, added in a fixed order
-#define HIDDEN_CLUSTER 8          // blocks a cluster with a hidden layer (the portable maximum)
+#define PERSISTENT_MAX_CLUSTER 16   // blocks a cluster, at most (16 is past the portable 8: asked for)
+#define PERSISTENT_MAX_CLUSTERS 16  // clusters a grid, at most
 #define PIXELS 784
 #define WORDS (PIXELS / 4)        // a row's pixels as 4-byte words
 #define CLASSES 10
@@ -282,19 +283,17 @@ __device__ __forceinline__ float byte_value(uint32_t word, int b) {
 // slice without), asynchronously, waited for with __pipeline_wait_prior(0). batch_row: the batch's rows of the
 // training set, in shared memory. owned: my features (a multiple of 4).
 __device__ void copy_batch_pixels(const EpochArgs *a, int owned, uint8_t *x, const int32_t *batch_row) {
-    int row_bytes = persistent_row_bytes(a);
-    if (a->hidden) {  // 16-byte copies of whole rows
-        for (int e = threadIdx.x; e < a->batch * (PIXELS / 16); e += PERSISTENT_THREADS) {
-            int i = e / (PIXELS / 16), c = e % (PIXELS / 16);
-            __pipeline_memcpy_async(x + i * row_bytes + c * 16, a->pixels + (int64_t)batch_row[i] * PIXELS + c * 16,
-                                    16);
-        }
-    } else {  // 4-byte copies of my pixels (my first pixel and PIXELS are multiples of 4)
-        int first = blockIdx.x * a->slice, words = owned / 4;
-        for (int e = threadIdx.x; e < a->batch * words; e += PERSISTENT_THREADS) {
-            int i = e / words, c = e % words;
-            __pipeline_memcpy_async(x + i * row_bytes + c * 4,
-                                    a->pixels + (int64_t)batch_row[i] * PIXELS + first + c * 4, 4);
+    // 4 threads a row; 16-byte copies of whole rows with a hidden layer, 4-byte copies of my pixels without (my
+    // first pixel and PIXELS are multiples of 4)
+    int i = threadIdx.x / ROW_THREADS, c0 = threadIdx.x % ROW_THREADS, row_bytes = persistent_row_bytes(a);
+    if (i < a->batch) {
+        const uint8_t *src = a->pixels + (int64_t)batch_row[i] * PIXELS;
+        uint8_t *dst = x + i * row_bytes;
+        if (a->hidden) {
+            for (int c = c0; c < PIXELS / 16; c += ROW_THREADS) __pipeline_memcpy_async(dst + 16 * c, src + 16 * c, 16);
+        } else {
+            src += blockIdx.x * a->slice;
+            for (int c = c0; c < owned / 4; c += ROW_THREADS) __pipeline_memcpy_async(dst + 4 * c, src + 4 * c, 4);
         }
     }
     __pipeline_commit();
@@ -312,8 +311,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
     int features = hidden ? hidden : PIXELS, first = blockIdx.x * slice;
     int owned = max(0, min(slice, features - first));
     int rank = (int)__clusterRelativeBlockRank(), cluster = (int)__clusterIdx().x;
-    int clusters = gridDim.x / cluster_size, clusters_pow2 = 1;
-    while (clusters_pow2 < clusters) clusters_pow2 *= 2;
+    int clusters = gridDim.x / cluster_size;
     int rows_per_block = (batch + cluster_size - 1) / cluster_size, row0 = rank * rows_per_block;
     int my_rows = max(0, min(rows_per_block, batch - row0));
     float *w_last = a.params + (hidden ? (int64_t)PIXELS * hidden + hidden : 0);  // (features, CLASSES)
@@ -387,21 +385,22 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
                 float z = group_sum(sum[f], ROW_THREADS) / 255.0f + my_b0[f];
                 if (q == 0 && i < batch) value[i * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
             }
-        } else {
-            for (int e = tid; e < batch * slice; e += PERSISTENT_THREADS) {
-                int row = e / slice, f = e % slice;
-                value[e] = f < owned ? pixel_value[x[row * row_bytes + f]] : 0.0f;
-            }
         }
         if (tid < batch) next_rows[tid] = next_row;
         int32_t next_label = tid < batch && more ? a.labels[next_row] : 0;
         __syncthreads();
-        {  // each of the 4 over every 4th feature
+        {  // each of the 4 over every 4th feature (without a hidden layer, the pixels' values are taken here)
             float logit[CLASSES];
             for (int j = 0; j < CLASSES; j++) logit[j] = 0.0f;
             if (i < batch) {
                 for (int f = q; f < slice; f += ROW_THREADS) {
-                    float v = value[i * slice + f];
+                    float v;
+                    if (hidden) {
+                        v = value[i * slice + f];
+                    } else {
+                        v = f < owned ? pixel_value[x[i * row_bytes + f]] : 0.0f;
+                        value[i * slice + f] = v;
+                    }
                     for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(v, my_w_last[f * CLASSES + j], logit[j]);
                 }
             }
@@ -413,28 +412,36 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
         if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * batch * row_bytes, next_rows);
         cluster_barrier();
 
-        // B: my rows' logits. A group of cluster_size lanes reads one logit's shares, a lane per block of the
-        // cluster, and sums them; with several clusters, a group of clusters_pow2 lanes then does the same over
-        // the clusters' sums in global memory (read past L1: other SMs wrote them).
+        // B: my rows' logits, a thread each: its shares from every block of the cluster (distributed shared
+        // memory), all loads in flight at once, added rank by rank; with several clusters the same again over the
+        // clusters' sums in global memory (read past L1: other SMs wrote them), cluster by cluster
         int outputs = my_rows * CLASSES;
         float *cluster_sums = a.partial + (int64_t)(parity * clusters + cluster) * batch * CLASSES;
-        for (int o0 = 0; o0 < outputs; o0 += PERSISTENT_THREADS / cluster_size) {
-            int o = o0 + tid / cluster_size, source = tid % cluster_size;
-            const float *source_share = (const float *)__cluster_map_shared_rank(share, source);
-            float sum = group_sum(o < outputs ? source_share[row0 * CLASSES + o] : 0.0f, cluster_size);
-            if (source == 0 && o < outputs) {
-                if (clusters > 1) __stcg(cluster_sums + row0 * CLASSES + o, sum);
-                else my_logit[o] = sum;
-            }
+        for (int o = tid; o < outputs; o += PERSISTENT_THREADS) {
+            float part[PERSISTENT_MAX_CLUSTER];
+#pragma unroll
+            for (int r = 0; r < PERSISTENT_MAX_CLUSTER; r++)
+                if (r < cluster_size) part[r] = ((const float *)__cluster_map_shared_rank(share, r))[row0 * CLASSES + o];
+            float sum = 0.0f;
+#pragma unroll
+            for (int r = 0; r < PERSISTENT_MAX_CLUSTER; r++)
+                if (r < cluster_size) sum += part[r];
+            if (clusters > 1) __stcg(cluster_sums + row0 * CLASSES + o, sum);
+            else my_logit[o] = sum;
         }
         if (clusters > 1) {
             grid_barrier(a.arrived, ++barriers * gridDim.x);
             const float *all_sums = a.partial + (int64_t)parity * clusters * batch * CLASSES;
-            for (int o0 = 0; o0 < outputs; o0 += PERSISTENT_THREADS / clusters_pow2) {
-                int o = o0 + tid / clusters_pow2, c = tid % clusters_pow2;
-                float v = o < outputs && c < clusters ? __ldcg(all_sums + ((int64_t)c * batch + row0) * CLASSES + o) : 0.0f;
-                float sum = group_sum(v, clusters_pow2);
-                if (c == 0 && o < outputs) my_logit[o] = sum;
+            for (int o = tid; o < outputs; o += PERSISTENT_THREADS) {
+                float part[PERSISTENT_MAX_CLUSTERS];
+#pragma unroll
+                for (int c = 0; c < PERSISTENT_MAX_CLUSTERS; c++)
+                    if (c < clusters) part[c] = __ldcg(all_sums + ((int64_t)c * batch + row0) * CLASSES + o);
+                float sum = 0.0f;
+#pragma unroll
+                for (int c = 0; c < PERSISTENT_MAX_CLUSTERS; c++)
+                    if (c < clusters) sum += part[c];
+                my_logit[o] = sum;
             }
         }
         __syncthreads();
@@ -464,8 +471,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
         }
         __syncthreads();
         if (hidden) {  // dvalue: through W_last and the ReLU
-            for (int e = tid; e < batch * slice; e += PERSISTENT_THREADS) {
-                int row = e / slice, f = e % slice;
+            for (int e = tid; e < batch * UNITS; e += PERSISTENT_THREADS) {
+                int row = e / UNITS, f = e % UNITS;
                 float sum = 0.0f;
                 for (int j = 0; j < CLASSES; j++) sum = fmaf(dlogit[row * CLASSES + j], my_w_last[f * CLASSES + j], sum);
                 dvalue[e] = value[e] > 0.0f ? sum : 0.0f;
@@ -618,8 +625,8 @@ typedef struct {
 // The persistent kernel's launch for cfg on this GPU, in *layout; 0 where stage 07's graphs run instead: not fp32,
 // more than one hidden layer, a batch past PERSISTENT_MAX_BATCH, or more hidden units than the blocks the GPU
 // runs at once can own (PERSISTENT_MAX_UNITS each). Without a hidden layer one cluster holds the model: 16 blocks
-// where the GPU places clusters that large, else 8. With one, the cluster size (16, 8, 4 or 2) that puts the most
-// blocks on the GPU at once, up to a block a unit. Every block asks for more than half an SM's shared memory, so
+// where the GPU places clusters that large, else 8. With one, the cluster size (16 or 8) that puts the most blocks
+// on the GPU at once (up to PERSISTENT_MAX_CLUSTERS clusters), up to a block a unit. Every block asks for more than half an SM's shared memory, so
 // that no two share an SM. A GPU without thread-block clusters, or that cannot hold the layout, gets one line and
 // EXIT_CUDA: the stage's idea needs them.
 static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
@@ -648,12 +655,13 @@ static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
     a->lr = cfg->lr;
     size_t least = (size_t)sm_shared / 2 + 1;
     int best_blocks = 0, best_size = 0;
-    for (int size = 16; size >= (hidden ? 2 : 8); size /= 2) {
+    for (int size = PERSISTENT_MAX_CLUSTER; size >= 8; size /= 2) {
         a->cluster_size = size;
         a->slice = hidden ? 1 : round_up4((PIXELS + size - 1) / size);
         a->buffers = 1;
         size_t bytes = persistent_shared_bytes(a);
         int wanted = hidden ? (hidden + size - 1) / size : 1, fit = persistent_max_clusters(a, bytes > least ? bytes : least);
+        if (fit > PERSISTENT_MAX_CLUSTERS) fit = PERSISTENT_MAX_CLUSTERS;
         int blocks = (wanted < fit ? wanted : fit) * size;
         if (blocks > best_blocks) {
             best_blocks = blocks;
@@ -664,7 +672,7 @@ static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
     if (best_blocks == 0) {
         fprintf(stderr, "error: --variant persistent: this GPU runs no cluster of %d blocks of %d threads with %zu "
                         "bytes of shared memory each: use --variant epoch-graph\n",
-                hidden ? 2 : 8, PERSISTENT_THREADS, persistent_shared_bytes(a));
+                8, PERSISTENT_THREADS, persistent_shared_bytes(a));
         exit(EXIT_CUDA);
     }
     a->cluster_size = best_size;
