@@ -417,6 +417,11 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
         // clusters' sums in global memory (read past L1: other SMs wrote them), cluster by cluster
         int outputs = my_rows * CLASSES;
         float *cluster_sums = a.partial + (int64_t)(parity * clusters + cluster) * batch * CLASSES;
+        // EXERCISE(cluster-sum) begin: for each of my rows' logits o < outputs (thread tid takes o = tid, tid +
+        //: PERSISTENT_THREADS, ...): read share[row0 * CLASSES + o] of every block r < cluster_size of the cluster
+        //: through __cluster_map_shared_rank(share, r), every load before the first add, then add them in rank
+        //: order (the same order every run); the sum goes to cluster_sums[row0 * CLASSES + o] with __stcg when
+        //: clusters > 1, else to my_logit[o].
         for (int o = tid; o < outputs; o += PERSISTENT_THREADS) {
             float part[PERSISTENT_MAX_CLUSTER];
 #pragma unroll
@@ -429,6 +434,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             if (clusters > 1) __stcg(cluster_sums + row0 * CLASSES + o, sum);
             else my_logit[o] = sum;
         }
+        // EXERCISE end
         if (clusters > 1) {
             grid_barrier(a.arrived, ++barriers * gridDim.x);
             const float *all_sums = a.partial + (int64_t)parity * clusters * batch * CLASSES;
