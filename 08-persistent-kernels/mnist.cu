@@ -209,13 +209,16 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
 #define ROW_THREADS 4                                            // phase A: the threads that share a row
 #define PERSISTENT_MAX_BATCH (PERSISTENT_THREADS / ROW_THREADS)  // phase A: 4 threads a row, one pass
-#define PERSISTENT_MAX_UNITS 8    // hidden units a block owns, at most (mlp_epoch_kernel's UNITS: 1, 2, 4 or 8)
-#define GRADIENT_GROUPS 8         // W_last's gradient: partial sums per weight, added in a fixed order
+#define PERSISTENT_MAX_UNITS 8      // hidden units a block owns, at most (mlp_epoch_kernel's UNITS: 1, 2, 4 or 8)
+#define GRADIENT_GROUPS 16          // W_last's gradient: partial sums per weight, at most, added in a fixed order
 #define PERSISTENT_MAX_CLUSTER 16   // blocks a cluster, at most (16 is past the portable 8: asked for)
+#define PERSISTENT_MIN_CLUSTER 8    // so that a block's rows of the batch fit its warps (128 / 8 = 16)
 #define PERSISTENT_MAX_CLUSTERS 16  // clusters a grid, at most
 #define PIXELS 784
-#define WORDS (PIXELS / 4)        // a row's pixels as 4-byte words
+#define WORDS (PIXELS / 4)          // a row's pixels as 4-byte words
+#define QUARTER_WORDS (WORDS / ROW_THREADS)  // 49: phase A's words per thread with a hidden layer
 #define CLASSES 10
+#define CLASSES_PADDED 12           // a row of 10 classes padded to 3 float4 loads
 
 typedef struct {
     float *params;          // packed as trainer.h: each block reads its slices at the start, writes them at the end
@@ -229,19 +232,42 @@ typedef struct {
     float lr;
 } EpochArgs;
 
-static __host__ __device__ int round_up4(int n) { return (n + 3) / 4 * 4; }
+static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
 
-// Where the batch's bytes start in the kernel's dynamic shared memory, in floats (the regions before them, in
-// mlp_epoch_kernel's order, each a multiple of 16 bytes), and how many bytes a row takes there.
-static __host__ __device__ int persistent_pixels_offset(const EpochArgs *a) {
-    int rows_per_block = (a->batch + a->cluster_size - 1) / a->cluster_size, slice = a->slice, batch = a->batch;
-    int floats = round_up4(batch * CLASSES) * 2 + round_up4(rows_per_block * CLASSES) + round_up4(slice * CLASSES) +
-                 round_up4(CLASSES) + round_up4(batch * slice) * 2 + round_up4(GRADIENT_GROUPS * slice * CLASSES) +
-                 256 + round_up4(batch) * 4;
-    if (a->hidden) floats += round_up4(slice) + slice * PIXELS;
-    return floats;
-}
+// Where each region of the kernel's dynamic shared memory starts, in floats (each a multiple of 16 bytes), in
+// mlp_epoch_kernel's order; bytes: the whole.
+typedef struct {
+    int share, my_logit, dlogit, w_last, b_last, value, dvalue, scratch, batch_row, labels, b0, w0, pixels;
+    size_t bytes;
+} SharedLayout;
+
+// Rows the kernel's loops run over: the batch, padded to 8 with rows of zeros (no bounds checks in phase C).
+static __host__ __device__ int padded_rows(int batch) { return round_up(batch, 8); }
 static __host__ __device__ int persistent_row_bytes(const EpochArgs *a) { return a->hidden ? PIXELS : a->slice; }
+static __host__ __device__ int persistent_rows_per_block(const EpochArgs *a) {
+    return (a->batch + a->cluster_size - 1) / a->cluster_size;
+}
+
+static __host__ __device__ SharedLayout persistent_shared_layout(const EpochArgs *a) {
+    int batch = a->batch, slice = a->slice, rows = padded_rows(batch), rows_per_block = persistent_rows_per_block(a);
+    SharedLayout s;
+    int at = 0;
+    s.share = at, at += round_up(batch * CLASSES, 4);                   // (batch, CLASSES)
+    s.my_logit = at, at += round_up(rows_per_block * CLASSES, 4);       // (rows_per_block, CLASSES)
+    s.dlogit = at, at += batch * CLASSES_PADDED;                        // (batch, CLASSES_PADDED)
+    s.w_last = at, at += slice * CLASSES_PADDED;                        // (slice, CLASSES_PADDED)
+    s.b_last = at, at += CLASSES_PADDED;                                // (CLASSES_PADDED,)
+    s.value = at, at += round_up(batch * slice, 4);                     // (batch, slice)
+    s.dvalue = at, at += a->hidden ? rows * slice : 0;                  // (rows, slice)
+    s.scratch = at, at += GRADIENT_GROUPS * slice * CLASSES_PADDED;     // (GRADIENT_GROUPS, slice, CLASSES_PADDED)
+    s.batch_row = at, at += 2 * round_up(batch, 4);                     // int32 (2, batch)
+    s.labels = at, at += round_up(a->steps * rows_per_block, 16) / 4;  // uint8 (steps, rows_per_block)
+    s.b0 = at, at += a->hidden ? round_up(slice, 4) : 0;               // (slice,)
+    s.w0 = at, at += a->hidden ? slice * PIXELS : 0;                    // (slice, PIXELS)
+    s.pixels = at;                                                      // uint8 (buffers, rows, row_bytes)
+    s.bytes = (size_t)at * sizeof(float) + (size_t)a->buffers * rows * persistent_row_bytes(a);
+    return s;
+}
 
 // Every block of the grid arrives; none leaves before all have. *arrived counts arrivals since the launch
 // (zeroed before it), so the n-th barrier of the launch waits for n * gridDim.x. The cooperative launch puts every
@@ -274,9 +300,16 @@ __device__ __forceinline__ float group_sum(float value, int width) {
 }
 
 // Byte b of word as a float, exactly: the byte becomes the low mantissa bits of 2^23 (0x4B000000), and taking
-// 2^23 away leaves its value. Two instructions; the pixel's 1/255 is applied once, to the sum.
+// 2^23 away leaves its value. Two instructions; the pixel's 1/255 is applied once, to a sum.
 __device__ __forceinline__ float byte_value(uint32_t word, int b) {
     return __int_as_float((int)__byte_perm(word, 0x4B000000u, 0x7440 | b)) - 8388608.0f;
+}
+
+// row[j] for j < CLASSES from a CLASSES_PADDED row in shared memory: three 16-byte loads.
+__device__ __forceinline__ void load_classes(float *out, const float *row) {
+    float4 a = *(const float4 *)row, b = *(const float4 *)(row + 4), c = *(const float4 *)(row + 8);
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x;
+    out[5] = b.y, out[6] = b.z, out[7] = b.w, out[8] = c.x, out[9] = c.y;
 }
 
 // Starts copying a batch's pixels into shared memory x: my bytes of each row (all 784 with a hidden layer, my
@@ -302,7 +335,7 @@ __device__ void copy_batch_pixels(const EpochArgs *a, int owned, uint8_t *x, con
 // One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one launch of
 // clusters of a.cluster_size blocks of PERSISTENT_THREADS threads, one block an SM. UNITS: the hidden units a block
 // owns (a.slice with a hidden layer), so that their sums stay in registers. Dynamic shared memory:
-// persistent_shared_bytes(a). Built for every architecture, launched on 9.0 and up only (persistent_layout).
+// persistent_shared_layout(&a).bytes. Built for every architecture, launched on 9.0 and up only (persistent_layout).
 template <int UNITS>
 __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochArgs a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -311,176 +344,196 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
     int features = hidden ? hidden : PIXELS, first = blockIdx.x * slice;
     int owned = max(0, min(slice, features - first));
     int rank = (int)__clusterRelativeBlockRank(), cluster = (int)__clusterIdx().x;
-    int clusters = gridDim.x / cluster_size;
-    int rows_per_block = (batch + cluster_size - 1) / cluster_size, row0 = rank * rows_per_block;
+    int clusters = gridDim.x / cluster_size, rows = padded_rows(batch);
+    int rows_per_block = persistent_rows_per_block(&a), row0 = rank * rows_per_block;
     int my_rows = max(0, min(rows_per_block, batch - row0));
+    // without a hidden layer the values are the pixels' bytes, and the sums that use them are divided by 255
+    float divisor = hidden ? 1.0f : 255.0f;
     float *w_last = a.params + (hidden ? (int64_t)PIXELS * hidden + hidden : 0);  // (features, CLASSES)
     float *b_last = w_last + (int64_t)features * CLASSES;                         // (CLASSES,)
     float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;              // hidden: (PIXELS, hidden), (hidden,)
-    // shared memory, in order (persistent_pixels_offset adds it up)
-    float *share = shared;                                       // (batch, CLASSES) my share of every logit
-    float *dlogit = share + round_up4(batch * CLASSES);          // (batch, CLASSES) this step's dlogits
-    float *my_logit = dlogit + round_up4(batch * CLASSES);       // (rows_per_block, CLASSES) my rows' logits,
-                                                                 // then their dlogits: the cluster reads them
-    float *my_w_last = my_logit + round_up4(rows_per_block * CLASSES);  // (slice, CLASSES) W_last's rows I own
-    float *my_b_last = my_w_last + round_up4(slice * CLASSES);          // (CLASSES,) my copy of b_last
-    float *value = my_b_last + round_up4(CLASSES);                      // (batch, slice) my features' values
-    float *dvalue = value + round_up4(batch * slice);                   // (batch, slice) hidden: dloss/dvalue
-    float *scratch = dvalue + round_up4(batch * slice);       // (GRADIENT_GROUPS, slice, CLASSES) partial sums
-    float *pixel_value = scratch + round_up4(GRADIENT_GROUPS * slice * CLASSES);  // (256,) mnist_pixel_value
-    int32_t *batch_row = (int32_t *)(pixel_value + 256);      // (2, batch) each step's rows, by step parity
-    int32_t *batch_label = batch_row + 2 * round_up4(batch);  // (2, batch) their labels
-    float *my_b0 = (float *)(batch_label + 2 * round_up4(batch));  // (slice,) hidden: b0 of my units
-    float *my_w0 = my_b0 + round_up4(slice);                        // (slice, PIXELS) hidden: my units' W0 columns
-    uint8_t *pixels = (uint8_t *)(shared + persistent_pixels_offset(&a));  // (buffers, batch, row_bytes)
+    SharedLayout layout = persistent_shared_layout(&a);
+    float *share = shared + layout.share;        // my share of every logit: the cluster reads it
+    float *my_logit = shared + layout.my_logit;  // my rows' logits, then their dlogits: the cluster reads them
+    float *dlogit = shared + layout.dlogit;      // this step's dlogits, every row
+    float *my_w_last = shared + layout.w_last;   // W_last's rows I own
+    float *my_b_last = shared + layout.b_last;   // my copy of b_last
+    float *value = shared + layout.value;        // my features' values for the batch
+    float *dvalue = shared + layout.dvalue;      // hidden: dloss/dvalue, rows past the batch 0
+    float *scratch = shared + layout.scratch;    // W_last's gradient, partial sums
+    int32_t *batch_row = (int32_t *)(shared + layout.batch_row);  // each step's rows, by step parity
+    uint8_t *my_labels = (uint8_t *)(shared + layout.labels);     // [step][r]: the label of my row r of step
+    float *my_b0 = shared + layout.b0, *my_w0 = shared + layout.w0;  // hidden: my units' b0 and W0 columns
+    uint8_t *pixels = (uint8_t *)(shared + layout.pixels);          // rows past the batch 0
     int row_bytes = persistent_row_bytes(&a), tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
+    float lr = a.lr, lr_255 = a.lr / 255.0f;
 
-    for (int v = tid; v < 256; v += PERSISTENT_THREADS) pixel_value[v] = mnist_pixel_value((uint8_t)v);
-    for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)
-        my_w_last[e] = e / CLASSES < owned ? w_last[(int64_t)first * CLASSES + e] : 0.0f;
-    for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) my_b_last[j] = b_last[j];
+    // my weights, my rows' labels for the whole epoch, step 0's rows; zeros where loops read past the batch
+    for (int e = tid; e < slice * CLASSES_PADDED; e += PERSISTENT_THREADS) {
+        int f = e / CLASSES_PADDED, j = e % CLASSES_PADDED;
+        my_w_last[e] = f < owned && j < CLASSES ? w_last[(int64_t)(first + f) * CLASSES + j] : 0.0f;
+    }
+    for (int j = tid; j < CLASSES_PADDED; j += PERSISTENT_THREADS) my_b_last[j] = j < CLASSES ? b_last[j] : 0.0f;
+    for (int e = tid; e < batch * CLASSES_PADDED; e += PERSISTENT_THREADS) dlogit[e] = 0.0f;
     if (hidden) {
         for (int f = tid; f < slice; f += PERSISTENT_THREADS) my_b0[f] = f < owned ? b0[first + f] : 0.0f;
         for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS) {
             int f = e / PIXELS, k = e % PIXELS;
             my_w0[e] = f < owned ? w0[(int64_t)k * hidden + first + f] : 0.0f;
         }
+        for (int e = tid; e < rows * slice; e += PERSISTENT_THREADS) dvalue[e] = 0.0f;
     }
-    for (int i = tid; i < batch; i += PERSISTENT_THREADS) {  // step 0's rows, labels and pixels
-        int32_t row = a.rows[i];
-        batch_row[i] = row;
-        batch_label[i] = a.labels[row];
+    for (int e = tid; e < a.buffers * rows * row_bytes / 4; e += PERSISTENT_THREADS) ((uint32_t *)pixels)[e] = 0;
+    for (int e = tid; e < a.steps * rows_per_block; e += PERSISTENT_THREADS) {
+        int step = e / rows_per_block, r = e % rows_per_block;
+        my_labels[e] = r < my_rows ? a.labels[a.rows[(int64_t)step * batch + row0 + r]] : 0;
     }
+    for (int i = tid; i < batch; i += PERSISTENT_THREADS) batch_row[i] = a.rows[i];
     __syncthreads();
     copy_batch_pixels(&a, owned, pixels, batch_row);
 
     unsigned int barriers = 0;
     for (int step = 0; step < a.steps; step++) {
         int parity = step & 1, next = parity ^ 1, more = step + 1 < a.steps;
-        uint8_t *x = pixels + (a.buffers == 2 ? parity : 0) * batch * row_bytes;  // (batch, row_bytes)
-        int32_t *next_rows = batch_row + next * round_up4(batch), *next_labels = batch_label + next * round_up4(batch);
-        // the next step's rows: loaded now, stored after phase A; their labels at the end of the step
-        int32_t next_row = tid < batch && more ? a.rows[(int64_t)(step + 1) * batch + tid] : 0;
-        __pipeline_wait_prior(0);
+        uint8_t *x = pixels + (a.buffers == 2 ? parity : 0) * rows * row_bytes;  // (rows, row_bytes)
+        int32_t *next_rows = batch_row + next * round_up(batch, 4);
+        __pipeline_wait_prior(0);  // this step's pixels
         __syncthreads();
+        if (more)  // the next step's rows, waited for after phase A
+            for (int i = tid; i < batch; i += PERSISTENT_THREADS)
+                __pipeline_memcpy_async(next_rows + i, a.rows + (int64_t)(step + 1) * batch + i, 4);
+        __pipeline_commit();
 
-        // A: my features' values, then my share of every logit; 4 threads a row
+        // A: my features' values and my share of every logit, 4 threads a row
         int i = tid / ROW_THREADS, q = tid % ROW_THREADS;
-        if (hidden) {  // each of the 4 over a quarter of the row's words, then their sums added
-            float sum[UNITS];
-            for (int f = 0; f < UNITS; f++) sum[f] = 0.0f;
+        float logit[CLASSES];
+        for (int j = 0; j < CLASSES; j++) logit[j] = 0.0f;
+        if (hidden) {
+            // my units over a quarter of the row's words each (even and odd words in separate sums, so that
+            // two chains of multiply-adds run at once), then the 4 quarters added
+            float sum[UNITS], sum_odd[UNITS];
+            for (int f = 0; f < UNITS; f++) sum[f] = sum_odd[f] = 0.0f;
             if (i < batch) {
-                const uint32_t *row_words = (const uint32_t *)(x + i * PIXELS);
-                for (int w = q * (WORDS / ROW_THREADS); w < (q + 1) * (WORDS / ROW_THREADS); w++) {
-                    uint32_t four = row_words[w];
-                    float x0 = byte_value(four, 0), x1 = byte_value(four, 1), x2 = byte_value(four, 2),
-                          x3 = byte_value(four, 3);
+                const uint32_t *row_words = (const uint32_t *)(x + i * PIXELS) + q * QUARTER_WORDS;
+                const float *w0_words = my_w0 + 4 * q * QUARTER_WORDS;
+                for (int k = 0; k < QUARTER_WORDS; k += 2) {
+                    uint32_t even = row_words[k], odd = k + 1 < QUARTER_WORDS ? row_words[k + 1] : 0u;
                     for (int f = 0; f < UNITS; f++) {
-                        float4 w0_four = *(const float4 *)(my_w0 + f * PIXELS + 4 * w);
-                        sum[f] = fmaf(x3, w0_four.w, fmaf(x2, w0_four.z, fmaf(x1, w0_four.y, fmaf(x0, w0_four.x, sum[f]))));
+                        float4 w = *(const float4 *)(w0_words + f * PIXELS + 4 * k);
+                        sum[f] = fmaf(byte_value(even, 3), w.w, fmaf(byte_value(even, 2), w.z,
+                                 fmaf(byte_value(even, 1), w.y, fmaf(byte_value(even, 0), w.x, sum[f]))));
+                        if (k + 1 < QUARTER_WORDS) {
+                            float4 v = *(const float4 *)(w0_words + f * PIXELS + 4 * (k + 1));
+                            sum_odd[f] = fmaf(byte_value(odd, 3), v.w, fmaf(byte_value(odd, 2), v.z,
+                                         fmaf(byte_value(odd, 1), v.y, fmaf(byte_value(odd, 0), v.x, sum_odd[f]))));
+                        }
                     }
                 }
             }
             for (int f = 0; f < UNITS; f++) {
-                float z = group_sum(sum[f], ROW_THREADS) / 255.0f + my_b0[f];
-                if (q == 0 && i < batch) value[i * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
+                float z = group_sum(sum[f] + sum_odd[f], ROW_THREADS) / 255.0f + my_b0[f];
+                if (q == 0 && i < batch) value[i * UNITS + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
             }
-        }
-        if (tid < batch) next_rows[tid] = next_row;
-        int32_t next_label = tid < batch && more ? a.labels[next_row] : 0;
-        __syncthreads();
-        {  // each of the 4 over every 4th feature (without a hidden layer, the pixels' values are taken here)
-            float logit[CLASSES];
-            for (int j = 0; j < CLASSES; j++) logit[j] = 0.0f;
+            __syncwarp();  // a row's 4 threads are in one warp
             if (i < batch) {
-                for (int f = q; f < slice; f += ROW_THREADS) {
-                    float v;
-                    if (hidden) {
-                        v = value[i * slice + f];
-                    } else {
-                        v = f < owned ? pixel_value[x[i * row_bytes + f]] : 0.0f;
-                        value[i * slice + f] = v;
-                    }
-                    for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(v, my_w_last[f * CLASSES + j], logit[j]);
+                for (int f = q; f < UNITS; f += ROW_THREADS) {
+                    float v = value[i * UNITS + f], w[CLASSES];
+                    load_classes(w, my_w_last + f * CLASSES_PADDED);
+                    for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(v, w[j], logit[j]);
                 }
             }
-            for (int j = 0; j < CLASSES; j++) logit[j] = group_sum(logit[j], ROW_THREADS);
-            if (q == 0 && i < batch)
-                for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];
+        } else if (i < batch) {  // my pixels, every 4th word of them each
+            const uint32_t *row_words = (const uint32_t *)(x + i * row_bytes);
+            for (int k = q; k < slice / 4; k += ROW_THREADS) {
+                uint32_t four = row_words[k];
+                float4 p = make_float4(byte_value(four, 0), byte_value(four, 1), byte_value(four, 2),
+                                       byte_value(four, 3));
+                *(float4 *)(value + i * slice + 4 * k) = p;
+                float pb[4] = {p.x, p.y, p.z, p.w};
+                for (int b = 0; b < 4; b++) {
+                    float w[CLASSES];
+                    load_classes(w, my_w_last + (4 * k + b) * CLASSES_PADDED);
+                    for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(pb[b], w[j], logit[j]);
+                }
+            }
         }
+        for (int j = 0; j < CLASSES; j++) logit[j] = group_sum(logit[j], ROW_THREADS);
+        if (q == 0 && i < batch)
+            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j] / divisor;
+        __pipeline_wait_prior(0);  // the next step's rows
+        __syncthreads();
         // the next step's batch, copied while the cluster meets (its buffer was last read in the previous step)
-        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * batch * row_bytes, next_rows);
+        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * rows * row_bytes, next_rows);
         cluster_barrier();
 
-        // B: my rows' logits, a thread each: its shares from every block of the cluster (distributed shared
-        // memory), all loads in flight at once, added rank by rank; with several clusters the same again over the
-        // clusters' sums in global memory (read past L1: other SMs wrote them), cluster by cluster
-        int outputs = my_rows * CLASSES;
-        float *cluster_sums = a.partial + (int64_t)(parity * clusters + cluster) * batch * CLASSES;
-        // EXERCISE(cluster-sum) begin: for each of my rows' logits o < outputs (thread tid takes o = tid, tid +
-        //: PERSISTENT_THREADS, ...): read share[row0 * CLASSES + o] of every block r < cluster_size of the cluster
-        //: through __cluster_map_shared_rank(share, r), every load before the first add, then add them in rank
-        //: order (the same order every run); the sum goes to cluster_sums[row0 * CLASSES + o] with __stcg when
-        //: clusters > 1, else to my_logit[o].
-        for (int o = tid; o < outputs; o += PERSISTENT_THREADS) {
+        // B: warp r takes my row r, lane j its logit j: the cluster's shares, then (several clusters) the clusters'
+        // sums in global memory (read past L1: other SMs wrote them), then softmax, loss and dlogits
+        int has_row = warp < my_rows, row = row0 + warp;  // my rows fit my warps (PERSISTENT_MIN_CLUSTER)
+        float logit_sum = 0.0f;
+        // EXERCISE(cluster-sum) begin: if has_row and lane < CLASSES, read share[row * CLASSES + lane] of every
+        //: block k < cluster_size of the cluster through __cluster_map_shared_rank(share, k), every load before
+        //: the first add, then add them into logit_sum in rank order (the same order every run)
+        if (has_row && lane < CLASSES) {
             float part[PERSISTENT_MAX_CLUSTER];
 #pragma unroll
-            for (int r = 0; r < PERSISTENT_MAX_CLUSTER; r++)
-                if (r < cluster_size) part[r] = ((const float *)__cluster_map_shared_rank(share, r))[row0 * CLASSES + o];
-            float sum = 0.0f;
+            for (int k = 0; k < PERSISTENT_MAX_CLUSTER; k++)
+                if (k < cluster_size) part[k] = ((const float *)__cluster_map_shared_rank(share, k))[row * CLASSES + lane];
 #pragma unroll
-            for (int r = 0; r < PERSISTENT_MAX_CLUSTER; r++)
-                if (r < cluster_size) sum += part[r];
-            if (clusters > 1) __stcg(cluster_sums + row0 * CLASSES + o, sum);
-            else my_logit[o] = sum;
+            for (int k = 0; k < PERSISTENT_MAX_CLUSTER; k++)
+                if (k < cluster_size) logit_sum += part[k];
         }
         // EXERCISE end
         if (clusters > 1) {
+            float *sums = a.partial + (int64_t)parity * clusters * batch * CLASSES;  // (clusters, batch, CLASSES)
+            if (has_row && lane < CLASSES) __stcg(sums + ((int64_t)cluster * batch + row) * CLASSES + lane, logit_sum);
             grid_barrier(a.arrived, ++barriers * gridDim.x);
-            const float *all_sums = a.partial + (int64_t)parity * clusters * batch * CLASSES;
-            for (int o = tid; o < outputs; o += PERSISTENT_THREADS) {
+            if (has_row && lane < CLASSES) {
                 float part[PERSISTENT_MAX_CLUSTERS];
 #pragma unroll
                 for (int c = 0; c < PERSISTENT_MAX_CLUSTERS; c++)
-                    if (c < clusters) part[c] = __ldcg(all_sums + ((int64_t)c * batch + row0) * CLASSES + o);
-                float sum = 0.0f;
+                    if (c < clusters) part[c] = __ldcg(sums + ((int64_t)c * batch + row) * CLASSES + lane);
+                logit_sum = 0.0f;
 #pragma unroll
                 for (int c = 0; c < PERSISTENT_MAX_CLUSTERS; c++)
-                    if (c < clusters) sum += part[c];
-                my_logit[o] = sum;
+                    if (c < clusters) logit_sum += part[c];
             }
         }
-        __syncthreads();
-        // softmax, loss and dlogits: a warp per row, lane j holding logit j
-        int32_t *labels_now = batch_label + parity * round_up4(batch);
-        for (int r = warp; r < my_rows; r += PERSISTENT_WARPS) {
-            float logit = lane < CLASSES ? my_logit[r * CLASSES + lane] + my_b_last[lane] : -INFINITY;
-            float max = logit;
+        if (has_row) {
+            float z = lane < CLASSES ? logit_sum + my_b_last[lane] : -INFINITY, max = z;
             int argmax = lane;
             warp_argmax(&max, &argmax);
-            float e = lane < CLASSES ? expf(logit - max) : 0.0f, sum = warp_sum(e);
-            int label = labels_now[row0 + r];
-            float label_logit = __shfl_sync(0xffffffff, logit, label);
-            if (lane < CLASSES) my_logit[r * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;
+            float e = lane < CLASSES ? expf(z - max) : 0.0f, sum = warp_sum(e);
+            int label = my_labels[step * rows_per_block + warp];
+            float label_logit = __shfl_sync(0xffffffff, z, label);
+            if (lane < CLASSES) my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;
             // from the logits, not from p: log of a probability that underflowed to 0 would be -inf (every
             // cluster computes every row's dlogits, cluster 0 alone adds the loss)
             if (lane == 0 && cluster == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
         }
         cluster_barrier();
 
-        // C: the batch's dlogits from the cluster (row i is block i / rows_per_block's), then my gradients, every
-        // one from the weights before this step's update
-        for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) {
-            int owner = e / (rows_per_block * CLASSES);
-            const float *owner_dlogits = (const float *)__cluster_map_shared_rank(my_logit, owner);
-            dlogit[e] = owner_dlogits[e - owner * rows_per_block * CLASSES];
+        // C: the batch's dlogits from the cluster (row i is block i / rows_per_block's), every load before the
+        // first store, then my gradients, every one from the weights before this step's update
+        {
+            float v[3];  // batch * CLASSES <= 3 * PERSISTENT_THREADS
+            for (int k = 0; k < 3; k++) {
+                int e = tid + k * PERSISTENT_THREADS, owner = e / CLASSES / rows_per_block;
+                if (e < batch * CLASSES)
+                    v[k] = ((const float *)__cluster_map_shared_rank(my_logit, owner))[e - owner * rows_per_block * CLASSES];
+            }
+            for (int k = 0; k < 3; k++) {
+                int e = tid + k * PERSISTENT_THREADS;
+                if (e < batch * CLASSES) dlogit[e / CLASSES * CLASSES_PADDED + e % CLASSES] = v[k];
+            }
         }
         __syncthreads();
         if (hidden) {  // dvalue: through W_last and the ReLU
             for (int e = tid; e < batch * UNITS; e += PERSISTENT_THREADS) {
-                int row = e / UNITS, f = e % UNITS;
-                float sum = 0.0f;
-                for (int j = 0; j < CLASSES; j++) sum = fmaf(dlogit[row * CLASSES + j], my_w_last[f * CLASSES + j], sum);
+                int r = e / UNITS, f = e % UNITS;
+                float d[CLASSES], w[CLASSES], sum = 0.0f;
+                load_classes(d, dlogit + r * CLASSES_PADDED);
+                load_classes(w, my_w_last + f * CLASSES_PADDED);
+                for (int j = 0; j < CLASSES; j++) sum = fmaf(d[j], w[j], sum);
                 dvalue[e] = value[e] > 0.0f ? sum : 0.0f;
             }
         }
@@ -491,73 +544,73 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             if (f < slice) {
                 float sum[CLASSES];
                 for (int j = 0; j < CLASSES; j++) sum[j] = 0.0f;
-                for (int row = g; row < batch; row += groups) {
-                    float v = value[row * slice + f];
-                    for (int j = 0; j < CLASSES; j++) sum[j] = fmaf(v, dlogit[row * CLASSES + j], sum[j]);
+                for (int r = g; r < batch; r += groups) {
+                    float v = value[r * slice + f], d[CLASSES];
+                    load_classes(d, dlogit + r * CLASSES_PADDED);
+                    for (int j = 0; j < CLASSES; j++) sum[j] = fmaf(v, d[j], sum[j]);
                 }
-                for (int j = 0; j < CLASSES; j++) scratch[(g * slice + f) * CLASSES + j] = sum[j];
+                for (int j = 0; j < CLASSES; j++) scratch[(g * slice + f) * CLASSES_PADDED + j] = sum[j];
             }
         }
         // b_last's gradient, in every block alike: warp j sums column j
         float bias_gradient = 0.0f;
         if (warp < CLASSES) {
-            for (int row = lane; row < batch; row += WARP_SIZE) bias_gradient += dlogit[row * CLASSES + warp];
+            for (int r = lane; r < batch; r += WARP_SIZE) bias_gradient += dlogit[r * CLASSES_PADDED + warp];
             bias_gradient = warp_sum(bias_gradient);
         }
         __syncthreads();  // scratch written, dvalue read W_last
         for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS) {
+            int f = e / CLASSES, j = e % CLASSES;
             float sum = 0.0f;
-            for (int g = 0; g < groups; g++) sum += scratch[g * slice * CLASSES + e];
-            my_w_last[e] -= a.lr * sum;
+            for (int g = 0; g < groups; g++) sum += scratch[(g * slice + f) * CLASSES_PADDED + j];
+            my_w_last[f * CLASSES_PADDED + j] -= lr * (sum / divisor);
         }
-        if (warp < CLASSES && lane == 0) my_b_last[warp] -= a.lr * bias_gradient;
+        if (warp < CLASSES && lane == 0) my_b_last[warp] -= lr * bias_gradient;
         if (hidden) {
             // b0's gradient: warp f sums unit f's column of dvalue
-            for (int f = warp; f < slice; f += PERSISTENT_WARPS) {
+            for (int f = warp; f < UNITS; f += PERSISTENT_WARPS) {
                 float sum = 0.0f;
-                for (int row = lane; row < batch; row += WARP_SIZE) sum += dvalue[row * slice + f];
+                for (int r = lane; r < batch; r += WARP_SIZE) sum += dvalue[r * UNITS + f];
                 sum = warp_sum(sum);
-                if (lane == 0) my_b0[f] -= a.lr * sum;
+                if (lane == 0) my_b0[f] -= lr * sum;
             }
-            // W0's gradient: 2 threads a word (4 pixels), over alternate runs of 4 rows (4 rows apart, their
-            // words fall 16 banks apart), then the pair's sums added
+            // W0's gradient: 2 threads a word (4 pixels), over alternate runs of 4 rows (4 rows apart, their words
+            // fall 16 banks apart), every load of a run before its multiply-adds; then the pair's sums added
             int w = tid / 2, half = tid % 2;
             float sum[UNITS][4];
             for (int f = 0; f < UNITS; f++)
                 for (int b = 0; b < 4; b++) sum[f][b] = 0.0f;
             if (w < WORDS) {
-                for (int run = 4 * half; run < batch; run += 8) {
-#pragma unroll
-                    for (int row = run; row < run + 4; row++) {
-                        if (row >= batch) break;
-                        uint32_t four = ((const uint32_t *)(x + row * PIXELS))[w];
-                        float x0 = byte_value(four, 0), x1 = byte_value(four, 1), x2 = byte_value(four, 2),
-                              x3 = byte_value(four, 3);
-                        for (int f = 0; f < UNITS; f++) {
-                            float d = dvalue[row * UNITS + f];
-                            sum[f][0] = fmaf(x0, d, sum[f][0]);
-                            sum[f][1] = fmaf(x1, d, sum[f][1]);
-                            sum[f][2] = fmaf(x2, d, sum[f][2]);
-                            sum[f][3] = fmaf(x3, d, sum[f][3]);
-                        }
+                for (int run = 4 * half; run < rows; run += 8) {
+                    uint32_t four[4];
+                    float d[4][UNITS];
+                    for (int r = 0; r < 4; r++) {
+                        four[r] = ((const uint32_t *)(x + (run + r) * PIXELS))[w];
+                        for (int f = 0; f < UNITS; f++) d[r][f] = dvalue[(run + r) * UNITS + f];
+                    }
+                    for (int r = 0; r < 4; r++) {
+                        float xb[4] = {byte_value(four[r], 0), byte_value(four[r], 1), byte_value(four[r], 2),
+                                       byte_value(four[r], 3)};
+                        for (int f = 0; f < UNITS; f++)
+                            for (int b = 0; b < 4; b++) sum[f][b] = fmaf(xb[b], d[r][f], sum[f][b]);
                     }
                 }
             }
             for (int f = 0; f < UNITS; f++) {
                 for (int b = 0; b < 4; b++) {
                     float total = sum[f][b] + __shfl_xor_sync(0xffffffff, sum[f][b], 1);
-                    if (w < WORDS && half == 0) my_w0[f * PIXELS + 4 * w + b] -= a.lr * (total / 255.0f);
+                    if (w < WORDS && half == 0) my_w0[f * PIXELS + 4 * w + b] -= lr_255 * total;
                 }
             }
         }
         __syncthreads();
-        if (tid < batch) next_labels[tid] = next_label;
         if (a.buffers == 1 && more) copy_batch_pixels(&a, owned, pixels, next_rows);
     }
 
     // no block leaves while the cluster may still read its shared memory; then the epoch's weights go back
     cluster_barrier();
-    for (int e = tid; e < owned * CLASSES; e += PERSISTENT_THREADS) w_last[(int64_t)first * CLASSES + e] = my_w_last[e];
+    for (int e = tid; e < owned * CLASSES; e += PERSISTENT_THREADS)
+        w_last[(int64_t)first * CLASSES + e] = my_w_last[e / CLASSES * CLASSES_PADDED + e % CLASSES];
     if (blockIdx.x == 0)
         for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) b_last[j] = my_b_last[j];
     if (hidden) {
@@ -570,11 +623,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
 #endif
 }
 
-// The persistent kernel's dynamic shared memory, in mlp_epoch_kernel's order.
-static size_t persistent_shared_bytes(const EpochArgs *a) {
-    return (size_t)persistent_pixels_offset(a) * sizeof(float) +
-           (size_t)a->buffers * a->batch * persistent_row_bytes(a);
-}
+// The persistent kernel's dynamic shared memory.
+static size_t persistent_shared_bytes(const EpochArgs *a) { return persistent_shared_layout(a).bytes; }
 
 // The persistent kernel's launch: grid, block, shared memory, cluster (and, with several clusters, the cooperative
 // launch that puts them all on the GPU at once, for the grid barrier). attrs: room for 2.
@@ -635,7 +685,7 @@ typedef struct {
 // on the GPU at once (up to PERSISTENT_MAX_CLUSTERS clusters), up to a block a unit. Every block asks for more than half an SM's shared memory, so
 // that no two share an SM. A GPU without thread-block clusters, or that cannot hold the layout, gets one line and
 // EXIT_CUDA: the stage's idea needs them.
-static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
+static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout *layout) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
     if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2 || cfg->batch > PERSISTENT_MAX_BATCH) return 0;
     int device, major, minor, max_shared, sm_shared;
@@ -658,12 +708,13 @@ static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
     EpochArgs *a = &layout->args;
     a->hidden = hidden;
     a->batch = cfg->batch;
+    a->steps = steps;
     a->lr = cfg->lr;
     size_t least = (size_t)sm_shared / 2 + 1;
     int best_blocks = 0, best_size = 0;
-    for (int size = PERSISTENT_MAX_CLUSTER; size >= 8; size /= 2) {
+    for (int size = PERSISTENT_MAX_CLUSTER; size >= PERSISTENT_MIN_CLUSTER; size /= 2) {
         a->cluster_size = size;
-        a->slice = hidden ? 1 : round_up4((PIXELS + size - 1) / size);
+        a->slice = hidden ? 1 : round_up((PIXELS + size - 1) / size, 4);
         a->buffers = 1;
         size_t bytes = persistent_shared_bytes(a);
         int wanted = hidden ? (hidden + size - 1) / size : 1, fit = persistent_max_clusters(a, bytes > least ? bytes : least);
@@ -678,7 +729,7 @@ static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
     if (best_blocks == 0) {
         fprintf(stderr, "error: --variant persistent: this GPU runs no cluster of %d blocks of %d threads with %zu "
                         "bytes of shared memory each: use --variant epoch-graph\n",
-                8, PERSISTENT_THREADS, persistent_shared_bytes(a));
+                PERSISTENT_MIN_CLUSTER, PERSISTENT_THREADS, persistent_shared_bytes(a));
         exit(EXIT_CUDA);
     }
     a->cluster_size = best_size;
@@ -689,7 +740,7 @@ static int persistent_layout(const MnistConfig *cfg, PersistentLayout *layout) {
         int owners = (hidden + a->slice - 1) / a->slice;  // blocks that own a unit
         best_blocks = (owners + best_size - 1) / best_size * best_size;
     } else {
-        a->slice = round_up4((PIXELS + best_size - 1) / best_size);
+        a->slice = round_up((PIXELS + best_size - 1) / best_size, 4);
     }
     layout->kernel = persistent_kernel(hidden ? a->slice : 1);
     layout->blocks = best_blocks;
@@ -820,7 +871,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     int *d_test_correct;                      // (epochs,) correct test predictions after each epoch
     int *d_step;                              // (1,) the next training step, epoch * steps + step: see train_step
     PersistentLayout persistent;  // the persistent kernel's launch, where it applies
-    int persistent_blocks = cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, &persistent) ? persistent.blocks : 0;
+    int persistent_blocks = cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, steps, &persistent) ? persistent.blocks : 0;
     float *d_partial = NULL;                  // persistent: (2, clusters, batch, classes) each cluster's logit sums
     unsigned int *d_arrived = NULL;           // persistent: (epochs,) each epoch's grid barrier counter
     void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream

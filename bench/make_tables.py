@@ -13,7 +13,11 @@ file and the device it comes from. The tables go between markers, and nothing ou
                    regression loop ms, µs per epoch, e2e − loop; MNIST µs per step per --hidden, and the µs
                    saved per step; the figures the stage's prose reasons with)
   07-*/README.md   <!-- targets:stage07 begin --> ... <!-- targets:stage07 end -->  (the issue's targets for
-                   the last stage against its measured rows)
+                   stage 07 against its measured rows)
+  08-*/README.md   <!-- targets:stage08 begin --> ... <!-- targets:stage08 end -->  (stage 08's targets: ms/epoch,
+                   against PyTorch cuda-graph and against stage 07, same run)
+  08-*/README.md   <!-- sweep:stage08 begin --> ... <!-- sweep:stage08 end -->  (the persistent sweep: one hidden
+                   layer of each width, stage 07 against stage 08, newest run)
   NN-*/README.md   <!-- outcome:stageNN begin --> ... <!-- outcome:stageNN end -->  (the stage's predictions,
                    read from its <!-- predictions begin --> ... <!-- predictions end --> table, against
                    the measured rows: hit or miss, and measured ÷ predicted)
@@ -343,7 +347,7 @@ def vector_add_block(datasets):
 # markers
 
 # ----------------------------------------------------------------------------
-# the last stage's targets: the benchmark figures it is asked to reach (fp32, default variants)
+# a stage's targets: the benchmark figures it is asked to reach (fp32, default variants)
 
 # (configuration label, trainer, hidden, measured figure, column, target in ms)
 STAGE07_TARGETS = [
@@ -377,6 +381,118 @@ def targets_block(datasets, known=None):
                       + runs_note(shown, f"the stage 07 targets of {source}") + markdown_table(
             ["", "figure", "target", "measured", ""], [":--", ":--", "--:", "--:", ":--"], lines))
     return "\n\n".join(blocks) if blocks else "*Not measured yet: run `make bench` on a GPU machine.*"
+
+
+# (MNIST --hidden, ms/epoch at most) of stage 08; both at least STAGE08_VS_PYTORCH× PyTorch cuda-graph's ms/epoch
+STAGE08_EPOCH_TARGETS = [("0", 2.5), ("128", 6.0)]
+STAGE08_VS_PYTORCH = 10.0
+STAGE08_NO_SLOWER_THAN_07 = "1024,1024"  # where the persistent kernel does not apply: 07's path, no slower
+
+
+def stage_entry(entries, stage):
+    """The fp32 default-variant entry of stage among a configuration's entries, or None."""
+    return next((e for e in entries if e.is_ladder_stage and e.stage == stage), None)
+
+
+def same_run(entry, other):
+    """other when it comes from the same run as entry (the same run id), else None."""
+    if entry is None or other is None or other.row.get("run_id", "") != entry.row.get("run_id", ""):
+        return None
+    return other
+
+
+def stage08_target_lines(rows, defaults=None):
+    """(cells, rows shown) of stage 08's targets: label, figure, target, measured, verdict (met, or missed
+    with how far). Figures are ms/epoch (the median epoch) of the newest rows; the rivals (PyTorch
+    cuda-graph, stage 07) count only from the stage-08 row's run."""
+    lines, shown = [], []
+    configs = {c.hidden: c for c in rc.canonical_configs() if c.trainer == "mnist"}
+    versus, at_least = "PyTorch cuda-graph ÷ 08, ms/epoch", f"≥ {STAGE08_VS_PYTORCH:g}×"
+    for hidden, target in STAGE08_EPOCH_TARGETS:
+        label = f"MNIST --hidden {hidden}"
+        entries = rc.select_entries(rows, configs[hidden], defaults)
+        this = stage_entry(entries, "08")
+        if this is None or this.ms_per_epoch is None:
+            lines.append([label, "ms/epoch", f"≤ {target:g}", "no result yet", ""])
+            lines.append([label, versus, at_least, "no result yet", ""])
+            continue
+        shown.append(this.row)
+        met = this.ms_per_epoch <= target
+        lines.append([label, "ms/epoch", f"≤ {target:g}", fmt_3(this.ms_per_epoch),
+                      "met" if met else f"missed: {rc.ratio(this.ms_per_epoch, target):.1f}× the target"])
+        graph = same_run(this, next((e for e in entries if e.kind == "pytorch" and e.row["variant"] == "cuda-graph"),
+                                    None))
+        speedup = rc.ratio(graph.ms_per_epoch, this.ms_per_epoch) if graph else None
+        if speedup is None:
+            lines.append([label, versus, at_least, "no PyTorch cuda-graph row of the same run", ""])
+            continue
+        shown.append(graph.row)
+        measured = f"{speedup:.1f}× ({fmt_3(graph.ms_per_epoch)} ÷ {fmt_3(this.ms_per_epoch)})"
+        lines.append([label, versus, at_least, measured, "met" if speedup >= STAGE08_VS_PYTORCH else "missed"])
+    hidden = STAGE08_NO_SLOWER_THAN_07
+    label, figure = f"MNIST --hidden {hidden}", "07 ÷ 08, ms/epoch"
+    entries = rc.select_entries(rows, configs[hidden], defaults)
+    this = stage_entry(entries, "08")
+    seven = same_run(this, stage_entry(entries, "07"))
+    speedup = rc.ratio(seven.ms_per_epoch, this.ms_per_epoch) if seven and this.ms_per_epoch else None
+    if speedup is None:
+        lines.append([label, figure, "≥ 1× (no slower than 07)",
+                      "no result yet" if this is None else "no stage 07 row of the same run", ""])
+    else:
+        shown += [this.row, seven.row]
+        lines.append([label, figure, "≥ 1× (no slower than 07)",
+                      f"{speedup:.2f}× ({fmt_3(seven.ms_per_epoch)} ÷ {fmt_3(this.ms_per_epoch)})",
+                      "met" if speedup >= 1 else "missed"])
+    return lines, shown
+
+
+def stage08_targets_block(datasets, known=None):
+    """The text between the targets:stage08 markers: stage 08's targets against each results file."""
+    blocks = []
+    for source, rows in datasets:
+        lines, shown = stage08_target_lines(rows, rc.variant_defaults(rows, known))
+        if not shown:
+            continue
+        blocks.append(source_line(shown, rc.device_of(shown), source) + "\n\n"
+                      + runs_note(shown, f"the stage 08 targets of {source}") + markdown_table(
+            ["", "figure", "target", "measured", ""], [":--", ":--", "--:", "--:", ":--"], lines))
+    if not blocks:
+        return NO_RESULTS
+    note = ("ms/epoch: the median epoch of the newest default-variant fp32 rows; ratios (above 1: stage 08 faster) "
+            "against PyTorch's whole-step CUDA graph (`cuda-graph`) and stage 07 from the same run only. "
+            + FOOTNOTE_GENERATED)
+    return "\n\n".join(blocks + [f"<sub>{note}</sub>"])
+
+
+def sweep_lines(rows, defaults=None):
+    """(cells, rows shown) of the persistent sweep table: width (none: --hidden 0), stage 07 ms/epoch,
+    stage 08 ms/epoch, 07 ÷ 08 (above 1: stage 08 faster)."""
+    lines, shown = [], []
+    for width, by_stage in rc.persistent_sweep(rows, defaults).items():
+        seven, eight = (rc.number(by_stage[s], "ms_per_epoch") if s in by_stage else None for s in ("07", "08"))
+        lines.append(["none (`--hidden 0`)" if width == 0 else str(width), fmt_3(seven), fmt_3(eight),
+                      fmt_times(rc.ratio(seven, eight))])
+        shown += by_stage.values()
+    return lines, shown
+
+
+def sweep_block(datasets, known=None):
+    """The text between the sweep:stage08 markers: the persistent sweep of each results file."""
+    blocks = []
+    for source, rows in datasets:
+        lines, shown = sweep_lines(rows, rc.variant_defaults(rows, known))
+        if not lines:
+            continue
+        blocks.append(source_line(shown, rc.device_of(shown), source) + "\n\n" + markdown_table(
+            ["hidden units", "stage 07 ms/epoch", "stage 08 ms/epoch", "07 ÷ 08"], [":--", "--:", "--:", "--:"],
+            lines))
+    if not blocks:
+        return NO_RESULTS
+    note = (f"MNIST with one hidden layer (784-W-10; none: 784-10), batch {rc.MNIST_BATCH}, fp32, each stage's "
+            "default variant, the newest run's rows (the persistent sweep of `make bench`, and the ladder's --hidden "
+            "0 and 128); ms/epoch: the median epoch, comparable across epoch counts. 07 ÷ 08 above 1: stage 08 "
+            "faster. " + FOOTNOTE_GENERATED)
+    return "\n\n".join(blocks + [f"<sub>{note}</sub>"])
 
 
 # ----------------------------------------------------------------------------
@@ -715,7 +831,7 @@ def stage_dirs(root):
     """{'01': '01-vector-add', '02': '02-llm-baseline', ...}: the stage folders of the repository."""
     found = {}
     for name in sorted(os.listdir(root)):
-        match = re.fullmatch(r"(0[1-7])-[\w-]+", name)
+        match = re.fullmatch(r"(\d\d)-[\w-]+", name)
         if match and os.path.isdir(os.path.join(root, name)):
             found[match.group(1)] = name
     return found
@@ -750,6 +866,9 @@ def all_blocks(datasets, root, results_dir):
             files[os.path.join(root, d, "README.md")][f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
         if nn == "07":
             files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
+        if nn == "08":
+            files[os.path.join(root, d, "README.md")].update({"targets:stage08": stage08_targets_block(datasets, known),
+                                                             "sweep:stage08": sweep_block(datasets, known)})
         files[os.path.join(root, d, "README.md")].update(kernel_ladders.readme_blocks(ladder_sets, root, nn, d))
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known)}

@@ -8,6 +8,7 @@ exist) it writes:
   <slug>-ladder-mnist.png       the same, one panel per canonical --hidden
   <slug>-size-sweep.png         regression: ms/epoch and GB/s against the number of points (log-log)
   <slug>-width-sweep.png        MNIST, 2 hidden layers of width W: ms/epoch and GFLOP/s against W
+  <slug>-persistent-sweep.png   MNIST, 1 hidden layer of width W (or none): ms/epoch of stages 07 and 08
   <slug>-loss-curves.png        last stage vs PyTorch eager vs the CPU reference, overlaid
   <slug>-breakdown.png          where each stage's time goes (--breakdown runs), per phase
 
@@ -95,6 +96,21 @@ def width_sweep_data(rows, defaults=None):
                   lambda r: square_width(r["hidden"]), defaults)
 
 
+def persistent_sweep_data(rows, defaults=None):
+    """{stage: [(width, ms/epoch)]} sorted by width (0: no hidden layer), the newest run's rows of
+    rc.persistent_sweep; stages of one point are dropped (a sweep needs two)."""
+    series = {}
+    for width, by_stage in rc.persistent_sweep(rows, defaults).items():
+        for stage, row in by_stage.items():
+            series.setdefault(stage, []).append((width, rc.number(row, "ms_per_epoch")))
+    return {stage: points for stage, points in sorted(series.items()) if len(points) >= 2}
+
+
+def width_label(width):
+    """'none' for 0 (--hidden 0), else the width."""
+    return "none" if width == 0 else str(width)
+
+
 def curve_panels(curve_rows):
     """[(title, series name, {label: [(index, value)]})]: regression train loss by epoch, then MNIST
     step loss by step for each --hidden; in each, the highest stage, PyTorch (eager, else another fp32
@@ -147,13 +163,14 @@ def breakdown_data(rows):
 # ----------------------------------------------------------------------------
 # drawing (matplotlib)
 
-FIGURES = ("ladder-regression", "ladder-mnist", "size-sweep", "width-sweep", "loss-curves", "breakdown")
+FIGURES = ("ladder-regression", "ladder-mnist", "size-sweep", "width-sweep", "persistent-sweep", "loss-curves",
+           "breakdown")
 
 
 # One color per stage, PyTorch mode and the reference, the same in every figure.
 COLORS = {
     "CPU reference": "#999999", "02": "#1f77b4", "03": "#ff7f0e", "04": "#2ca02c", "05": "#d62728",
-    "06": "#9467bd", "07": "#8c564b", "PyTorch eager": "#e377c2", "PyTorch compile-default": "#7f7f7f",
+    "06": "#9467bd", "07": "#8c564b", "08": "#7b4173", "PyTorch eager": "#e377c2", "PyTorch compile-default": "#7f7f7f",
     "PyTorch compile-max-autotune": "#bcbd22", "PyTorch cuda-graph": "#17becf", "PyTorch bf16-autocast": "#393b79",
     "PyTorch bf16-cuda-graph": "#637939", "PyTorch bf16-compile-max-autotune": "#843c39", "PyTorch cpu": "#000000",
 }
@@ -233,6 +250,25 @@ def draw_sweep(plt, series, xlabel, unit, title, path, log2_x=False):
         ax.set_ylabel(ylabel)
         ax.grid(which="both", alpha=0.3)
     left.legend(fontsize=7)
+    save(fig, title, path)
+    plt.close(fig)
+
+
+def draw_persistent_sweep(plt, series, title, path):
+    """ms/epoch against the hidden width, one line per stage; the widths as evenly spaced categories,
+    since 0 (no hidden layer) has no place on a log axis."""
+    widths = sorted({w for points in series.values() for w, _ in points})
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for stage, points in series.items():
+        ax.plot([widths.index(w) for w, _ in points], [ms for _, ms in points], marker="o", label=f"stage {stage}",
+                color=color_for(stage))
+    ax.set_xticks(range(len(widths)))
+    ax.set_xticklabels([width_label(w) for w in widths])
+    ax.set_yscale("log")
+    ax.set_xlabel("hidden units (784-W-10; none: 784-10)")
+    ax.set_ylabel("ms per epoch (log scale)")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=8)
     save(fig, title, path)
     plt.close(fig)
 
@@ -322,6 +358,8 @@ def plot_file(plt, csv_path, out_dir):
         "width-sweep": (width_sweep_data(rows, defaults), lambda s, out: draw_sweep(
             plt, s, "hidden width W (784-W-W-10)", "GFLOP/s", f"MNIST width sweep — {source}", out,
             log2_x=True)),
+        "persistent-sweep": (persistent_sweep_data(rows, defaults), lambda s, out: draw_persistent_sweep(
+            plt, s, f"MNIST persistent sweep: one hidden layer, batch {rc.MNIST_BATCH}, fp32 — {source}", out)),
         "loss-curves": (curve_panels(curve_rows), lambda p, out: draw_curves(
             plt, p, f"Loss curves, same data, init and batch order — {source}", out)),
         "breakdown": (breakdown_data(breakdown_rows), lambda d, out: draw_breakdown(

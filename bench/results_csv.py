@@ -240,12 +240,13 @@ VARIANT_LIST = re.compile(r"const\s+char\s*\*\s*const\s+(REGRESSION|MNIST)_VARIA
 
 def source_default_variants(root):
     """{(stage, trainer): the stage's default variant}: the first name of REGRESSION_VARIANTS /
-    MNIST_VARIANTS in root/NN-*/{regression,mnist}.cu (common/trainer.h: the first is the default)."""
+    MNIST_VARIANTS in root/NN-*/{regression,mnist}.cu (common/trainer.h: the first is the default);
+    every NN-* folder with a trainer counts (01-vector-add has none)."""
     found = {}
     if not os.path.isdir(root):
         return found
     for name in sorted(os.listdir(root)):
-        match = re.fullmatch(r"(0[2-7])-[\w-]+", name)
+        match = re.fullmatch(r"(\d\d)-[\w-]+", name)
         if not match:
             continue
         for trainer in ("regression", "mnist"):
@@ -284,6 +285,43 @@ def is_default_variant(row, defaults):
         return True
     key = (row["stage"], row["trainer"])
     return key not in defaults or row["variant"] == defaults[key]
+
+
+# ----------------------------------------------------------------------------
+# the persistent sweep (bench/run_bench.py): MNIST with one hidden layer of each width, stage 07's graphs
+# against stage 08's persistent kernel (fp32, up to 512 units; wider layers run 07's graphs there too)
+
+PERSISTENT_SWEEP_WIDTHS = (0, 32, 64, 128, 256, 512, 1024)  # 0: --hidden 0, no hidden layer
+PERSISTENT_SWEEP_STAGES = ("07", "08")
+
+
+def one_layer_width(hidden):
+    """'256' -> 256, '0' -> 0 (no hidden layer); None for two or more hidden layers."""
+    return int(hidden) if hidden.strip().isdigit() else None
+
+
+def persistent_sweep(rows, defaults=None):
+    """{width: {stage: row}} of the persistent sweep: MNIST rows of the PERSISTENT_SWEEP_STAGES with at
+    most one hidden layer, batch 128, fp32, each stage's default variant, any epochs (ms/epoch
+    compares), of the newest run that measured stage 08 (the run id of its last such row; {} when
+    none did); per width and stage the newest row. The ladder's --hidden 0 and 128 rows are points
+    of it: the sweep does not run those widths again."""
+    if defaults is None:
+        defaults = variant_defaults(rows)
+    kept = [row for row in rows
+            if row["stage"] in PERSISTENT_SWEEP_STAGES and row["trainer"] == "mnist"
+            and integer(row, "batch") == MNIST_BATCH and (row["precision"] or "fp32") == "fp32"
+            and one_layer_width(row["hidden"]) is not None and is_default_variant(row, defaults)
+            and number(row, "ms_per_epoch") is not None]
+    eights = [row for row in kept if row["stage"] == "08"]
+    if not eights:
+        return {}
+    newest_run = eights[-1].get("run_id", "")
+    sweep = {}
+    for row in kept:
+        if row.get("run_id", "") == newest_run:
+            sweep.setdefault(one_layer_width(row["hidden"]), {})[row["stage"]] = row
+    return dict(sorted(sweep.items()))
 
 
 # ----------------------------------------------------------------------------

@@ -5,16 +5,19 @@ Run by bench/bench.mk after the build and `make data`; standard library only (th
 starts need PyTorch). The phases, essential ones first, then the optional ones while the budget lasts:
 
   vector add   stage 01's versions (build/01/vector_add --version all)
-  ladder       every stage 02-07 on the canonical configs (regression 5M points / 200 epochs; MNIST
+  ladder       every built stage (02 on) on the canonical configs (regression 5M points / 200 epochs; MNIST
                --hidden 0, 128, 1024,1024 / 10 epochs) in its DEFAULT variant, and --precision bf16
                (at plan.bf16_hidden) where a stage offers it
   variants     the attribution rows of the stage READMEs (VARIANT_RUNS): the other variants and
-               precisions of stages 04, 06 and 07, same configs
+               precisions of stages 04, 06, 07 and 08, same configs
   reference    the CPU reference (common/reference.c): regression, MNIST at the epochs it can afford
   pytorch      PyTorch eager, cuda-graph and cpu on the canonical configs; bf16-autocast and
                bf16-cuda-graph (autocast inside the captured step) at plan.bf16_hidden
   -- optional, skipped (saying why) once the budget is spent:
   breakdown    each stage with --breakdown (per-phase times, parsed from its output)
+  persistent sweep
+               MNIST with one hidden layer of width W (0: none), stages 07 and 08 (plan.persistent_widths
+               at plan.persistent_epochs; the ladder's widths 0 and 128 are not run again)
   compile      PyTorch compile-default and compile-max-autotune on regression and MNIST --hidden 128,
                and bf16-compile-max-autotune (autocast, compiled) at plan.bf16_compile_configs
   size sweep   regression at other sizes, each stage until a run would take too long, and PyTorch
@@ -73,11 +76,16 @@ VARIANT_RUNS = (
     ("07", "regression", "variant", None, ("",)),            # cublas (default), fused
     ("04", "mnist", "variant", None, ("128", "1024,1024")),  # every tile shape
     ("07", "mnist", "variant", None, rc.MNIST_HIDDEN),       # epoch-graph (default), step-graph
+    ("08", "mnist", "variant", None, rc.MNIST_HIDDEN),       # persistent (default), epoch-graph, step-graph
     ("06", "mnist", "precision", ("tf32", "bf16"), ("1024,1024",)),
 )
+# No ("08", "regression") row: stage 08's regression is stage 07's, whose list is its default alone.
+
 
 ESSENTIAL = ("vector add", "ladder", "variants", "reference", "pytorch")
-OPTIONAL = ("breakdown", "compile", "size sweep", "width sweep")
+# The persistent sweep comes before compile: it is a few seconds, and stage 08's README quotes it, so
+# torch.compile's minutes must not crowd it out of the budget.
+OPTIONAL = ("breakdown", "persistent sweep", "compile", "size sweep", "width sweep")
 
 
 # What each kind of run measures, and the seconds each phase is expected to take on an H200 (NVIDIA
@@ -98,8 +106,11 @@ PLANS = {
         breakdown_epochs={"regression": 20, "mnist": 1},
         sizes=(50_000, 500_000), size_limit_s=4, size_pytorch=(), size_modes=(),
         widths=(512, 2048), width_epochs=1, width_modes=("eager",), width_bf16=False,
+        # No persistent sweep: the 100 s are spent, and the ladder's --hidden 128 rows already put 08
+        # against 07 once.
+        persistent_widths=(), persistent_epochs=1,
         estimate_s={"vector add": 3, "ladder": 22, "variants": 10, "reference": 5, "pytorch": 21,
-                    "breakdown": 14, "compile": 0, "size sweep": 9, "width sweep": 15},
+                    "breakdown": 14, "persistent sweep": 0, "compile": 0, "size sweep": 9, "width sweep": 15},
     ),
     # About 8 minutes of measurements (the budget: 480 s): 3 timed runs per canonical C
     # configuration (1 for the naive GEMMs at 1024,1024; 2 for PyTorch MNIST), every PyTorch mode on
@@ -124,8 +135,10 @@ PLANS = {
         size_pytorch=(50_000_000,), size_modes=("eager", "cuda-graph"),
         widths=(2048, 4096), width_epochs=2, width_modes=("eager", "cuda-graph", "bf16-autocast"),
         width_bf16=True,  # with the ladder's --hidden 1024,1024 rows: widths 1024, 2048, 4096
+        # 5 widths (the ladder has 0 and 128) x 2 stages, about a second a run at 3 epochs
+        persistent_widths=rc.PERSISTENT_SWEEP_WIDTHS, persistent_epochs=3,
         estimate_s={"vector add": 3, "ladder": 70, "variants": 35, "reference": 12, "pytorch": 60,
-                    "breakdown": 20, "compile": 210, "size sweep": 37, "width sweep": 24},
+                    "breakdown": 20, "persistent sweep": 9, "compile": 210, "size sweep": 37, "width sweep": 24},
     ),
 }
 
@@ -517,6 +530,26 @@ class Bench:
             first = first or (n, seconds)
             last = (n, seconds)
 
+    def persistent_sweep(self):
+        """Stages 07 and 08 (those built) at each of plan.persistent_widths, one hidden layer, once each.
+        A width the ladder ran for a stage is its point already; any other canonical width runs the
+        canonical epochs, so that the ladder tables never meet a shorter run of their configuration."""
+        plan = self.plan
+        stages = [s for s in rc.PERSISTENT_SWEEP_STAGES if s in self.stages]
+        if not plan.persistent_widths or not stages:
+            print("-- persistent sweep: " + ("not in this plan" if stages else "stages 07 and 08 are not built"),
+                  flush=True)
+            return
+        for width in plan.persistent_widths:
+            hidden = str(width)
+            epochs = rc.MNIST_EPOCHS if hidden in rc.MNIST_HIDDEN else plan.persistent_epochs
+            for stage in stages:
+                if (stage, "mnist", hidden, None, None) in self.done:
+                    continue
+                if not self.fits(f"persistent sweep: stage {stage} at --hidden {hidden}", 2):
+                    return
+                self.c_run(stage, "mnist", ["--hidden", hidden, "--epochs", str(epochs)], 1)
+
     def width_sweep(self):
         plan, stage = self.plan, self.stages[-1]
         offers_bf16 = plan.width_bf16 and "bf16" in (self.offered(stage, "mnist", "precision") or [])
@@ -568,7 +601,7 @@ def run_provenance(root, commit=None, dirty=None, environ=None):
 def built_stages():
     stages = []
     for name in sorted(os.listdir(".")):
-        match = re.fullmatch(r"(0[2-7])-[\w-]+", name)
+        match = re.fullmatch(r"(\d\d)-[\w-]+", name)  # 01-vector-add builds no trainer
         if match and all(os.access(f"build/{match.group(1)}/{t}", os.X_OK) for t in ("regression", "mnist")):
             stages.append(match.group(1))
     return stages
@@ -616,7 +649,8 @@ def main(argv=None):
 
     phases = {"vector add": bench.vector_add, "ladder": bench.ladder, "variants": bench.variants,
               "reference": bench.reference, "pytorch": bench.pytorch_canonical, "breakdown": bench.breakdowns,
-              "compile": bench.pytorch_compile, "size sweep": bench.size_sweep, "width sweep": bench.width_sweep}
+              "persistent sweep": bench.persistent_sweep, "compile": bench.pytorch_compile,
+              "size sweep": bench.size_sweep, "width sweep": bench.width_sweep}
     for phase in ESSENTIAL + OPTIONAL:
         bench.phase(phase, phases[phase], optional=phase in OPTIONAL)
 

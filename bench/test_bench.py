@@ -493,6 +493,8 @@ class RunBenchTest(unittest.TestCase):
             self.assertEqual(runs[(stage, "regression", "variant")], (None, ("",)))  # every variant
         self.assertIsNone(runs[("04", "mnist", "variant")][0])  # every tile shape
         self.assertIsNone(runs[("07", "mnist", "variant")][0])  # epoch-graph and step-graph
+        self.assertEqual(runs[("08", "mnist", "variant")], (None, rc.MNIST_HIDDEN))  # epoch-graph, step-graph
+        self.assertNotIn(("08", "regression", "variant"), runs)  # 07's regression: its default alone
         self.assertEqual(runs[("06", "mnist", "precision")], (("tf32", "bf16"), ("1024,1024",)))
         for _, _, _, _, hiddens in run_bench.VARIANT_RUNS:
             self.assertTrue(set(hiddens) <= set(rc.MNIST_HIDDEN) | {""})
@@ -674,12 +676,12 @@ class SourceDefaultsTest(unittest.TestCase):
     def test_first_name_of_the_variant_list(self):
         with tempfile.TemporaryDirectory() as root:
             os.makedirs(os.path.join(root, "04-shared-memory"))
-            os.makedirs(os.path.join(root, "09-not-a-stage"))
+            os.makedirs(os.path.join(root, "common"))
             with open(os.path.join(root, "04-shared-memory", "regression.cu"), "w") as f:
                 f.write('// x\nconst char *const REGRESSION_VARIANTS[] = {"shared", "atomic", NULL};\n')
             with open(os.path.join(root, "04-shared-memory", "mnist.cu"), "w") as f:
                 f.write('const char *const MNIST_VARIANTS[] = {\n    "tile16-2x2", "tile16", NULL};\n')
-            with open(os.path.join(root, "09-not-a-stage", "mnist.cu"), "w") as f:
+            with open(os.path.join(root, "common", "mnist.cu"), "w") as f:
                 f.write('const char *const MNIST_VARIANTS[] = {"x", NULL};\n')
             self.assertEqual(rc.source_default_variants(root),
                              {("04", "regression"): "shared", ("04", "mnist"): "tile16-2x2"})
@@ -688,7 +690,7 @@ class SourceDefaultsTest(unittest.TestCase):
     def test_every_trainer_stage_of_the_repository_names_its_default(self):
         found = rc.source_default_variants(ROOT)
         for name in sorted(os.listdir(ROOT)):
-            match = re.fullmatch(r"(0[2-7])-[\w-]+", name)
+            match = re.fullmatch(r"(\d\d)-[\w-]+", name)
             for trainer in ("regression", "mnist"):
                 if match and os.path.exists(os.path.join(ROOT, name, f"{trainer}.cu")):
                     self.assertRegex(found.get((match.group(1), trainer), ""), r"^[\w.-]+$", f"{name}/{trainer}.cu")
@@ -1361,3 +1363,201 @@ class ProfileExcerptTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# ----------------------------------------------------------------------------
+# stage 08: the persistent sweep, its figure and tables, the stage-08 targets
+
+def sweep_row(stage, hidden, per_epoch, run="run-2", variant=None, epochs=3, **columns):
+    """A persistent-sweep row: stage 07's default variant epoch-graph, stage 08's persistent."""
+    variant = variant or {"07": "epoch-graph", "08": "persistent"}[stage]
+    return timed_row(stage, hidden=hidden, per_epoch=per_epoch, run=run, variant=variant, epochs=epochs, **columns)
+
+
+class PersistentSweepPlanTest(unittest.TestCase):
+    """run_bench's persistent sweep: stages 07 and 08, one hidden layer, the ladder's widths not again."""
+
+    def setUp(self):
+        self.clock = FakeClock()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.bench = run_bench.Bench(SimpleNamespace(persistent_widths=rc.PERSISTENT_SWEEP_WIDTHS, persistent_epochs=3),
+                                     self.tmp.name, ["02", "07", "08"], "fixture-gpu", run_bench.Budget(100, self.clock))
+        self.ran = []
+
+        def c_run(stage, trainer, flags, repeat, **kwargs):
+            self.ran.append((stage, trainer, " ".join(flags), repeat, kwargs))
+            self.clock.now += 1
+            return 0
+
+        self.bench.c_run = c_run
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def sweep(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.bench.persistent_sweep()
+        return out.getvalue()
+
+    def test_every_width_for_07_and_08_once_the_ladders_widths_not_again(self):
+        for stage in ("07", "08"):
+            for hidden in rc.MNIST_HIDDEN:
+                self.bench.done.add((stage, "mnist", hidden, None, None))
+        self.bench.done.add(("08", "mnist", "32", "step-graph", None))  # a variant's run is no sweep point
+        self.sweep()
+        self.assertEqual([(r[0], r[2]) for r in self.ran],
+                         [(stage, f"--hidden {w} --epochs 3") for w in (32, 64, 256, 512, 1024) for stage in ("07", "08")])
+        self.assertTrue(all(r[1] == "mnist" and r[3] == 1 and r[4] == {} for r in self.ran))  # default variant, once
+
+    def test_a_canonical_width_the_ladder_did_not_run_gets_the_canonical_epochs(self):
+        self.bench.stages = ["08"]
+        self.sweep()
+        self.assertEqual(self.ran[0][2], f"--hidden 0 --epochs {rc.MNIST_EPOCHS}")
+        self.assertEqual(self.ran[3][2], f"--hidden 128 --epochs {rc.MNIST_EPOCHS}")
+        self.assertEqual(len(self.ran), len(rc.PERSISTENT_SWEEP_WIDTHS))
+
+    def test_stops_at_the_budget_and_says_why(self):
+        self.bench.optional = True
+        self.clock.now = 97  # each run estimated at 2 s, taking 1: two fit in the 100 s
+        self.sweep()
+        self.assertEqual([(r[0], r[2]) for r in self.ran],
+                         [("07", f"--hidden 0 --epochs {rc.MNIST_EPOCHS}"), ("08", f"--hidden 0 --epochs {rc.MNIST_EPOCHS}")])
+        self.assertIn("persistent sweep: stage 07 at --hidden 32", self.bench.skipped[-1])
+
+    def test_nothing_to_run(self):
+        self.bench.stages = ["02", "06"]
+        self.assertIn("stages 07 and 08 are not built", self.sweep())
+        self.bench.stages, self.bench.plan = ["07", "08"], run_bench.PLANS["quick"]
+        self.assertIn("not in this plan", self.sweep())
+        self.assertEqual(self.ran, [])
+
+    def test_plans(self):
+        self.assertLess(run_bench.OPTIONAL.index("persistent sweep"), run_bench.OPTIONAL.index("compile"))
+        full = run_bench.PLANS["full"]
+        self.assertEqual(full.persistent_widths, rc.PERSISTENT_SWEEP_WIDTHS)
+        self.assertNotEqual(full.persistent_epochs, rc.MNIST_EPOCHS)  # a sweep row is told apart by its epochs
+
+
+class PersistentSweepDataTest(unittest.TestCase):
+    """The newest run that measured stage 08, one hidden layer, default variants, fp32."""
+
+    def rows(self):
+        return [sweep_row("07", "0", 11.0, run="run-1", epochs=10), sweep_row("08", "0", 9.0, run="run-1", epochs=10),
+                sweep_row("07", "0", 11.2, epochs=10), sweep_row("07", "128", 22.0, epochs=10),
+                sweep_row("08", "0", 2.2, epochs=10), sweep_row("08", "128", 5.5, epochs=10),
+                sweep_row("08", "128", 20.0, variant="epoch-graph"),   # an attribution row
+                sweep_row("08", "128", 3.0, precision="tf32"),
+                sweep_row("08", "1024,1024", 50.0),                   # two layers: the width sweep's
+                sweep_row("07", "1024", 60.0), sweep_row("08", "1024", 59.0),
+                sweep_row("07", "32", 12.0), sweep_row("08", "32", 2.4),
+                sweep_row("07", "64", 99.0, run="run-3")]             # no stage 08 in run-3
+
+    def test_selection(self):
+        sweep = rc.persistent_sweep(self.rows())
+        self.assertEqual(list(sweep), [0, 32, 128, 1024])
+        self.assertEqual({w: {s: r["ms_per_epoch"] for s, r in by.items()} for w, by in sweep.items()},
+                         {0: {"07": "11.2", "08": "2.2"}, 32: {"07": "12.0", "08": "2.4"},
+                          128: {"07": "22.0", "08": "5.5"}, 1024: {"07": "60.0", "08": "59.0"}})
+        self.assertEqual(rc.persistent_sweep([sweep_row("07", "128", 22.0)]), {})  # no stage 08: no sweep
+
+    def test_plot_data(self):
+        series = plots.persistent_sweep_data(self.rows())
+        self.assertEqual(series, {"07": [(0, 11.2), (32, 12.0), (128, 22.0), (1024, 60.0)],
+                                  "08": [(0, 2.2), (32, 2.4), (128, 5.5), (1024, 59.0)]})
+        self.assertEqual(plots.persistent_sweep_data([sweep_row("08", "0", 2.2)]), {})  # one point: no line
+        self.assertEqual([plots.width_label(w) for w in (0, 512)], ["none", "512"])
+        self.assertIn("persistent-sweep", plots.FIGURES)
+        self.assertNotEqual(plots.color_for("stage 08"), plots.color_for("other"))
+
+    def test_sweep_block(self):
+        block = make_tables.sweep_block([("results/x.csv", self.rows())])
+        self.assertIn("| none (`--hidden 0`) | 11.2 | 2.20 | 5.09× |", block)
+        self.assertIn("| 1024 | 60.0 | 59.0 | 1.02× |", block)
+        self.assertIn("run `run-2`", block)
+        self.assertNotIn("| 64 |", block)
+        self.assertEqual(make_tables.sweep_block([]), make_tables.NO_RESULTS)
+        self.assertEqual(make_tables.sweep_block([("results/x.csv", [sweep_row("07", "0", 11.0)])]),
+                         make_tables.NO_RESULTS)
+
+
+class Stage08TargetsTest(unittest.TestCase):
+    """ms/epoch targets, ≥ 10× PyTorch cuda-graph and no slower than 07 at 1024,1024, rivals of the same run."""
+
+    @staticmethod
+    def rows(h0, h128, graph0, graph128, wide07, wide08, graph_run="run-1"):
+        rows = []
+        for hidden, eight, graph in (("0", h0, graph0), ("128", h128, graph128)):
+            rows += [timed_row("07", hidden=hidden, per_epoch=11.0), timed_row("08", hidden=hidden, per_epoch=eight),
+                     timed_row("pytorch", hidden=hidden, variant="eager", per_epoch=200.0),
+                     timed_row("pytorch", hidden=hidden, variant="cuda-graph", per_epoch=graph, run=graph_run)]
+        return rows + [timed_row("07", hidden="1024,1024", per_epoch=wide07),
+                       timed_row("08", hidden="1024,1024", per_epoch=wide08)]
+
+    def lines(self, rows):
+        return {(c[0], c[1]): c[3:] for c in make_tables.stage08_target_lines(rows)[0]}
+
+    def test_met(self):
+        lines = self.lines(self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0))
+        self.assertEqual(lines[("MNIST --hidden 0", "ms/epoch")], ["2.00", "met"])
+        self.assertEqual(lines[("MNIST --hidden 0", "PyTorch cuda-graph ÷ 08, ms/epoch")], ["15.0× (30.0 ÷ 2.00)", "met"])
+        self.assertEqual(lines[("MNIST --hidden 128", "PyTorch cuda-graph ÷ 08, ms/epoch")], ["12.0× (60.0 ÷ 5.00)", "met"])
+        self.assertEqual(lines[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")], ["1.02× (50.0 ÷ 49.0)", "met"])
+
+    def test_missed(self):
+        lines = self.lines(self.rows(5.0, 6.0, 30.0, 50.0, 50.0, 55.0))
+        self.assertEqual(lines[("MNIST --hidden 0", "ms/epoch")], ["5.00", "missed: 2.0× the target"])
+        self.assertEqual(lines[("MNIST --hidden 128", "ms/epoch")], ["6.00", "met"])  # at the target: met
+        self.assertEqual(lines[("MNIST --hidden 0", "PyTorch cuda-graph ÷ 08, ms/epoch")], ["6.0× (30.0 ÷ 5.00)", "missed"])
+        self.assertEqual(lines[("MNIST --hidden 128", "PyTorch cuda-graph ÷ 08, ms/epoch")][1], "missed")
+        self.assertEqual(lines[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")], ["0.91× (50.0 ÷ 55.0)", "missed"])
+
+    def test_rivals_of_another_run_do_not_count(self):
+        lines = self.lines(self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0, graph_run="run-0"))
+        self.assertEqual(lines[("MNIST --hidden 0", "PyTorch cuda-graph ÷ 08, ms/epoch")],
+                         ["no PyTorch cuda-graph row of the same run", ""])
+
+    def test_block_and_no_rows(self):
+        block = make_tables.stage08_targets_block([("results/x.csv", self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0))])
+        self.assertIn("| MNIST --hidden 0 | ms/epoch | ≤ 2.5 | 2.00 | met |", block)
+        self.assertIn("run `run-1`", block)
+        self.assertEqual(make_tables.stage08_targets_block([]), make_tables.NO_RESULTS)
+        only07 = [timed_row("07", hidden="0", per_epoch=11.0)]
+        self.assertEqual(make_tables.stage08_targets_block([("results/x.csv", only07)]), make_tables.NO_RESULTS)
+        lines = self.lines(only07)
+        self.assertEqual(lines[("MNIST --hidden 0", "ms/epoch")], ["no result yet", ""])
+        self.assertEqual(lines[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")], ["no result yet", ""])
+
+
+class Stage08ReadmeTest(unittest.TestCase):
+    """Every NN-* folder is a stage: stage 08's README gets the blocks stage 07's does, and its own."""
+
+    MARKERS = ["results:stage08", "outcome:stage08", "steps:stage08", "targets:stage08", "sweep:stage08",
+               "sanitize:stage08", "profile:stage08 regression=top2 mnist=top6"]
+
+    def test_main_fills_every_block_and_an_absent_readme_is_no_error(self):
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "results"))
+            rows = Stage08TargetsTest.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0) + [
+                timed_row("07", hidden="32", per_epoch=12.0, epochs=3), timed_row("08", hidden="32", per_epoch=2.4, epochs=3)]
+            rc.append_csv(os.path.join(root, "results", "fixture-gpu.csv"), rc.RESULT_COLUMNS, rows)
+            os.makedirs(os.path.join(root, "07-cuda-graphs"))
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 0)  # 08 has no folder yet
+            os.makedirs(os.path.join(root, "08-persistent-kernels"))
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 0)  # nor a README
+            readme = os.path.join(root, "08-persistent-kernels", "README.md")
+            text = "# 08\n" + PREDICTIONS.replace("# 07\n", "").split("<!-- outcome:stage07")[0]
+            text += "".join(f"<!-- {m} begin -->\n<!-- {m} end -->\n" for m in self.MARKERS)
+            write(readme, text)
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 1)  # stale until generated
+            self.assertEqual(MarkerTest.run_main("--root", root), 0)
+            with open(readme) as f:
+                filled = f.read()
+            self.assertIn("| MNIST --hidden 128 | 08 persistent-kernels |", filled)   # results, against 07
+            self.assertIn("| MNIST --hidden 0 | ms/epoch | ≤ 2.5 | 2.00 | met |", filled)  # targets
+            self.assertIn("| 32 | 12.0 | 2.40 | 5.00× |", filled)                       # sweep
+            self.assertIn("µs saved per step", filled)                                  # steps
+            self.assertIn("**Verdict:", filled)                                         # outcome
+            self.assertIn("make stage 8 profile RECORD=1", filled)                      # profile
+            self.assertIn("make sanitize", filled)                                      # sanitize
+            self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 0)

@@ -1,3 +1,3 @@
 # file: mnist.cu
 # what: persistent kernel: a logit is summed over every block of the cluster but the last
-s|if (r < cluster_size) sum += part\[r\];|if (r < cluster_size - 1) sum += part[r];|
+s|if (k < cluster_size) logit_sum += part\[k\];|if (k < cluster_size - 1) logit_sum += part[k];|
