@@ -210,7 +210,7 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 #define ROW_THREADS 4                                            // phase A: the threads that share a row
 #define PERSISTENT_MAX_BATCH (PERSISTENT_THREADS / ROW_THREADS)  // phase A: 4 threads a row, one pass
 #define PERSISTENT_MAX_UNITS 8      // hidden units a block owns, at most (mlp_epoch_kernel's UNITS: 1, 2, 4 or 8)
-#define GRADIENT_GROUPS 16          // W_last's gradient: partial sums per weight, at most, added in a fixed order
+#define GRADIENT_GROUPS 8           // W_last's gradient: partial sums per weight, at most, added in a fixed order
 #define PERSISTENT_MAX_CLUSTER 16   // blocks a cluster, at most (16 is past the portable 8: asked for)
 #define PERSISTENT_MIN_CLUSTER 8    // so that a block's rows of the batch fit its warps (128 / 8 = 16)
 #define PERSISTENT_MAX_CLUSTERS 16  // clusters a grid, at most
@@ -237,7 +237,7 @@ static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / t
 // Where each region of the kernel's dynamic shared memory starts, in floats (each a multiple of 16 bytes), in
 // mlp_epoch_kernel's order; bytes: the whole.
 typedef struct {
-    int share, my_logit, dlogit, w_last, b_last, value, dvalue, scratch, batch_row, labels, b0, w0, pixels;
+    int share, my_logit, dlogit, w_last, b_last, value, dvalue, scratch, pixel_value, batch_row, labels, b0, w0, pixels;
     size_t bytes;
 } SharedLayout;
 
@@ -260,6 +260,7 @@ static __host__ __device__ SharedLayout persistent_shared_layout(const EpochArgs
     s.value = at, at += round_up(batch * slice, 4);                     // (batch, slice)
     s.dvalue = at, at += a->hidden ? rows * slice : 0;                  // (rows, slice)
     s.scratch = at, at += GRADIENT_GROUPS * slice * CLASSES_PADDED;     // (GRADIENT_GROUPS, slice, CLASSES_PADDED)
+    s.pixel_value = at, at += 256;                                      // (256,)
     s.batch_row = at, at += 2 * round_up(batch, 4);                     // int32 (2, batch)
     s.labels = at, at += round_up(a->steps * rows_per_block, 16) / 4;  // uint8 (steps, rows_per_block)
     s.b0 = at, at += a->hidden ? round_up(slice, 4) : 0;               // (slice,)
@@ -347,8 +348,6 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
     int clusters = gridDim.x / cluster_size, rows = padded_rows(batch);
     int rows_per_block = persistent_rows_per_block(&a), row0 = rank * rows_per_block;
     int my_rows = max(0, min(rows_per_block, batch - row0));
-    // without a hidden layer the values are the pixels' bytes, and the sums that use them are divided by 255
-    float divisor = hidden ? 1.0f : 255.0f;
     float *w_last = a.params + (hidden ? (int64_t)PIXELS * hidden + hidden : 0);  // (features, CLASSES)
     float *b_last = w_last + (int64_t)features * CLASSES;                         // (CLASSES,)
     float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;              // hidden: (PIXELS, hidden), (hidden,)
@@ -361,6 +360,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
     float *value = shared + layout.value;        // my features' values for the batch
     float *dvalue = shared + layout.dvalue;      // hidden: dloss/dvalue, rows past the batch 0
     float *scratch = shared + layout.scratch;    // W_last's gradient, partial sums
+    float *pixel_value = shared + layout.pixel_value;  // (256,) mnist_pixel_value of every byte
     int32_t *batch_row = (int32_t *)(shared + layout.batch_row);  // each step's rows, by step parity
     uint8_t *my_labels = (uint8_t *)(shared + layout.labels);     // [step][r]: the label of my row r of step
     float *my_b0 = shared + layout.b0, *my_w0 = shared + layout.w0;  // hidden: my units' b0 and W0 columns
@@ -369,6 +369,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
     float lr = a.lr, lr_255 = a.lr / 255.0f;
 
     // my weights, my rows' labels for the whole epoch, step 0's rows; zeros where loops read past the batch
+    for (int v = tid; v < 256; v += PERSISTENT_THREADS) pixel_value[v] = mnist_pixel_value((uint8_t)v);
     for (int e = tid; e < slice * CLASSES_PADDED; e += PERSISTENT_THREADS) {
         int f = e / CLASSES_PADDED, j = e % CLASSES_PADDED;
         my_w_last[e] = f < owned && j < CLASSES ? w_last[(int64_t)(first + f) * CLASSES + j] : 0.0f;
@@ -442,24 +443,17 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
                     for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(v, w[j], logit[j]);
                 }
             }
-        } else if (i < batch) {  // my pixels, every 4th word of them each
-            const uint32_t *row_words = (const uint32_t *)(x + i * row_bytes);
-            for (int k = q; k < slice / 4; k += ROW_THREADS) {
-                uint32_t four = row_words[k];
-                float4 p = make_float4(byte_value(four, 0), byte_value(four, 1), byte_value(four, 2),
-                                       byte_value(four, 3));
-                *(float4 *)(value + i * slice + 4 * k) = p;
-                float pb[4] = {p.x, p.y, p.z, p.w};
-                for (int b = 0; b < 4; b++) {
-                    float w[CLASSES];
-                    load_classes(w, my_w_last + (4 * k + b) * CLASSES_PADDED);
-                    for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(pb[b], w[j], logit[j]);
-                }
+        } else if (i < batch) {  // my pixels, every 4th of them each
+            for (int f = q; f < slice; f += ROW_THREADS) {
+                float v = f < owned ? pixel_value[x[i * row_bytes + f]] : 0.0f, w[CLASSES];
+                value[i * slice + f] = v;
+                load_classes(w, my_w_last + f * CLASSES_PADDED);
+                for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(v, w[j], logit[j]);
             }
         }
         for (int j = 0; j < CLASSES; j++) logit[j] = group_sum(logit[j], ROW_THREADS);
         if (q == 0 && i < batch)
-            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j] / divisor;
+            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];
         __pipeline_wait_prior(0);  // the next step's rows
         __syncthreads();
         // the next step's batch, copied while the cluster meets (its buffer was last read in the previous step)
@@ -563,7 +557,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             int f = e / CLASSES, j = e % CLASSES;
             float sum = 0.0f;
             for (int g = 0; g < groups; g++) sum += scratch[(g * slice + f) * CLASSES_PADDED + j];
-            my_w_last[f * CLASSES_PADDED + j] -= lr * (sum / divisor);
+            my_w_last[f * CLASSES_PADDED + j] -= lr * sum;
         }
         if (warp < CLASSES && lane == 0) my_b_last[warp] -= lr * bias_gradient;
         if (hidden) {
