@@ -290,8 +290,10 @@ __device__ void grid_barrier(unsigned int *arrived, unsigned int target) {
 // Every thread of the cluster arrives; the wait returns once all have, and what they wrote to shared memory
 // before arriving is visible to all (arrive releases, wait acquires).
 __device__ __forceinline__ void cluster_barrier() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // as mlp_epoch_kernel: only 9.0 and up run it
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
+#endif
 }
 
 // The sum over each group of `width` neighbouring lanes (a power of 2 up to 32), in every lane of the group.
