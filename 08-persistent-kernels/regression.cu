@@ -1,7 +1,7 @@
 // Stage 08, regression: stage 07's trainer, unchanged. An epoch is a sum over every point, then an update that
-// needs the whole sum: in one persistent kernel every epoch would end at a grid barrier, and this stage measures a
-// grid barrier at about the cost of the kernel boundary the graph already leaves (README, "The regression"). So
-// the regression keeps stage 07's graphs: EPOCHS_PER_GRAPH epochs, captured once in setup, replay in one launch.
+// needs the whole sum: in one persistent kernel every epoch would end at a grid barrier, which costs more than the
+// gap 07's graph leaves between its two kernels (README). So the regression keeps stage 07's graphs:
+// EPOCHS_PER_GRAPH epochs, captured once in setup, replay in one launch.
 #include <stdint.h>
 #include <cuda_runtime.h>
 

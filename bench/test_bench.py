@@ -1512,6 +1512,16 @@ class Stage08TargetsTest(unittest.TestCase):
         self.assertEqual(lines[("MNIST --hidden 128", "PyTorch cuda-graph ÷ 08, ms/epoch")][1], "missed")
         self.assertEqual(lines[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")], ["0.91× (50.0 ÷ 55.0)", "missed"])
 
+    def test_no_slower_within_the_epochs_spread(self):
+        # the same code on both sides: a median slower by less than the epochs vary is met; past it, missed
+        rows = self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 50.1)
+        rows[-2].update(epoch_min_ms="49.8", epoch_max_ms="50.2")
+        rows[-1].update(epoch_min_ms="50.0", epoch_max_ms="50.3")
+        self.assertEqual(self.lines(rows)[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")],
+                         ["1.00× (50.0 ÷ 50.1)", "met: within the epochs' spread"])
+        rows[-1].update(epoch_min_ms="50.25")
+        self.assertEqual(self.lines(rows)[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")][1], "missed")
+
     def test_rivals_of_another_run_do_not_count(self):
         lines = self.lines(self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0, graph_run="run-0"))
         self.assertEqual(lines[("MNIST --hidden 0", "PyTorch cuda-graph ÷ 08, ms/epoch")],
