@@ -174,7 +174,7 @@ exercises=  # n:file:name, n:file:ALL, n:file:ANSWER: what the GPU part runs
 regions_found=0 notes=0
 student_copy=0
 [ -f STUDENT.md ] && student_copy=1  # a copy written by make student: the regions are cut already
-for stage_dir in 0[1-7]-*; do
+for stage_dir in 0[1-9]-*; do
     [ -d "$stage_dir" ] || continue
     nn=${stage_dir%%-*}
     n=${nn#0}
