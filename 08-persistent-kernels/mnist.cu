@@ -473,7 +473,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             float part[PERSISTENT_MAX_CLUSTER];
 #pragma unroll
             for (int k = 0; k < PERSISTENT_MAX_CLUSTER; k++)
-                if (k < cluster_size) part[k] = ((const float *)__cluster_map_shared_rank(share, k))[row * CLASSES + lane];
+                if (k < cluster_size)
+                    part[k] = ((const float *)__cluster_map_shared_rank(share, k))[row * CLASSES + lane];
 #pragma unroll
             for (int k = 0; k < PERSISTENT_MAX_CLUSTER; k++)
                 if (k < cluster_size) logit_sum += part[k];
@@ -501,7 +502,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             float e = lane < CLASSES ? expf(z - max) : 0.0f, sum = warp_sum(e);
             int label = my_labels[step * rows_per_block + warp];
             float label_logit = __shfl_sync(0xffffffff, z, label);
-            if (lane < CLASSES) my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;
+            if (lane < CLASSES)
+                my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;
             // from the logits, not from p: log of a probability that underflowed to 0 would be -inf (every
             // cluster computes every row's dlogits, cluster 0 alone adds the loss)
             if (lane == 0 && cluster == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
@@ -515,7 +517,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             for (int k = 0; k < 3; k++) {
                 int e = tid + k * PERSISTENT_THREADS, owner = e / CLASSES / rows_per_block;
                 if (e < batch * CLASSES)
-                    v[k] = ((const float *)__cluster_map_shared_rank(my_logit, owner))[e - owner * rows_per_block * CLASSES];
+                    v[k] = ((const float *)__cluster_map_shared_rank(my_logit, owner))[e - owner * rows_per_block *
+                                                                                        CLASSES];
             }
             for (int k = 0; k < 3; k++) {
                 int e = tid + k * PERSISTENT_THREADS;
@@ -678,9 +681,10 @@ typedef struct {
 // more than one hidden layer, a batch past PERSISTENT_MAX_BATCH, or more hidden units than the blocks the GPU
 // runs at once can own (PERSISTENT_MAX_UNITS each). Without a hidden layer one cluster holds the model: 16 blocks
 // where the GPU places clusters that large, else 8. With one, the cluster size (16 or 8) that puts the most blocks
-// on the GPU at once (up to PERSISTENT_MAX_CLUSTERS clusters), up to a block a unit. Every block asks for more than half an SM's shared memory, so
-// that no two share an SM. A GPU without thread-block clusters, or that cannot hold the layout, gets one line and
-// EXIT_CUDA: the stage's idea needs them.
+// on the GPU at once (up to PERSISTENT_MAX_CLUSTERS clusters), up to a block a unit. Every block asks for more
+// than half an SM's shared memory, so that no two share an SM. A GPU without thread-block clusters, or that cannot
+// hold the layout, gets one line and EXIT_CUDA: the stage's idea needs them. steps: the epoch's (the labels of a
+// block's rows for all of them stay in its shared memory).
 static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout *layout) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
     if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2 || cfg->batch > PERSISTENT_MAX_BATCH) return 0;
@@ -713,7 +717,8 @@ static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout
         a->slice = hidden ? 1 : round_up((PIXELS + size - 1) / size, 4);
         a->buffers = 1;
         size_t bytes = persistent_shared_bytes(a);
-        int wanted = hidden ? (hidden + size - 1) / size : 1, fit = persistent_max_clusters(a, bytes > least ? bytes : least);
+        int wanted = hidden ? (hidden + size - 1) / size : 1;
+        int fit = persistent_max_clusters(a, bytes > least ? bytes : least);
         if (fit > PERSISTENT_MAX_CLUSTERS) fit = PERSISTENT_MAX_CLUSTERS;
         int blocks = (wanted < fit ? wanted : fit) * size;
         if (blocks > best_blocks) {
@@ -867,7 +872,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     int *d_test_correct;                      // (epochs,) correct test predictions after each epoch
     int *d_step;                              // (1,) the next training step, epoch * steps + step: see train_step
     PersistentLayout persistent;  // the persistent kernel's launch, where it applies
-    int persistent_blocks = cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, steps, &persistent) ? persistent.blocks : 0;
+    int persistent_blocks =
+        cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, steps, &persistent) ? persistent.blocks : 0;
     float *d_partial = NULL;                  // persistent: (2, clusters, batch, classes) each cluster's logit sums
     unsigned int *d_arrived = NULL;           // persistent: (epochs,) each epoch's grid barrier counter
     void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream
@@ -1016,7 +1022,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
             args.steps = steps;
             void *kernel_args[] = {&args};
             cudaLaunchAttribute attrs[2];
-            cudaLaunchConfig_t config = persistent_config(&args, persistent_blocks, persistent.shared_bytes, stream, attrs);
+            cudaLaunchConfig_t config =
+                persistent_config(&args, persistent_blocks, persistent.shared_bytes, stream, attrs);
             TIMED_PHASE(&clock, PHASE_FORWARD, stream)
                 cudaCheck(cudaLaunchKernelExC(&config, persistent.kernel, kernel_args));
         } else if (!use_graph) {
