@@ -357,30 +357,46 @@ STAGE07_TARGETS = [
 ]
 
 
-def targets_block(datasets, known=None):
-    """The text between the targets:stage07 markers: each target against the newest stage-07 row."""
+def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None):
+    """One table per results file: lines_of(rows, variant defaults) gives (cells, rows shown), and a file with
+    no row shown is left out. what: the subject of runs_note (None: none); note: a footnote under the tables."""
     blocks = []
     for source, rows in datasets:
-        defaults = rc.variant_defaults(rows, known)
-        lines, shown = [], []
-        for label, trainer, hidden, figure, column, target in STAGE07_TARGETS:
-            config = next(c for c in rc.canonical_configs()
-                          if c.trainer == trainer and (hidden is None or c.hidden == hidden))
-            this = next((e for e in rc.select_entries(rows, config, defaults)
-                         if e.is_ladder_stage and e.stage == "07" and e.precision == "fp32"), None)
-            if this is None:
-                lines.append([label, figure, f"≤ {target:g}", "no result yet", ""])
-                continue
-            measured = getattr(this, column)
-            verdict = "met" if measured <= target else f"missed: {rc.ratio(measured, target):.1f}× the target"
-            lines.append([label, figure, f"≤ {target:g}", fmt_3(measured), verdict])
-            shown.append(this.row)
+        lines, shown = lines_of(rows, rc.variant_defaults(rows, known))
         if not shown:
             continue
         blocks.append(source_line(shown, rc.device_of(shown), source) + "\n\n"
-                      + runs_note(shown, f"the stage 07 targets of {source}") + markdown_table(
-            ["", "figure", "target", "measured", ""], [":--", ":--", "--:", "--:", ":--"], lines))
-    return "\n\n".join(blocks) if blocks else "*Not measured yet: run `make bench` on a GPU machine.*"
+                      + (runs_note(shown, f"{what} of {source}") if what else "")
+                      + markdown_table(headers, aligns, lines))
+    if not blocks:
+        return NO_RESULTS
+    return "\n\n".join(blocks + ([f"<sub>{note}</sub>"] if note else []))
+
+
+TARGET_HEADERS = (["", "figure", "target", "measured", ""], [":--", ":--", "--:", "--:", ":--"])
+
+
+def stage07_target_lines(rows, defaults=None):
+    """(cells, rows shown) of stage 07's targets: each against the newest stage-07 row."""
+    lines, shown = [], []
+    for label, trainer, hidden, figure, column, target in STAGE07_TARGETS:
+        config = next(c for c in rc.canonical_configs()
+                      if c.trainer == trainer and (hidden is None or c.hidden == hidden))
+        this = next((e for e in rc.select_entries(rows, config, defaults)
+                     if e.is_ladder_stage and e.stage == "07" and e.precision == "fp32"), None)
+        if this is None:
+            lines.append([label, figure, f"≤ {target:g}", "no result yet", ""])
+            continue
+        measured = getattr(this, column)
+        verdict = "met" if measured <= target else f"missed: {rc.ratio(measured, target):.1f}× the target"
+        lines.append([label, figure, f"≤ {target:g}", fmt_3(measured), verdict])
+        shown.append(this.row)
+    return lines, shown
+
+
+def targets_block(datasets, known=None):
+    """The text between the targets:stage07 markers: each target against the newest stage-07 row."""
+    return results_tables(datasets, known, stage07_target_lines, *TARGET_HEADERS, what="the stage 07 targets")
 
 
 # (MNIST --hidden, ms/epoch at most) of stage 08; both at least STAGE08_VS_PYTORCH× PyTorch cuda-graph's ms/epoch
@@ -451,20 +467,11 @@ def stage08_target_lines(rows, defaults=None):
 
 def stage08_targets_block(datasets, known=None):
     """The text between the targets:stage08 markers: stage 08's targets against each results file."""
-    blocks = []
-    for source, rows in datasets:
-        lines, shown = stage08_target_lines(rows, rc.variant_defaults(rows, known))
-        if not shown:
-            continue
-        blocks.append(source_line(shown, rc.device_of(shown), source) + "\n\n"
-                      + runs_note(shown, f"the stage 08 targets of {source}") + markdown_table(
-            ["", "figure", "target", "measured", ""], [":--", ":--", "--:", "--:", ":--"], lines))
-    if not blocks:
-        return NO_RESULTS
     note = ("ms/epoch: the median epoch of the newest default-variant fp32 rows; ratios (above 1: stage 08 faster) "
             "against PyTorch's whole-step CUDA graph (`cuda-graph`) and stage 07 from the same run only. "
             + FOOTNOTE_GENERATED)
-    return "\n\n".join(blocks + [f"<sub>{note}</sub>"])
+    return results_tables(datasets, known, stage08_target_lines, *TARGET_HEADERS, what="the stage 08 targets",
+                          note=note)
 
 
 def sweep_lines(rows, defaults=None):
@@ -481,21 +488,12 @@ def sweep_lines(rows, defaults=None):
 
 def sweep_block(datasets, known=None):
     """The text between the sweep:stage08 markers: the persistent sweep of each results file."""
-    blocks = []
-    for source, rows in datasets:
-        lines, shown = sweep_lines(rows, rc.variant_defaults(rows, known))
-        if not lines:
-            continue
-        blocks.append(source_line(shown, rc.device_of(shown), source) + "\n\n" + markdown_table(
-            ["hidden units", "stage 07 ms/epoch", "stage 08 ms/epoch", "07 ÷ 08"], [":--", "--:", "--:", "--:"],
-            lines))
-    if not blocks:
-        return NO_RESULTS
     note = (f"MNIST with one hidden layer (784-W-10; none: 784-10), batch {rc.MNIST_BATCH}, fp32, each stage's "
             "default variant, the newest run's rows (the persistent sweep of `make bench`, and the ladder's --hidden "
             "0 and 128); ms/epoch: the median epoch, comparable across epoch counts. 07 ÷ 08 above 1: stage 08 "
             "faster. " + FOOTNOTE_GENERATED)
-    return "\n\n".join(blocks + [f"<sub>{note}</sub>"])
+    return results_tables(datasets, known, sweep_lines, ["hidden units", "stage 07 ms/epoch", "stage 08 ms/epoch",
+                          "07 ÷ 08"], [":--", "--:", "--:", "--:"], note=note)
 
 
 # ----------------------------------------------------------------------------
