@@ -17,6 +17,7 @@
 #include "host.h"
 #include "staging.h"
 #include "lt_matmul.h"
+#include "persistent.cuh"  // stage 08: cluster launches, grid and cluster barriers
 #include "timing.h"
 #include "trainer.h"
 
@@ -186,24 +187,13 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 //
 // The network is 784 -> [hidden] -> 10. A step's work splits by the last layer's inputs, its features: the pixels
 // without a hidden layer, the hidden units with one. Block g owns features [g * slice, g * slice + slice) and every
-// weight that touches them, and keeps those in shared memory for the whole epoch: with a hidden layer its units'
-// columns of W0, their b0 and their rows of W1; without one its pixels' rows of W0. The blocks come in thread-block
-// clusters (compute capability 9.0): the blocks of a cluster read each other's shared memory (distributed shared
-// memory) and meet at a hardware barrier. A step:
-//     A  every block: its features' values for the batch (with a hidden layer: its units' forward pass over the
-//        batch's pixels, copied into its shared memory) and its share of every logit,
-//        share[i][j] = sum over its features f of value[i][f] * W_last[f][j]
-//     -- cluster barrier
-//     B  block r of a cluster sums the cluster's shares of rows [r * rows_per_block, ...), block by block. With one
-//        cluster those are the logits. With several, each writes its sums to global memory, the grid meets at a
-//        grid barrier, and block r adds the clusters' sums of its rows, cluster by cluster. Then softmax, loss and
-//        dlogits of its rows.
-//     -- cluster barrier
-//     C  every block: the whole batch's dlogits from its cluster, then the gradients of the weights it owns,
-//        applied in place. Each block keeps its own copy of the last layer's bias; all copies take the same
-//        update, summed in the same order.
-// While the cluster waits at the first barrier, the next step's batch is already being copied in. Every sum runs
-// in a fixed order, so a run repeats bit for bit.
+// weight that touches them, in shared memory for the whole epoch. The blocks come in thread-block clusters, whose
+// blocks read each other's shared memory and meet at a hardware barrier. A step (README, "What changes"):
+//     A  each block: its features' values and its share of every logit -- cluster barrier
+//     B  block r: its rows' logits, the cluster's shares summed block by block (with several clusters, then the
+//        clusters' sums, after a grid barrier); softmax, loss, dlogits -- cluster barrier
+//     C  each block: the batch's dlogits from the cluster, the gradients of its weights, applied in place
+// The next step's batch is copied in during the step. Every sum runs in a fixed order: a run repeats bit for bit.
 
 #define PERSISTENT_THREADS 512
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
@@ -231,8 +221,6 @@ typedef struct {
     int hidden, slice, steps, batch, cluster_size, buffers;  // buffers: 2 when the next batch is copied early
     float lr;
 } EpochArgs;
-
-static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
 
 // Where each region of the kernel's dynamic shared memory starts, in floats (each a multiple of 16 bytes), in
 // mlp_epoch_kernel's order; bytes: the whole.
@@ -268,44 +256,6 @@ static __host__ __device__ SharedLayout persistent_shared_layout(const EpochArgs
     s.pixels = at;                                                      // uint8 (buffers, rows, row_bytes)
     s.bytes = (size_t)at * sizeof(float) + (size_t)a->buffers * rows * persistent_row_bytes(a);
     return s;
-}
-
-// Every block of the grid arrives; none leaves before all have. *arrived counts arrivals since the launch
-// (zeroed before it), so the n-th barrier of the launch waits for n * gridDim.x. The cooperative launch puts every
-// block on the GPU at once: without it, a block spinning here could wait for one that never gets an SM. The wait
-// reads the counter (volatile: from L2, never a stale L1 copy) rather than polling with atomics, which would
-// queue behind the arrivals at the one address.
-__device__ void grid_barrier(unsigned int *arrived, unsigned int target) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();  // this block's writes are visible to every block before it counts as arrived
-        atomicAdd(arrived, 1u);
-        while (*(volatile unsigned int *)arrived < target) {
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
-// Every thread of the cluster arrives; the wait returns once all have, and what they wrote to shared memory
-// before arriving is visible to all (arrive releases, wait acquires).
-__device__ __forceinline__ void cluster_barrier() {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // as mlp_epoch_kernel: only 9.0 and up run it
-    __cluster_barrier_arrive();
-    __cluster_barrier_wait();
-#endif
-}
-
-// The sum over each group of `width` neighbouring lanes (a power of 2 up to 32), in every lane of the group.
-__device__ __forceinline__ float group_sum(float value, int width) {
-    for (int offset = width / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
-    return value;
-}
-
-// Byte b of word as a float, exactly: the byte becomes the low mantissa bits of 2^23 (0x4B000000), and taking
-// 2^23 away leaves its value. Two instructions; the pixel's 1/255 is applied once, to a sum.
-__device__ __forceinline__ float byte_value(uint32_t word, int b) {
-    return __int_as_float((int)__byte_perm(word, 0x4B000000u, 0x7440 | b)) - 8388608.0f;
 }
 
 // row[j] for j < CLASSES from a CLASSES_PADDED row in shared memory: three 16-byte loads.
@@ -625,26 +575,6 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
 // The persistent kernel's dynamic shared memory.
 static size_t persistent_shared_bytes(const EpochArgs *a) { return persistent_shared_layout(a).bytes; }
 
-// The persistent kernel's launch: grid, block, shared memory, cluster (and, with several clusters, the cooperative
-// launch that puts them all on the GPU at once, for the grid barrier). attrs: room for 2.
-static cudaLaunchConfig_t persistent_config(const EpochArgs *a, int blocks, size_t shared_bytes, cudaStream_t stream,
-                                            cudaLaunchAttribute *attrs) {
-    cudaLaunchConfig_t config = {};  // every field not set below: 0
-    config.gridDim = dim3((unsigned int)blocks);
-    config.blockDim = dim3(PERSISTENT_THREADS);
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
-    config.attrs = attrs;
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = (unsigned int)a->cluster_size;
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
-    attrs[1].id = cudaLaunchAttributeCooperative;
-    attrs[1].val.cooperative = 1;
-    config.numAttrs = blocks > a->cluster_size ? 2 : 1;
-    return config;
-}
-
 // mlp_epoch_kernel for a block that owns `units` hidden units (1, 2, 4 or 8; 1 without a hidden layer).
 static const void *persistent_kernel(int units) {
     switch (units) {
@@ -653,21 +583,6 @@ static const void *persistent_kernel(int units) {
     case 4: return (const void *)mlp_epoch_kernel<4>;
     default: return (const void *)mlp_epoch_kernel<8>;
     }
-}
-
-// How many clusters of a->cluster_size blocks the GPU runs at once with shared_bytes each (0: none, or a size it
-// does not place).
-static int persistent_max_clusters(const EpochArgs *a, size_t shared_bytes) {
-    cudaLaunchAttribute attrs[2];
-    cudaLaunchConfig_t config = persistent_config(a, a->cluster_size, shared_bytes, 0, attrs);
-    int clusters = 0;
-    cudaError_t status = cudaOccupancyMaxActiveClusters(&clusters, persistent_kernel(1), &config);
-    if (status == cudaErrorInvalidClusterSize) {
-        (void)cudaGetLastError();  // a size this GPU does not place: not an error, the answer is none
-        return 0;
-    }
-    cudaCheck(status);
-    return clusters;
 }
 
 typedef struct {
@@ -718,7 +633,7 @@ static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout
         a->buffers = 1;
         size_t bytes = persistent_shared_bytes(a);
         int wanted = hidden ? (hidden + size - 1) / size : 1;
-        int fit = persistent_max_clusters(a, bytes > least ? bytes : least);
+        int fit = max_active_clusters(persistent_kernel(1), PERSISTENT_THREADS, size, bytes > least ? bytes : least);
         if (fit > PERSISTENT_MAX_CLUSTERS) fit = PERSISTENT_MAX_CLUSTERS;
         int blocks = (wanted < fit ? wanted : fit) * size;
         if (blocks > best_blocks) {
@@ -881,7 +796,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     d_params = (float *)device_zeros(n_params * sizeof(float));
     cudaCheck(cudaMalloc(&d_snapshot, n_params * sizeof(float)));
     cudaCheck(cudaMalloc(&d_pixels, ((size_t)n_train + n_test) * pixels));
-    cudaCheck(cudaMalloc(&d_train_images, (size_t)n_train * pixels * sizeof(float)));
+    d_train_images = NULL;  // the persistent kernel reads the bytes: no floats
+    if (!persistent_blocks) cudaCheck(cudaMalloc(&d_train_images, (size_t)n_train * pixels * sizeof(float)));
     cudaCheck(cudaMalloc(&d_train_labels, n_train));
     cudaCheck(cudaMalloc(&d_order, (size_t)cfg->epochs * n_train * sizeof(int32_t)));
     d_dact[0] = NULL;
@@ -1022,8 +938,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
             args.steps = steps;
             void *kernel_args[] = {&args};
             cudaLaunchAttribute attrs[2];
-            cudaLaunchConfig_t config =
-                persistent_config(&args, persistent_blocks, persistent.shared_bytes, stream, attrs);
+            cudaLaunchConfig_t config = cluster_launch_config(persistent_blocks, PERSISTENT_THREADS, args.cluster_size,
+                                                              persistent.shared_bytes, stream, attrs);
             TIMED_PHASE(&clock, PHASE_FORWARD, stream)
                 cudaCheck(cudaLaunchKernelExC(&config, persistent.kernel, kernel_args));
         } else if (!use_graph) {
