@@ -9,7 +9,7 @@
 #
 # Knobs: SAN_TOOLS, SAN_JOBS (4), SAN_TIMEOUT (s per run, 300), SAN_VARIANTS=all (every --variant and
 # --precision of each stage, not just its default), SAN_MNIST_DATA (default: a 3000/1000-image cut of
-# data/mnist), COMPUTE_SANITIZER; FUZZ_SECONDS (60), FUZZ_RUNS (a number of executions instead), FUZZ_CC.
+# data/mnist), SAN_RACECHECK_MNIST_DATA (racecheck's, default: a 300/100-image cut), COMPUTE_SANITIZER; FUZZ_SECONDS (60), FUZZ_RUNS (a number of executions instead), FUZZ_CC.
 # Racecheck over cuBLASLt's tf32 and bf16 kernels can hold over 40 GB of host memory per run (the
 # out-of-memory killer's report on an H100 host): with SAN_VARIANTS=all, use a small SAN_JOBS.
 
@@ -51,9 +51,13 @@ SAN_DIR := $(BUILD)/sanitize
 # points (stages 05-07 upload them in four chunks); logged epochs 0 and 10 and the last one (11).
 # MNIST: 3000 training images (9.4 MB of floats: two of stage 05's 8 MiB upload chunks; 23 steps of
 # 128 and a remainder), 1000 test images, two epochs (evaluation overlapping the next epoch).
+# Racecheck instruments every shared-memory access, and stage 08's kernel keeps each whole step in shared
+# memory (about 30 s a step under racecheck on an H100, against 4 us without): its MNIST runs take 300
+# training images (two steps of 128 and a remainder of 44) and 100 test images instead.
 SAN_MNIST_DATA ?= $(SAN_DIR)/mnist-small
+SAN_RACECHECK_MNIST_DATA ?= $(SAN_DIR)/mnist-tiny
 SAN_REGRESSION_ARGS ?= --points 1000003 --epochs 12 --warmup 0 --quiet
-SAN_MNIST_ARGS ?= --hidden 32 --epochs 2 --warmup 0 --quiet --data $(SAN_MNIST_DATA)
+SAN_MNIST_ARGS ?= --hidden 32 --epochs 2 --warmup 0 --quiet
 SAN_VECTOR_ADD_ARGS ?= --n 1000003 --repeat 1
 # memcheck also reports device memory a run never frees
 SAN_FLAGS_memcheck ?= --leak-check full
@@ -66,15 +70,18 @@ stage-sanitize: SAN_STAGES := $(NN)
 sanitize: $(STAGE_BINS) $(BUILD)/01/vector_add
 stage-sanitize: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist)
 
-# The MNIST cut: the first images and labels of each split, with the count in the header changed.
-$(SAN_DIR)/mnist-small/.done:
+# The MNIST cuts: the first images and labels of each split, with the count in the header changed.
+SAN_CUT_mnist-small := 3000 1000
+SAN_CUT_mnist-tiny := 300 100
+$(SAN_DIR)/mnist-small/.done $(SAN_DIR)/mnist-tiny/.done: $(SAN_DIR)/%/.done:
 	@[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data
 	@mkdir -p $(@D)
 	@be32() { printf "\\$$(printf %03o $$(($$1 >> 24 & 255)))\\$$(printf %03o $$(($$1 >> 16 & 255)))\\$$(printf %03o $$(($$1 >> 8 & 255)))\\$$(printf %03o $$(($$1 & 255)))"; }; \
 	cut() { { head -c 4 "data/mnist/$$1"; be32 $$2; tail -c +9 "data/mnist/$$1" | head -c $$(($$3 + $$2 * $$4)); } >"$(@D)/$$1"; }; \
-	cut train-images-idx3-ubyte 3000 8 784 && cut train-labels-idx1-ubyte 3000 0 1 && \
-	cut t10k-images-idx3-ubyte 1000 8 784 && cut t10k-labels-idx1-ubyte 1000 0 1 && touch $@
-SAN_MNIST_CUT := $(if $(filter $(SAN_DIR)/mnist-small,$(SAN_MNIST_DATA)),$(SAN_DIR)/mnist-small/.done)
+	train=$(word 1,$(SAN_CUT_$*)) test=$(word 2,$(SAN_CUT_$*)); \
+	cut train-images-idx3-ubyte $$train 8 784 && cut train-labels-idx1-ubyte $$train 0 1 && \
+	cut t10k-images-idx3-ubyte $$test 8 784 && cut t10k-labels-idx1-ubyte $$test 0 1 && touch $@
+SAN_MNIST_CUT := $(foreach d,$(SAN_MNIST_DATA) $(SAN_RACECHECK_MNIST_DATA),$(if $(filter $(SAN_DIR)/mnist-small $(SAN_DIR)/mnist-tiny,$(d)),$(d)/.done))
 sanitize: $(SAN_MNIST_CUT)
 stage-sanitize: $(if $(filter 01,$(NN)),,$(SAN_MNIST_CUT))
 
@@ -88,7 +95,8 @@ stage=$$1 trainer=$$2 variant=$$3 precision=$$4 tool=$$5
 bin=$(BUILD)/$$stage/$$trainer
 case $$trainer in
     regression) args="$(SAN_REGRESSION_ARGS)" ;;
-    mnist) args="$(SAN_MNIST_ARGS)" ;;
+    mnist) args="$(SAN_MNIST_ARGS) --data $(SAN_MNIST_DATA)"
+        [ $$tool != racecheck ] || args="$(SAN_MNIST_ARGS) --data $(SAN_RACECHECK_MNIST_DATA)" ;;
     *) args="$(SAN_VECTOR_ADD_ARGS)" ;;
 esac
 label=$$trainer
@@ -156,7 +164,7 @@ endef
 # A full matrix (every stage, all four tools, the default sizes) is a result worth keeping: its summary
 # is copied to results/<gpu>-sanitize.txt (-sanitize-all-variants.txt with SAN_VARIANTS=all), where
 # bench/make_tables.py finds it for the READMEs.
-SAN_SIZES_CHANGED := $(filter-out file,$(foreach v,SAN_REGRESSION_ARGS SAN_MNIST_ARGS SAN_VECTOR_ADD_ARGS SAN_MNIST_DATA,$(origin $(v))))
+SAN_SIZES_CHANGED := $(filter-out file,$(foreach v,SAN_REGRESSION_ARGS SAN_MNIST_ARGS SAN_VECTOR_ADD_ARGS SAN_MNIST_DATA SAN_RACECHECK_MNIST_DATA,$(origin $(v))))
 SAN_FULL_MATRIX := $(if $(SAN_SIZES_CHANGED)$(filter command line,$(origin SAN_STAGES)),,$(filter 4,$(words $(sort $(filter memcheck racecheck synccheck initcheck,$(SAN_TOOLS))))))
 sanitize: SAN_RESULT := $(if $(SAN_FULL_MATRIX),sanitize$(if $(filter all,$(SAN_VARIANTS)),-all-variants))
 stage-sanitize: SAN_RESULT :=

@@ -23,7 +23,7 @@ check() {  # check DESCRIPTION PATTERN: PATTERN (grep -E) must match a line of t
 # stands in for a GPU.
 $make --no-print-directory -o $build/06/regression -o $build/06/mnist stage-sanitize NN=06 \
     DETECTED_ARCH=fake COMPUTE_SANITIZER="$PWD/tests/fake_sanitizer.sh" \
-    SAN_DIR="$work" SAN_MNIST_DATA="$work/no-data" SAN_TIMEOUT=1 SAN_JOBS=8 >"$work.log" 2>&1
+    SAN_DIR="$work" SAN_MNIST_DATA="$work/no-data" SAN_RACECHECK_MNIST_DATA="$work/no-data" SAN_TIMEOUT=1 SAN_JOBS=8 >"$work.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then
     echo "ok    a matrix with findings fails make (exit $rc)"; passed=$((passed + 1))
