@@ -47,7 +47,7 @@ STAGE_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist
 ARCH_STAMP := $(BUILD)/.arch-$(shell echo '$(GENCODE) $(NVCC)' | cksum | cut -d' ' -f1)
 
 # ----------------------------------------------------------------------------
-# Values that reach a shell. The variables the stage verbs hand to their recipes (FILE, ARGS,
+# Values that reach a shell. The variables the stage verbs hand to their recipes (FILE, ARGS, MNIST_ARGS,
 # TRAINER, EXERCISE, ANSWER, TRY_RUN, NN) are checked here, once, before any recipe is expanded: each
 # against a pattern of characters no shell acts on, read unexpanded ($(value)), so that a quote, `;`,
 # `$`, a backquote, `|`, `&`, `<`, `>`, `*` or a control character never reaches a recipe, and a
@@ -64,13 +64,14 @@ without_chars = $(if $(2),$(call without_chars,$(subst $(firstword $(2)),,$(1)),
 check_value = $(if $(filter <>,<$(call without_chars,$(if $(4),$(subst $(space),,$(value $(1))),$(value $(1))),$(2))>),,$(error $(1) holds $(UNSAFE_TEXT): $(3)))
 UNSAFE_TEXT := a character a shell would act on (a quote, ; $$ ` | & < > * ( ) or a control character)
 HINT_FILE := FILE takes a path of letters, digits and . _ - / + , = @ : (copy the file to such a path)
-HINT_ARGS := ARGS takes flags and values of letters, digits and . _ - / + , = @ : separated by spaces
+HINT_ARGS := it takes flags and values of letters, digits and . _ - / + , = @ : separated by spaces
 HINT_TRAINER := TRAINER takes regression, mnist or both
 HINT_WORD := it takes a name of letters, digits and . _ -
 
 ifneq ($(filter stage stage-%,$(MAKECMDGOALS)),)
 $(call check_value,FILE,$(SAFE_PATH_CHARS),$(HINT_FILE))
 $(call check_value,ARGS,$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces)
+$(call check_value,MNIST_ARGS,$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces)
 $(call check_value,TRAINER,$(SAFE_WORD_CHARS),$(HINT_TRAINER),spaces)
 $(call check_value,EXERCISE,$(SAFE_WORD_CHARS),$(HINT_WORD))
 $(call check_value,ANSWER,$(SAFE_WORD_CHARS),$(HINT_WORD))
@@ -141,7 +142,8 @@ help:
 	@echo "  make stage N diff      what stage N changed, as a diff against stage N-1"
 	@echo "  make stage N test      stage N's GPU test suite (agreement with the CPU reference)"
 	@echo "  make stage N profile   ncu over a short run, summarized per kernel if ncu is installed, else a --breakdown"
-	@echo "                         run (RECORD=1: also results/<gpu>-profile-NN.txt, for the stage README)"
+	@echo "                         run (RECORD=1: also results/<gpu>-profile-NN.txt, for the stage README);"
+	@echo "                         MNIST_ARGS=\"--hidden 0\" passes flags to the MNIST trainer only"
 	@echo "  make stage N sanitize  compute-sanitizer (memcheck, racecheck, synccheck, initcheck) at small sizes"
 	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
 	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
@@ -318,20 +320,22 @@ stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	@set -e; rm -f $(BUILD)/profile/$(NN)-record.txt; for t in $(TRAINER); do \
 	    if command -v ncu >/dev/null 2>&1; then \
 	        out=$(BUILD)/profile/$(NN)-$$t; run="$(BUILD)/$(NN)/$$t --quiet --epochs 2$(if $(strip $(ARGS)), $(strip $(ARGS)))"; \
+	        if [ $$t = mnist ]; then run="$$run$(if $(strip $(MNIST_ARGS)), $(strip $(MNIST_ARGS)))"; fi; \
 	        echo "== ncu: $$run (full report in $$out.ncu-rep, raw CSV in $$out.csv)"; \
 	        $(PROFILE_NCU) -f -o $$out $$run; \
 	        ncu --import $$out.ncu-rep --page raw --csv --metrics $(PROFILE_METRICS) >$$out.csv; \
 	        { echo "== $$t: $(PROFILE_NCU) -f -o $$out $$run"; \
 	          awk -f common/csv.awk -f common/profile_summary.awk $$out.csv; echo; } >$$out.txt; \
 	        cat $$out.txt; cat $$out.txt >>$(BUILD)/profile/$(NN)-record.txt; \
-	    else echo "== ncu not found: per-phase breakdown instead"; $(BUILD)/$(NN)/$$t --breakdown $(ARGS); fi; done
+	    else echo "== ncu not found: per-phase breakdown instead"; \
+	        $(BUILD)/$(NN)/$$t --breakdown $(ARGS) $$(if [ $$t = mnist ]; then echo "$(MNIST_ARGS)"; fi); fi; done
 	@if [ "$(RECORD)" = 1 ]; then \
 	    record=$(PROFILE_RECORD); mkdir -p results; \
 	    { echo "$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" \
 	           "· driver $$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)" \
 	           "· ncu $$(ncu --version | sed -n 's/^Version //p')" \
 	           "· commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY) · $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; \
-	      echo "command: make stage $(NN:0%=%) profile RECORD=1$(if $(ARGS), ARGS=\"$(ARGS)\")"; echo; \
+	      echo "command: make stage $(NN:0%=%) profile RECORD=1$(if $(ARGS), ARGS=\"$(ARGS)\")$(if $(MNIST_ARGS), MNIST_ARGS=\"$(MNIST_ARGS)\")"; echo; \
 	      cat $(BUILD)/profile/$(NN)-record.txt; } >$$record; \
 	    echo "profile summaries recorded in $$record"; \
 	fi

@@ -279,6 +279,7 @@ expect "make: FILE with backquotes"        2 "FILE holds" -- submake stage 3 try
 expect "make: ARGS with ;"                 2 "ARGS holds" -- submake stage "$stage_n" run ARGS="--reference; touch $tmp/pwned"
 expect "make: ARGS with \$\$(...)"          2 "ARGS holds" -- submake stage "$stage_n" run ARGS="--reference \$\$(touch $tmp/pwned)"
 expect "make: ARGS with \$(shell ...)"      2 "ARGS holds" -- submake stage "$stage_n" run ARGS="--reference \$(shell touch $tmp/pwned)"
+expect "make: MNIST_ARGS with ;"           2 "MNIST_ARGS holds" -- submake stage "$stage_n" profile MNIST_ARGS="--hidden 0; touch $tmp/pwned"
 expect "make: TRAINER with ;"              2 "TRAINER holds" -- submake stage "$stage_n" run TRAINER="regression;touch $tmp/pwned" ARGS=--reference
 expect "make: unknown TRAINER"             2 "unknown TRAINER" -- submake stage "$stage_n" run TRAINER=bogus ARGS=--reference
 expect "make: EXERCISE with |"             2 "EXERCISE holds" -- submake stage 3 exercise EXERCISE="a|touch $tmp/pwned"
