@@ -143,7 +143,7 @@ help:
 	@echo "  make stage N test      stage N's GPU test suite (agreement with the CPU reference)"
 	@echo "  make stage N profile   ncu over a short run, summarized per kernel if ncu is installed, else a --breakdown"
 	@echo "                         run (RECORD=1: also results/<gpu>-profile-NN.txt, for the stage README);"
-	@echo "                         MNIST_ARGS=\"--hidden 0\" passes flags to the MNIST trainer only"
+	@echo "                         MNIST_ARGS=\"--hidden 32\" passes flags to the MNIST trainer only"
 	@echo "  make stage N sanitize  compute-sanitizer (memcheck, racecheck, synccheck, initcheck) at small sizes"
 	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
 	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"

@@ -9,7 +9,8 @@
 #
 # Knobs: SAN_TOOLS, SAN_JOBS (4), SAN_TIMEOUT (s per run, 300), SAN_VARIANTS=all (every --variant and
 # --precision of each stage, not just its default), SAN_MNIST_DATA (default: a 3000/1000-image cut of
-# data/mnist), SAN_RACECHECK_MNIST_DATA (racecheck's, default: a 300/100-image cut), COMPUTE_SANITIZER; FUZZ_SECONDS (60), FUZZ_RUNS (a number of executions instead), FUZZ_CC.
+# data/mnist), SAN_RACECHECK_MNIST_DATA (racecheck's: a 300/100-image cut), COMPUTE_SANITIZER;
+# FUZZ_SECONDS (60), FUZZ_RUNS (a number of executions instead), FUZZ_CC.
 # Racecheck over cuBLASLt's tf32 and bf16 kernels can hold over 40 GB of host memory per run (the
 # out-of-memory killer's report on an H100 host): with SAN_VARIANTS=all, use a small SAN_JOBS.
 
