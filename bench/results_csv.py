@@ -238,17 +238,28 @@ def throughput(row):
 VARIANT_LIST = re.compile(r"const\s+char\s*\*\s*const\s+(REGRESSION|MNIST)_VARIANTS\s*\[\s*\]\s*=\s*\{\s*\"([^\"]+)\"")
 
 
+STAGE_DIR = re.compile(r"(\d\d)-[\w-]+")  # a stage folder: NN-name
+
+
+def stage_dirs(root):
+    """{'01': '01-vector-add', '02': '02-llm-baseline', ...}: the stage folders (STAGE_DIR) of root, in
+    order; {} when root is not a folder."""
+    found = {}
+    if not os.path.isdir(root):
+        return found
+    for name in sorted(os.listdir(root)):
+        match = STAGE_DIR.fullmatch(name)
+        if match and os.path.isdir(os.path.join(root, name)):
+            found[match.group(1)] = name
+    return found
+
+
 def source_default_variants(root):
     """{(stage, trainer): the stage's default variant}: the first name of REGRESSION_VARIANTS /
     MNIST_VARIANTS in root/NN-*/{regression,mnist}.cu (common/trainer.h: the first is the default);
     every NN-* folder with a trainer counts (01-vector-add has none)."""
     found = {}
-    if not os.path.isdir(root):
-        return found
-    for name in sorted(os.listdir(root)):
-        match = re.fullmatch(r"(\d\d)-[\w-]+", name)
-        if not match:
-            continue
+    for stage, name in stage_dirs(root).items():
         for trainer in ("regression", "mnist"):
             try:
                 with open(os.path.join(root, name, f"{trainer}.cu"), encoding="utf-8") as f:
@@ -257,7 +268,7 @@ def source_default_variants(root):
                 continue
             listed = VARIANT_LIST.search(text)
             if listed and listed.group(1).lower() == trainer:
-                found[(match.group(1), trainer)] = listed.group(2)
+                found[(stage, trainer)] = listed.group(2)
     return found
 
 

@@ -599,12 +599,9 @@ def run_provenance(root, commit=None, dirty=None, environ=None):
 
 
 def built_stages():
-    stages = []
-    for name in sorted(os.listdir(".")):
-        match = re.fullmatch(r"(\d\d)-[\w-]+", name)  # 01-vector-add builds no trainer
-        if match and all(os.access(f"build/{match.group(1)}/{t}", os.X_OK) for t in ("regression", "mnist")):
-            stages.append(match.group(1))
-    return stages
+    """The stages (NN) of the working folder with both trainers built (01-vector-add builds none)."""
+    return [nn for nn in rc.stage_dirs(".")
+            if all(os.access(f"build/{nn}/{t}", os.X_OK) for t in ("regression", "mnist"))]
 
 
 def main(argv=None):
