@@ -314,6 +314,7 @@ PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
 # (the last of a repeated flag counts).
 PROFILE_MNIST_ARGS_08 := --hidden 0
 PROFILE_MNIST_ARGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)))
+PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS) $(ARGS) $(MNIST_ARGS))
 
 stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	@if [ "$(RECORD)" = 1 ]; then \
@@ -323,20 +324,17 @@ stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@mkdir -p $(BUILD)/profile
 	@set -e; rm -f $(BUILD)/profile/$(NN)-record.txt; for t in $(TRAINER); do \
+	    args="$(if $(strip $(ARGS)), $(strip $(ARGS)))"; \
+	    [ $$t != mnist ] || args="$(if $(PROFILE_MNIST_FLAGS), $(PROFILE_MNIST_FLAGS))"; \
 	    if command -v ncu >/dev/null 2>&1; then \
-	        out=$(BUILD)/profile/$(NN)-$$t; run="$(BUILD)/$(NN)/$$t --quiet --epochs 2"; \
-	        if [ $$t = mnist ]; then run="$$run$(if $(PROFILE_MNIST_ARGS), $(PROFILE_MNIST_ARGS))"; fi; \
-	        run="$$run$(if $(strip $(ARGS)), $(strip $(ARGS)))"; \
-	        if [ $$t = mnist ]; then run="$$run$(if $(strip $(MNIST_ARGS)), $(strip $(MNIST_ARGS)))"; fi; \
+	        out=$(BUILD)/profile/$(NN)-$$t; run="$(BUILD)/$(NN)/$$t --quiet --epochs 2$$args"; \
 	        echo "== ncu: $$run (full report in $$out.ncu-rep, raw CSV in $$out.csv)"; \
 	        $(PROFILE_NCU) -f -o $$out $$run; \
 	        ncu --import $$out.ncu-rep --page raw --csv --metrics $(PROFILE_METRICS) >$$out.csv; \
 	        { echo "== $$t: $(PROFILE_NCU) -f -o $$out $$run"; \
 	          awk -f common/csv.awk -f common/profile_summary.awk $$out.csv; echo; } >$$out.txt; \
 	        cat $$out.txt; cat $$out.txt >>$(BUILD)/profile/$(NN)-record.txt; \
-	    else echo "== ncu not found: per-phase breakdown instead"; \
-	        $(BUILD)/$(NN)/$$t --breakdown $$(if [ $$t = mnist ]; then echo "$(PROFILE_MNIST_ARGS)"; fi) $(ARGS) \
-	            $$(if [ $$t = mnist ]; then echo "$(MNIST_ARGS)"; fi); fi; done
+	    else echo "== ncu not found: per-phase breakdown instead"; $(BUILD)/$(NN)/$$t --breakdown$$args; fi; done
 	@if [ "$(RECORD)" = 1 ]; then \
 	    record=$(PROFILE_RECORD); mkdir -p results; \
 	    { echo "$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" \

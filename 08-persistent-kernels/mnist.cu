@@ -935,7 +935,6 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
             args.pixels = d_pixels;
             args.labels = d_train_labels;
             args.rows = d_order + (int64_t)epoch * n_train;
-            args.steps = steps;
             void *kernel_args[] = {&args};
             cudaLaunchAttribute attrs[2];
             cudaLaunchConfig_t config = cluster_launch_config(persistent_blocks, PERSISTENT_THREADS, args.cluster_size,

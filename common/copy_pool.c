@@ -121,7 +121,6 @@ CopyPool *copy_pool_create(int threads) {
     CopyPool *pool = (CopyPool *)host_malloc(sizeof(CopyPool), "the copy threads");
     memset(pool, 0, sizeof(*pool));
     pool->threads = threads;
-    pool->streaming = 1;
     pthread_mutex_init(&pool->lock, NULL);
     pthread_cond_init(&pool->work, NULL);
     pthread_cond_init(&pool->done, NULL);

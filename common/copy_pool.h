@@ -23,10 +23,10 @@ CopyPool *copy_pool_create(int threads);
 int copy_pool_threads(const CopyPool *pool);
 // memcpy(dst, src, bytes), split into one contiguous part per thread; returns when every part is done.
 // Only one thread may call it on a pool at a time.
-// Copies into a destination aligned to 16 bytes use streaming stores unless streaming is 0
-// (copy_pool_set_streaming): right for a destination that no core reads next, such as a staging slot.
+// With streaming set (copy_pool_set_streaming), copies into a destination aligned to 16 bytes use
+// streaming stores: right for a destination that no core reads next, such as a staging slot.
 void copy_pool_memcpy(CopyPool *pool, void *dst, const void *src, size_t bytes);
-// 1 (the default): streaming stores; 0: memcpy's (05-streams/upload_ladder.cu measures both).
+// 0 (the default): memcpy's stores; 1: streaming stores (05-streams/upload_ladder.cu measures both).
 void copy_pool_set_streaming(CopyPool *pool, int streaming);
 void copy_pool_destroy(CopyPool *pool);
 

@@ -96,8 +96,8 @@ stage=$$1 trainer=$$2 variant=$$3 precision=$$4 tool=$$5
 bin=$(BUILD)/$$stage/$$trainer
 case $$trainer in
     regression) args="$(SAN_REGRESSION_ARGS)" ;;
-    mnist) args="$(SAN_MNIST_ARGS) --data $(SAN_MNIST_DATA)"
-        [ $$tool != racecheck ] || args="$(SAN_MNIST_ARGS) --data $(SAN_RACECHECK_MNIST_DATA)" ;;
+    mnist) data=$(SAN_MNIST_DATA); [ $$tool != racecheck ] || data=$(SAN_RACECHECK_MNIST_DATA)
+        args="$(SAN_MNIST_ARGS) --data $$data" ;;
     *) args="$(SAN_VECTOR_ADD_ARGS)" ;;
 esac
 label=$$trainer

@@ -18,6 +18,7 @@ struct StagingRing {
 StagingRing *staging_create(int slots, size_t slot_bytes, int threads) {
     StagingRing *ring = (StagingRing *)host_malloc(sizeof(StagingRing), "the staging ring");
     ring->pool = copy_pool_create(threads);
+    copy_pool_set_streaming(ring->pool, 1);  // a slot is read next by the GPU's copy engine, not by a core
     ring->slots = slots;
     ring->slot_bytes = slot_bytes;
     ring->slot = (char **)host_malloc(slots * sizeof(char *), "the staging ring");

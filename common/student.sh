@@ -52,10 +52,13 @@ trap 'rm -rf -- "$work"' EXIT
 list=$work/.files
 git ls-files -z --cached --others --exclude-standard |
     while IFS= read -r -d '' f; do
-        case $f in [0-9][0-9]-*/assistant/*.answer.md) continue ;; esac  # listed in STUDENT.md below
-        if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
+        [ -e "$f" ] || [ -L "$f" ] || continue
+        case $f in  # the assistants' answers stay out, listed in STUDENT.md below
+        [0-9][0-9]-*/assistant/*.answer.md) printf '%s\n' "$f" >>"$work/.left_out" ;;
+        *) printf '%s\0' "$f" ;;
+        esac
     done | sort -zu >"$list" || die "git ls-files failed"
-left_out=$(git ls-files --cached --others --exclude-standard -- '[0-9][0-9]-*/assistant/*.answer.md' | sort -u)
+left_out=$(sort -u "$work/.left_out" 2>/dev/null)
 mkdir "$work/copy"
 tar --null --no-recursion -T "$list" -cf - | tar -xf - -C "$work/copy" || die "copying the files into $work/copy failed"
 files=$(tr -cd '\0' <"$list" | wc -c)

@@ -131,8 +131,7 @@ answer_blocks() {  # answer_blocks FILE.md: how many fenced code blocks it holds
     awk '/^(```|~~~)/ { fences++ } END { print int(fences / 2) }' "$1"
 }
 
-answer_code() {  # answer_code FILE.md: the body of its only fenced code block; fails unless there is exactly one
-    [ "$(answer_blocks "$1")" = 1 ] || return 1
+answer_code() {  # answer_code FILE.md: the body of its fenced code blocks (try_file has checked there is one)
     awk '/^(```|~~~)/ { inside = !inside; next } inside' "$1"
 }
 
@@ -144,7 +143,12 @@ try_file() {
     local answer=
     case $file in
     *.cu) ;;
-    *.md) answer=$file ;;
+    *.md)
+        answer=$file
+        local blocks
+        blocks=$(answer_blocks "$answer")
+        [ "$blocks" = 1 ] || die "$answer holds $blocks fenced code blocks: try takes an answer with exactly one (the complete file)"
+        ;;
     *) die "FILE '$file' is not a CUDA source: try takes a .cu file, or a Markdown answer holding one" ;;
     esac
     local run_suite_too=${TRY_RUN_SUITE:-1}
@@ -165,7 +169,7 @@ try_file() {
         local name
         name=$(basename "$answer" .md)
         file=$out/${name%.answer}.cu
-        answer_code "$answer" >"$file" || die "$answer holds $(answer_blocks "$answer") fenced code blocks: try takes an answer with exactly one (the complete file)"
+        answer_code "$answer" >"$file"
         echo "== try: the fenced code block of $answer, written to $file"
     fi
     echo "== try: stage $nn with $file ($out/)"
