@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import kernel_ladders
 import make_tables
+import phases08
 import plots
 import provenance
 import results_csv as rc
@@ -1591,6 +1592,39 @@ class Stage08ReadmeTest(unittest.TestCase):
             self.assertIn("make stage 8 profile RECORD=1", filled)                      # profile
             self.assertIn("make sanitize", filled)                                      # sanitize
             self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 0)
+
+
+class Phases08Test(unittest.TestCase):
+    """bench/phases08.py: its two diagnostic copies still apply to stage 08's trainer, and its table."""
+
+    def trainer(self):
+        with open(os.path.join(ROOT, phases08.TRAINER), encoding="utf-8") as f:
+            return f.read()
+
+    def test_the_copies_apply_to_the_trainer(self):
+        text = self.trainer()
+        timed = phases08.timed_source(text)
+        for tick, _ in phases08.PHASES:
+            self.assertEqual(timed.count(f"TICK({tick})"), 1, tick)
+        self.assertIn("phases08_clocks[k] = spent[k]", timed)
+        self.assertIn("cudaMemcpyFromSymbol(spent, phases08_clocks", timed)
+        floor = phases08.floor_source(text)
+        self.assertEqual(len(re.findall(r"for \(int \w+ = [^;]+; \w+ < 0;", floor)), len(phases08.FLOOR_EDITS))
+
+    def test_a_missing_anchor_is_one_error_line(self):
+        with self.assertRaises(SystemExit) as caught:
+            phases08.floor_source("no kernel here")
+        self.assertIn("update bench/phases08.py to the trainer", str(caught.exception))
+
+    def test_phase_table(self):
+        clocks = [0] * phases08.TICKS
+        clocks[1], clocks[3] = 3000, 1000
+        measured = {"0": (2, clocks), "128": (1, [c * 2 for c in clocks])}
+        lines = phases08.phase_table(measured)
+        self.assertIn("1.5k ( 75%)", lines[2])  # tick 1: 3000 clocks over 2 steps, of 2000 a step
+        self.assertIn("6.0k ( 75%)", lines[2])
+        self.assertTrue(lines[-1].startswith("step") and lines[-1].rstrip().endswith("8.0k"))
+        self.assertEqual(len(lines), len(phases08.PHASES) + 2)
 
 
 if __name__ == "__main__":

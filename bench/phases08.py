@@ -1,0 +1,265 @@
+"""bench/phases08.py: where a step of stage 08's persistent kernel goes (its exercise 2, measured), written to
+results/<gpu>-phases-08.txt, which bench/make_tables.py quotes in 08's README. On a GPU machine, after
+`make build/08/mnist` (GIT_COMMIT_ID / GIT_DIRTY name the commit on a copy without .git):
+
+    python3 bench/phases08.py [--results DIR]
+
+It builds two diagnostic copies of 08-persistent-kernels/mnist.cu under build/phases08/, neither of them a
+trainer: one where thread 0 of each block adds clock64() differences after each phase of a step (block 0's sums
+over the last epoch are printed), and one without the product loops (phase A's sums, W_last's and W0's
+gradients: its results are wrong, only its time counts, the floor that faster products could reach). Then it
+times the trainer and both copies (ms/epoch, the median of 3 alternating runs of 5 epochs, --hidden 0 and 128)
+and, where ncu is installed, the warp states of the trainer's kernel at --hidden 0 (one epoch of 6,400 images).
+"""
+
+import argparse
+import csv
+import os
+import re
+import statistics
+import struct
+import subprocess
+import sys
+
+import provenance
+import results_csv as rc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAINER = "08-persistent-kernels/mnist.cu"
+WORK = "build/phases08"
+HIDDEN = ("0", "128")
+REPEATS = 3
+EPOCHS = 5
+
+# (tick, what the time since the previous tick was), in the order of a step
+PHASES = [
+    (0, "wait for this step's pixels, __syncthreads"),
+    (1, "A   values and logit shares (thread 0's own work)"),
+    (2, "    rest of A: the slowest warp, next rows, next pixels"),
+    (3, "cluster barrier 1"),
+    (4, "B   the cluster's shares through DSMEM"),
+    (5, "    grid barrier and the clusters' sums (global memory)"),
+    (6, "    softmax, loss, dlogits of my rows"),
+    (7, "cluster barrier 2"),
+    (8, "C   the batch's dlogits through DSMEM, __syncthreads"),
+    (10, "    dvalue, W_last's and b_last's gradients"),
+    (11, "    W_last, b_last updates, b0's gradient"),
+    (12, "    W0's gradient (its sums)"),
+    (9, "    the updates left, __syncthreads"),
+]
+TICKS = 13
+
+# The clock64() copy: (anchor in the trainer, what replaces it). Each anchor must stand exactly once. Block 0's
+# thread 0 sums its ticks in registers and leaves them in a __device__ array, read after the last epoch.
+TIMED_EDITS = [
+    ("#define PERSISTENT_THREADS 512\n",
+     f"#define PERSISTENT_THREADS 512\n#define TICKS {TICKS}\n__device__ long long phases08_clocks[TICKS];\n"),
+    ("    unsigned int barriers = 0;\n    for (int step = 0; step < a.steps; step++) {\n",
+     "    unsigned int barriers = 0;\n    long long spent[TICKS] = {0}, last = 0;\n"
+     "#define TICK(k) if (tid == 0) { long long now = clock64(); spent[k] += now - last; last = now; }\n"
+     "    for (int step = 0; step < a.steps; step++) {\n        if (tid == 0) last = clock64();\n"),
+    ("        // A: my features' values and my share", "        TICK(0)\n        // A: my features' values and my share"),
+    ("        __pipeline_wait_prior(0);  // the next step's rows", "        TICK(1)\n        __pipeline_wait_prior(0);  // the next step's rows"),
+    ("next_rows);\n        cluster_barrier();\n", "next_rows);\n        TICK(2)\n        cluster_barrier();\n        TICK(3)\n"),
+    ("        if (clusters > 1) {\n            float *sums", "        TICK(4)\n        if (clusters > 1) {\n            float *sums"),
+    ("        if (has_row) {\n            float z", "        TICK(5)\n        if (has_row) {\n            float z"),
+    ("        }\n        cluster_barrier();\n\n        // C:", "        }\n        TICK(6)\n        cluster_barrier();\n        TICK(7)\n\n        // C:"),
+    ("        if (hidden) {  // dvalue: through", "        TICK(8)\n        if (hidden) {  // dvalue: through"),
+    ("        __syncthreads();  // scratch written, dvalue read W_last\n",
+     "        __syncthreads();  // scratch written, dvalue read W_last\n        TICK(10)\n"),
+    ("            // W0's gradient: 2 threads a word", "            TICK(11)\n            // W0's gradient: 2 threads a word"),
+    ("            for (int f = 0; f < UNITS; f++) {\n                for (int b = 0; b < 4; b++) {",
+     "            TICK(12)\n            for (int f = 0; f < UNITS; f++) {\n                for (int b = 0; b < 4; b++) {"),
+    ("        if (a.buffers == 1 && more) copy_batch_pixels(&a, owned, pixels, next_rows);\n    }\n",
+     "        if (a.buffers == 1 && more) copy_batch_pixels(&a, owned, pixels, next_rows);\n        TICK(9)\n    }\n"
+     "    if (tid == 0 && blockIdx.x == 0)\n        for (int k = 0; k < TICKS; k++) phases08_clocks[k] = spent[k];\n"),
+    ("        cudaCheck(cudaEventRecord(eval_done, eval_stream));",
+     "        cudaCheck(cudaEventRecord(eval_done, eval_stream));\n"
+     "        if (persistent_blocks && epoch == cfg->epochs - 1) {\n"
+     "            long long spent[TICKS];\n"
+     "            cudaCheck(cudaStreamSynchronize(stream));\n"
+     "            cudaCheck(cudaMemcpyFromSymbol(spent, phases08_clocks, sizeof(spent)));\n"
+     "            fprintf(stderr, \"phases08: steps %d clocks\", steps);\n"
+     "            for (int k = 0; k < TICKS; k++) fprintf(stderr, \" %lld\", spent[k]);\n"
+     "            fprintf(stderr, \"\\n\");\n"
+     "        }"),
+]
+
+# The copy without products: each loop's bound becomes 0
+FLOOR_EDITS = [
+    ("                for (int k = 0; k < QUARTER_WORDS; k += 2) {", "                for (int k = 0; k < 0; k += 2) {"),
+    ("            for (int f = q; f < slice; f += ROW_THREADS) {\n                float v = f < owned ? pixel_value",
+     "            for (int f = q; f < 0; f += ROW_THREADS) {\n                float v = f < owned ? pixel_value"),
+    ("                for (int r = g; r < batch; r += groups) {", "                for (int r = g; r < 0; r += groups) {"),
+    ("                for (int run = 4 * half; run < rows; run += 8) {", "                for (int run = 4 * half; run < 0; run += 8) {"),
+]
+
+
+def edited(text, edits, what):
+    """text with every (anchor, replacement) of edits applied; exits with a line naming a missing anchor."""
+    for anchor, replacement in edits:
+        if text.count(anchor) != 1:
+            sys.exit(f"error: phases08: the {what} copy's anchor stands {text.count(anchor)} times in {TRAINER} "
+                     f"(update bench/phases08.py to the trainer): {anchor.strip()[:70]!r}")
+        text = text.replace(anchor, replacement)
+    return text
+
+
+def timed_source(text):
+    return edited(text, TIMED_EDITS, "timed")
+
+
+def floor_source(text):
+    return edited(text, FLOOR_EDITS, "floor")
+
+
+def build(name, source):
+    """Compiles source as stage 08's mnist.cu and links it with the stage's driver: the path of the binary."""
+    nvcc = os.environ.get("NVCC") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    os.makedirs(WORK, exist_ok=True)
+    cu, obj, exe = (os.path.join(WORK, name + ext) for ext in (".cu", ".o", ""))
+    with open(cu, "w", encoding="utf-8") as f:
+        f.write(source)
+    for command in ([nvcc, "-O3", "-std=c++17", "-arch=sm_90", "-Icommon", "-c", cu, "-o", obj],
+                    [nvcc, "build/08/mnist_main.o", obj, "build/common/libcommon.a", "-o", exe, "-lcublasLt",
+                     "-lcublas", "-lcudnn", "-lcurand", "-lcudart", "-lz", "-lm", "-Xcompiler", "-pthread"]):
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"error: phases08: {' '.join(command[:2])} ... failed:\n{done.stderr[-2000:]}")
+    return exe
+
+
+def run(exe, hidden, epochs, extra=()):
+    done = subprocess.run([exe, "--hidden", hidden, "--epochs", str(epochs), "--quiet", *extra],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        sys.exit(f"error: phases08: {exe} --hidden {hidden} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    return done.stdout + done.stderr
+
+
+def ms_per_epoch(output):
+    match = re.search(r"([0-9.]+) ms/epoch", output)
+    if not match:
+        sys.exit(f"error: phases08: no ms/epoch in: {output.strip()[-300:]}")
+    return float(match.group(1))
+
+
+def phase_clocks(output):
+    """(steps, [clocks per tick]) from the timed copy's phases08 line."""
+    matches = re.findall(r"phases08: steps (\d+) clocks((?: \d+)+)", output)
+    if not matches:
+        sys.exit(f"error: phases08: the timed copy printed no phases08 line: {output.strip()[-300:]}")
+    steps, clocks = matches[-1]  # the timed run's, after the warm-up's
+    return int(steps), [int(v) for v in clocks.split()]
+
+
+def phase_table(measured):
+    """Lines of the per-phase table: {hidden: (steps, clocks)} -> thousands of clocks a step and shares."""
+    lines = [f"{'phase':<58}" + "".join(f"{'--hidden ' + h:>22}" for h in HIDDEN)]
+    totals = {h: sum(measured[h][1]) / measured[h][0] for h in HIDDEN}
+    for tick, what in PHASES:
+        cells = []
+        for h in HIDDEN:
+            steps, clocks = measured[h]
+            per_step = clocks[tick] / steps
+            cells.append(f"{per_step / 1000:.1f}k ({per_step / totals[h]:4.0%})" if clocks[tick] else "-")
+        lines.append(f"{what:<58}" + "".join(f"{c:>22}" for c in cells))
+    lines.append(f"{'step':<58}" + "".join(f"{totals[h] / 1000:>21.1f}k" for h in HIDDEN))
+    return lines
+
+
+def mnist_cut(images, folder="build/phases08/mnist-cut"):
+    """The first `images` training images of data/mnist (and 1,000 test images), for a short profiled epoch."""
+    os.makedirs(folder, exist_ok=True)
+    for name, count, header, size in (("train-images-idx3-ubyte", images, 16, 784), ("train-labels-idx1-ubyte", images, 8, 1),
+                                      ("t10k-images-idx3-ubyte", 1000, 16, 784), ("t10k-labels-idx1-ubyte", 1000, 8, 1)):
+        with open(os.path.join("data/mnist", name), "rb") as f:
+            data = f.read(header + count * size)
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data[:4] + struct.pack(">I", count) + data[8:])
+    return folder
+
+
+def warp_states(exe):
+    """Lines of the kernel's warp states at --hidden 0 from ncu (None without ncu): the share of warp cycles
+    in each state, from smsp__average_warp_latency_issue_stalled_<state>.ratio (cycles per issued instruction)."""
+    if subprocess.run(["sh", "-c", "command -v ncu"], capture_output=True).returncode != 0:
+        return None
+    report = os.path.join(WORK, "warp-states")
+    command = ["ncu", "-k", "regex:mlp_epoch", "--launch-count", "1", "--metrics",
+               "regex:smsp__average_warp_latency_issue_stalled_.*", "-f", "-o", report, exe, "--hidden", "0",
+               "--epochs", "1", "--warmup", "0", "--quiet", "--data", mnist_cut(6400)]
+    if subprocess.run(command, capture_output=True, text=True).returncode != 0:
+        return ["(ncu failed on the kernel: no warp states)"]
+    raw = subprocess.run(["ncu", "--import", report + ".ncu-rep", "--page", "raw", "--csv"], capture_output=True,
+                         text=True).stdout.splitlines()
+    rows = list(csv.reader(raw))
+    if len(rows) < 3:
+        return ["(ncu exported no metrics)"]
+    ratios = {}
+    for name, value in zip(rows[0], rows[2]):
+        match = re.fullmatch(r"smsp__average_warp_latency_issue_stalled_(\w+)\.ratio", name)
+        if match:
+            try:
+                ratios[match.group(1)] = float(value.replace(",", ""))
+            except ValueError:
+                pass
+    total = sum(ratios.values())
+    if not total:
+        return ["(ncu exported no warp states)"]
+    lines = [f"{state.replace('_', ' '):<30}{ratio / total:6.0%}" for state, ratio in
+             sorted(ratios.items(), key=lambda item: -item[1]) if ratio / total >= 0.01]
+    return lines + [f"warp cycles per issued instruction {total:.1f} (the ratios' sum)"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default="results", help="where the file goes (default results/)")
+    options = parser.parse_args(argv)
+    os.chdir(ROOT)
+    for needed in ("build/08/mnist", "build/08/mnist_main.o", "build/common/libcommon.a", "data/mnist"):
+        if not os.path.exists(needed):
+            sys.exit(f"error: phases08: {needed} is missing: run make build/08/mnist (and make data) first")
+    device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.strip().splitlines()
+    if not device:
+        sys.exit("error: phases08: needs a CUDA device (nvidia-smi lists none)")
+    name, driver = (part.strip() for part in device[0].split(","))
+    with open(TRAINER, encoding="utf-8") as f:
+        source = f.read()
+    timed, floor = build("timed", timed_source(source)), build("floor", floor_source(source))
+    binaries = {"the trainer": "build/08/mnist", "no product loops (the floor)": floor}
+    times = {(b, h): [] for b in binaries for h in HIDDEN}
+    for h in HIDDEN:
+        for _ in range(REPEATS):
+            for b, exe in binaries.items():
+                times[(b, h)].append(ms_per_epoch(run(exe, h, EPOCHS)))
+    measured, timed_ms = {}, {}
+    for h in HIDDEN:
+        output = run(timed, h, 3)
+        measured[h], timed_ms[h] = phase_clocks(output), ms_per_epoch(output)
+    commit, dirty, _ = provenance.resolve_commit(ROOT)
+    lines = [f"{name} · driver {driver} · commit {commit} dirty {dirty} · {provenance.utc_now()}",
+             "command: python3 bench/phases08.py (08's exercise 2, measured; see its docstring)", "",
+             f"== ms/epoch: the median of {REPEATS} alternating runs of {EPOCHS} epochs",
+             f"{'':<30}" + "".join(f"{'--hidden ' + h:>16}" for h in HIDDEN)]
+    for b in binaries:
+        lines.append(f"{b:<30}" + "".join(f"{statistics.median(times[(b, h)]):>16.2f}" for h in HIDDEN))
+    lines += ["", "== Per phase: clock64() ticks of thread 0, block 0, summed over the last of 3 epochs, ÷ steps;",
+              "   thousands of SM clocks a step (share of the step). The ticks slow an epoch: "
+              + ", ".join(f"--hidden {h} {timed_ms[h]:.2f} ms" for h in HIDDEN) + "."]
+    lines += phase_table(measured)
+    states = warp_states("build/08/mnist")
+    if states:
+        lines += ["", "== Warp states of the trainer's kernel, --hidden 0, one epoch of 6,400 images (ncu):"] + states
+    slug = rc.gpu_slug(name)
+    os.makedirs(options.results, exist_ok=True)
+    path = os.path.join(options.results, f"{slug}-phases-08.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"phases08: written to {path}")
+
+
+if __name__ == "__main__":
+    main()
