@@ -181,8 +181,8 @@ def mnist_cut(images, folder="build/phases08/mnist-cut"):
 
 
 def warp_states(exe):
-    """Lines of the kernel's warp states at --hidden 0 from ncu (None without ncu): the share of warp cycles
-    in each state, from smsp__average_warp_latency_issue_stalled_<state>.ratio (cycles per issued instruction)."""
+    """Lines of the kernel's warp states at --hidden 0 from ncu (None without ncu): each state's share of the
+    warp cycles, from smsp__average_warp_latency_issue_stalled_<state>.ratio over their sum ("selected": issuing)."""
     if subprocess.run(["sh", "-c", "command -v ncu"], capture_output=True).returncode != 0:
         return None
     report = os.path.join(WORK, "warp-states")
@@ -207,9 +207,8 @@ def warp_states(exe):
     total = sum(ratios.values())
     if not total:
         return ["(ncu exported no warp states)"]
-    lines = [f"{state.replace('_', ' '):<30}{ratio / total:6.0%}" for state, ratio in
-             sorted(ratios.items(), key=lambda item: -item[1]) if ratio / total >= 0.01]
-    return lines + [f"warp cycles per issued instruction {total:.1f} (the ratios' sum)"]
+    return [f"{state.replace('_', ' '):<30}{ratio / total:6.0%}" for state, ratio in
+            sorted(ratios.items(), key=lambda item: -item[1]) if ratio / total >= 0.01]
 
 
 def main(argv=None):
