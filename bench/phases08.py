@@ -7,12 +7,15 @@ results/<gpu>-phases-08.txt, which bench/make_tables.py quotes in 08's README. O
 It builds two diagnostic copies of 08-persistent-kernels/mnist.cu under build/phases08/, neither of them a
 trainer: one where thread 0 of each block adds clock64() differences after each phase of a step (block 0's sums
 over the last epoch are printed), and one without the product loops (phase A's sums, W_last's and W0's
-gradients: its results are wrong, only its time counts, the floor that faster products could reach). Then it
-times the trainer and both copies (ms/epoch, the median of 3 alternating runs of 5 epochs, --hidden 0 and 128)
-and, where ncu is installed, the warp states of the trainer's kernel at --hidden 0 (one epoch of 6,400 images).
+gradients: its results are wrong, only its time counts, the floor that faster products could reach). It also
+builds three copies that each change one thing in how the blocks of a step meet (EXCHANGES), with the same sums
+in the same order, so each must train to the trainer's loss. Then it times the trainer and every copy (ms/epoch,
+the median of 3 alternating runs of 5 epochs, --hidden 0 and 128) and, where ncu is installed, the warp states
+of the trainer's kernel at --hidden 0 (one epoch of 6,400 images).
 """
 
 import argparse
+import concurrent.futures
 import csv
 import os
 import re
@@ -94,6 +97,76 @@ FLOOR_EDITS = [
     ("                for (int run = 4 * half; run < rows; run += 8) {", "                for (int run = 4 * half; run < 0; run += 8) {"),
 ]
 
+# Leaner exchanges: each a copy with one change to how a step's blocks meet. `late`: the loss's atomic and the
+# next batch's copy move after cluster barrier 2, so that neither is in flight when a barrier's arrive (a release)
+# waits for this thread's memory operations. `push`: each block stores its shares and dlogits into the shared
+# memory of the blocks that read them, instead of those blocks loading them through DSMEM after the barrier (the
+# shares land in an inbox of one row of partial logits per (sender, row)). `relaxed`: the two cluster barriers
+# arrive relaxed after one fence a block, instead of a release by every thread.
+LATE_EDITS = [
+    ("        float logit_sum = 0.0f;\n", "        float logit_sum = 0.0f, row_loss = 0.0f;\n"),
+    ("        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * rows * row_bytes, next_rows);\n"
+     "        cluster_barrier();\n", "        cluster_barrier();\n"),
+    ("            if (lane == 0 && cluster == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));\n"
+     "        }\n        cluster_barrier();\n",
+     "            if (lane == 0 && cluster == 0) row_loss = logf(sum) - (label_logit - max);\n"
+     "        }\n        cluster_barrier();\n"
+     "        if (has_row && lane == 0 && cluster == 0) atomicAdd(a.loss_sum + step, row_loss);\n"
+     "        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * rows * row_bytes, next_rows);\n"),
+]
+PUSH_EDITS = [
+    ("    s.share = at, at += round_up(batch * CLASSES, 4);                   // (batch, CLASSES)\n",
+     "    s.share = at, at += round_up(a->cluster_size * rows_per_block * CLASSES, 4);  // (senders, rows, CLASSES)\n"),
+    ("        if (q == 0 && i < batch)\n            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];\n",
+     "        if (i < batch) {\n"
+     "            int owner = i / rows_per_block;\n"
+     "            float *inbox = (float *)__cluster_map_shared_rank(share, owner) +\n"
+     "                           (rank * rows_per_block + i - owner * rows_per_block) * CLASSES;\n"
+     "#pragma unroll\n"
+     "            for (int j = 0; j < CLASSES; j++)\n"
+     "                if (j % ROW_THREADS == q) inbox[j] = logit[j];\n"
+     "        }\n"),
+    ("                    part[k] = ((const float *)__cluster_map_shared_rank(share, k))[row * CLASSES + lane];\n",
+     "                    part[k] = share[(k * rows_per_block + warp) * CLASSES + lane];\n"),
+    ("            if (lane < CLASSES)\n"
+     "                my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n",
+     "            if (lane < CLASSES) {\n"
+     "                float d = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n"
+     "                for (int k = 0; k < cluster_size; k++)\n"
+     "                    ((float *)__cluster_map_shared_rank(dlogit, k))[row * CLASSES_PADDED + lane] = d;\n"
+     "            }\n"),
+    ("        {\n            float v[3];  // batch * CLASSES <= 3 * PERSISTENT_THREADS\n"
+     "            for (int k = 0; k < 3; k++) {\n"
+     "                int e = tid + k * PERSISTENT_THREADS, owner = e / CLASSES / rows_per_block;\n"
+     "                if (e < batch * CLASSES)\n"
+     "                    v[k] = ((const float *)__cluster_map_shared_rank(my_logit, owner))[e - owner * rows_per_block *\n"
+     "                                                                                        CLASSES];\n"
+     "            }\n"
+     "            for (int k = 0; k < 3; k++) {\n"
+     "                int e = tid + k * PERSISTENT_THREADS;\n"
+     "                if (e < batch * CLASSES) dlogit[e / CLASSES * CLASSES_PADDED + e % CLASSES] = v[k];\n"
+     "            }\n"
+     "        }\n", ""),
+]
+RELAXED_EDITS = [
+    ("#define PERSISTENT_THREADS 512\n",
+     "#define PERSISTENT_THREADS 512\n"
+     "__device__ __forceinline__ void relaxed_cluster_barrier() {\n"
+     "    __syncthreads();\n"
+     "    if (threadIdx.x == 0) asm volatile(\"fence.acq_rel.cluster;\" ::: \"memory\");\n"
+     "    asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\");\n"
+     "    asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\");\n"
+     "}\n"),
+    ("next_rows);\n        cluster_barrier();\n", "next_rows);\n        relaxed_cluster_barrier();\n"),
+    ("        }\n        cluster_barrier();\n\n        // C:", "        }\n        relaxed_cluster_barrier();\n\n        // C:"),
+]
+# (name, what it changes, its edits), in the order of the table
+EXCHANGES = [
+    ("late", "loss atomic, next copy after barrier 2", LATE_EDITS),
+    ("push", "shares, dlogits stored to their readers", PUSH_EDITS),
+    ("relaxed", "barriers arrive relaxed, a fence a block", RELAXED_EDITS),
+]
+
 
 def edited(text, edits, what):
     """text with every (anchor, replacement) of edits applied; exits with a line naming a missing anchor."""
@@ -111,6 +184,11 @@ def timed_source(text):
 
 def floor_source(text):
     return edited(text, FLOOR_EDITS, "floor")
+
+
+def exchange_sources(text):
+    """{name: source} of every EXCHANGES copy."""
+    return {name: edited(text, edits, name) for name, _, edits in EXCHANGES}
 
 
 def build(name, source):
@@ -142,6 +220,13 @@ def ms_per_epoch(output):
     if not match:
         sys.exit(f"error: phases08: no ms/epoch in: {output.strip()[-300:]}")
     return float(match.group(1))
+
+
+def train_loss(output):
+    match = re.search(r"train_loss ([0-9.]+)", output)
+    if not match:
+        sys.exit(f"error: phases08: no train_loss in: {output.strip()[-300:]}")
+    return match.group(1)
 
 
 def phase_clocks(output):
@@ -226,13 +311,20 @@ def main(argv=None):
     name, driver = (part.strip() for part in device[0].split(","))
     with open(TRAINER, encoding="utf-8") as f:
         source = f.read()
-    timed, floor = build("timed", timed_source(source)), build("floor", floor_source(source))
-    binaries = {"the trainer": "build/08/mnist", "no product loops (the floor)": floor}
+    copies = {"timed": timed_source(source), "floor": floor_source(source), **exchange_sources(source)}
+    with concurrent.futures.ThreadPoolExecutor() as pool:
+        built = dict(zip(copies, pool.map(lambda name: build(name, copies[name]), copies)))
+    binaries = {"the trainer": "build/08/mnist", "no product loops (the floor)": built["floor"],
+                **{what: built[name] for name, what, _ in EXCHANGES}}
     times = {(b, h): [] for b in binaries for h in HIDDEN}
+    losses = {(b, h): set() for b in binaries for h in HIDDEN}
     for h in HIDDEN:
         for _ in range(REPEATS):
             for b, exe in binaries.items():
-                times[(b, h)].append(ms_per_epoch(run(exe, h, EPOCHS)))
+                output = run(exe, h, EPOCHS)
+                times[(b, h)].append(ms_per_epoch(output))
+                losses[(b, h)].add(train_loss(output))
+    timed = built["timed"]
     measured, timed_ms = {}, {}
     for h in HIDDEN:
         output = run(timed, h, 3)
@@ -241,9 +333,15 @@ def main(argv=None):
     lines = [f"{name} · driver {driver} · commit {commit} dirty {dirty} · {provenance.utc_now()}",
              "command: python3 bench/phases08.py (08's exercise 2, measured; see its docstring)", "",
              f"== ms/epoch: the median of {REPEATS} alternating runs of {EPOCHS} epochs",
-             f"{'':<30}" + "".join(f"{'--hidden ' + h:>16}" for h in HIDDEN)]
-    for b in binaries:
-        lines.append(f"{b:<30}" + "".join(f"{statistics.median(times[(b, h)]):>16.2f}" for h in HIDDEN))
+             f"{'':<42}" + "".join(f"{'--hidden ' + h:>16}" for h in HIDDEN)]
+    for b in list(binaries)[:2]:
+        lines.append(f"{b:<42}" + "".join(f"{statistics.median(times[(b, h)]):>16.2f}" for h in HIDDEN))
+    lines += ["", "== Leaner exchanges: copies with one change each (see EXCHANGES), timed in the same runs; the",
+              "   trainer's train loss to its printed digits, every run: same, else differs"]
+    for _, b, _ in EXCHANGES:
+        cells = [f"{statistics.median(times[(b, h)]):.2f} "
+                 + ("same" if losses[(b, h)] == losses[("the trainer", h)] else "differs") for h in HIDDEN]
+        lines.append(f"{b:<42}" + "".join(f"{c:>16}" for c in cells))
     lines += ["", "== Per phase: clock64() ticks of thread 0, block 0, summed over the last of 3 epochs, ÷ steps;",
               "   thousands of SM clocks a step (share of the step). The ticks slow an epoch: "
               + ", ".join(f"--hidden {h} {timed_ms[h]:.2f} ms" for h in HIDDEN) + "."]

@@ -1611,6 +1611,22 @@ class Phases08Test(unittest.TestCase):
         floor = phases08.floor_source(text)
         self.assertEqual(len(re.findall(r"for \(int \w+ = [^;]+; \w+ < 0;", floor)), len(phases08.FLOOR_EDITS))
 
+    def test_the_exchange_copies_apply_to_the_trainer(self):
+        text = self.trainer()
+        copies = phases08.exchange_sources(text)
+        self.assertEqual(list(copies), [name for name, _, _ in phases08.EXCHANGES])
+        late = copies["late"]
+        barrier_2 = late.index("        cluster_barrier();\n        if (has_row && lane == 0 && cluster == 0) atomicAdd(")
+        self.assertGreater(late.index("copy_batch_pixels(&a, owned, pixels + next"), barrier_2)
+        self.assertEqual(late.count("cluster_barrier();"), text.count("cluster_barrier();"))
+        push = copies["push"]
+        self.assertTrue("__cluster_map_shared_rank(dlogit, k)" in push)
+        self.assertFalse("__cluster_map_shared_rank(my_logit" in push)  # no loads of the dlogits
+        self.assertFalse("(const float *)__cluster_map_shared_rank(share, k)" in push)  # nor of the shares
+        relaxed = copies["relaxed"]
+        self.assertEqual(relaxed.count("relaxed_cluster_barrier();"), 2)
+        self.assertEqual(relaxed.count("cluster_barrier();"), text.count("cluster_barrier();"))
+
     def test_a_missing_anchor_is_one_error_line(self):
         with self.assertRaises(SystemExit) as caught:
             phases08.floor_source("no kernel here")
