@@ -1595,7 +1595,7 @@ class Stage08ReadmeTest(unittest.TestCase):
 
 
 class Phases08Test(unittest.TestCase):
-    """bench/phases08.py: its two diagnostic copies still apply to stage 08's trainer, and its table."""
+    """bench/phases08.py: its diagnostic copies still apply to stage 08's trainer, and its tables."""
 
     def trainer(self):
         with open(os.path.join(ROOT, phases08.TRAINER), encoding="utf-8") as f:
@@ -1620,12 +1620,22 @@ class Phases08Test(unittest.TestCase):
         self.assertGreater(late.index("copy_batch_pixels(&a, owned, pixels + next"), barrier_2)
         self.assertEqual(late.count("cluster_barrier();"), text.count("cluster_barrier();"))
         push = copies["push"]
-        self.assertTrue("__cluster_map_shared_rank(dlogit, k)" in push)
-        self.assertFalse("__cluster_map_shared_rank(my_logit" in push)  # no loads of the dlogits
-        self.assertFalse("(const float *)__cluster_map_shared_rank(share, k)" in push)  # nor of the shares
+        self.assertIn("__cluster_map_shared_rank(dlogit, k)", push)
+        self.assertNotIn("__cluster_map_shared_rank(my_logit", push)  # no loads of the dlogits
+        self.assertNotIn("(const float *)__cluster_map_shared_rank(share, k)", push)  # nor of the shares
+        # every block of the cluster has started before the first store into another's shared memory
+        self.assertLess(push.index("    cluster_barrier();\n"), push.index("    for (int step = 0; step < a.steps"))
         relaxed = copies["relaxed"]
         self.assertEqual(relaxed.count("relaxed_cluster_barrier();"), 2)
         self.assertEqual(relaxed.count("cluster_barrier();"), text.count("cluster_barrier();"))
+
+    def test_trains_alike(self):
+        reference = (0.315518, "89.90")
+        self.assertTrue(phases08.trains_alike([(0.315518, "89.90"), (0.315519, "89.90")], reference))
+        self.assertFalse(phases08.trains_alike([(0.315518, "89.90"), (0.3156, "89.90")], reference))  # loss
+        self.assertFalse(phases08.trains_alike([(0.315518, "89.89")], reference))  # one image more wrong
+        self.assertEqual(phases08.outcome("... ms/epoch, h2d 1 ms | train_loss 0.315518 test_loss 0.3 test_acc 89.90%"),
+                         (0.315518, "89.90"))
 
     def test_a_missing_anchor_is_one_error_line(self):
         with self.assertRaises(SystemExit) as caught:
