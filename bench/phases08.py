@@ -8,7 +8,7 @@ It builds two diagnostic copies of 08-persistent-kernels/mnist.cu under build/ph
 trainer: one where thread 0 of each block adds clock64() differences after each phase of a step (block 0's sums
 over the last epoch are printed), and one without the product loops (phase A's sums, W_last's and W0's
 gradients: its results are wrong, only its time counts, the floor that faster products could reach). It also
-builds three copies that each change one thing in how the blocks of a step meet (EXCHANGES), with the same sums
+builds four copies that each change one thing in how the blocks of a step meet (EXCHANGES), with the same sums
 in the same order, so each must train as the trainer does. Then it times the trainer and every copy (ms/epoch,
 the median of 3 alternating runs of 5 epochs, --hidden 0 and 128) and, where ncu is installed, the warp states
 of the trainer's kernel at --hidden 0 (one epoch of 6,400 images).
@@ -103,7 +103,10 @@ FLOOR_EDITS = [
 # of the blocks that read them, instead of those blocks loading them through DSMEM after the barrier (the shares
 # land in an inbox of one row of partial logits per (sender, row); a cluster barrier before the first step, since
 # a block may touch another's shared memory only once that block has started). `relaxed`: the two cluster
-# barriers arrive relaxed after one fence a block, instead of a release by every thread.
+# barriers arrive relaxed after one fence a block, instead of a release by every thread. `async`: one meeting
+# fewer: each block's dlogits go into every block of the cluster by st.async, whose bytes an mbarrier in the
+# receiving block counts (in place of my_logit, unused here), and phase C waits on that mbarrier alone instead of
+# at cluster barrier 2 (the shares' next write waits for every block's dlogits, so for every block's reads).
 LATE_EDITS = [
     ("        float logit_sum = 0.0f;\n", "        float logit_sum = 0.0f, row_loss = 0.0f;\n"),
     ("        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * rows * row_bytes, next_rows);\n"
@@ -163,11 +166,50 @@ RELAXED_EDITS = [
     ("next_rows);\n        cluster_barrier();\n", "next_rows);\n        relaxed_cluster_barrier();\n"),
     ("        }\n        cluster_barrier();\n\n        // C:", "        }\n        relaxed_cluster_barrier();\n\n        // C:"),
 ]
+ASYNC_EDITS = [
+    ("#define PERSISTENT_THREADS 512\n",
+     "#define PERSISTENT_THREADS 512\n"
+     "__device__ __forceinline__ uint32_t shared_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }\n"
+     "__device__ __forceinline__ uint32_t cluster_address(const void *p, int rank) {\n"
+     "    uint32_t address;\n"
+     "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(address) : \"r\"(shared_address(p)), \"r\"(rank));\n"
+     "    return address;\n"
+     "}\n"),
+    ("    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n",
+     "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n"
+     "    uint64_t *dlogit_bar = (uint64_t *)my_logit;\n"
+     "    if (tid == 0) {\n"
+     "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" ::\"r\"(shared_address(dlogit_bar)) : \"memory\");\n"
+     "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+     "    }\n"
+     "    cluster_barrier();\n"),
+    ("            if (lane < CLASSES)\n"
+     "                my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n",
+     "            if (lane < CLASSES) {\n"
+     "                float d = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n"
+     "                for (int k = 0; k < cluster_size; k++)\n"
+     "                    asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\"\n"
+     "                                 ::\"r\"(cluster_address(dlogit + row * CLASSES_PADDED + lane, k)), \"r\"(__float_as_uint(d)),\n"
+     "                                 \"r\"(cluster_address(dlogit_bar, k)) : \"memory\");\n"
+     "            }\n"),
+    ("        }\n        cluster_barrier();\n\n        // C:",
+     "        }\n"
+     "        if (tid == 0)\n"
+     "            asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" ::\"r\"(shared_address(dlogit_bar)),\n"
+     "                         \"r\"(batch * CLASSES * 4) : \"memory\");\n"
+     "        for (uint32_t done = 0; !done;)\n"
+     "            asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; \"\n"
+     "                         \"selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(shared_address(dlogit_bar)), \"r\"(step & 1)\n"
+     "                         : \"memory\");\n\n"
+     "        // C:"),
+    PUSH_EDITS[-1],  # no DSMEM gather of the dlogits in phase C
+]
 # (name, what it changes, its edits), in the order of the table
 EXCHANGES = [
     ("late", "loss atomic, next copy after barrier 2", LATE_EDITS),
     ("push", "shares, dlogits stored to their readers", PUSH_EDITS),
     ("relaxed", "barriers arrive relaxed, a fence a block", RELAXED_EDITS),
+    ("async", "dlogits by st.async, no cluster barrier 2", ASYNC_EDITS),
 ]
 
 
