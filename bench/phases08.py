@@ -118,42 +118,49 @@ LATE_EDITS = [
      "        if (has_row && lane == 0 && cluster == 0) atomicAdd(a.loss_sum + step, row_loss);\n"
      "        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * rows * row_bytes, next_rows);\n"),
 ]
-PUSH_EDITS = [
-    ("    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n",
-     "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n    cluster_barrier();\n"),
-    ("    s.share = at, at += round_up(batch * CLASSES, 4);                   // (batch, CLASSES)\n",
-     "    s.share = at, at += round_up(a->cluster_size * rows_per_block * CLASSES, 4);  // (senders, rows, CLASSES)\n"),
-    ("        if (q == 0 && i < batch)\n            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];\n",
-     "        if (i < batch) {\n"
-     "            int owner = i / rows_per_block;\n"
-     "            float *inbox = (float *)__cluster_map_shared_rank(share, owner) +\n"
-     "                           (rank * rows_per_block + i - owner * rows_per_block) * CLASSES;\n"
-     "#pragma unroll\n"
-     "            for (int j = 0; j < CLASSES; j++)\n"
-     "                if (j % ROW_THREADS == q) inbox[j] = logit[j];\n"
-     "        }\n"),
-    ("                    part[k] = ((const float *)__cluster_map_shared_rank(share, k))[row * CLASSES + lane];\n",
-     "                    part[k] = share[(k * rows_per_block + warp) * CLASSES + lane];\n"),
-    ("            if (lane < CLASSES)\n"
-     "                my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n",
-     "            if (lane < CLASSES) {\n"
-     "                float d = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n"
-     "                for (int k = 0; k < cluster_size; k++)\n"
-     "                    ((float *)__cluster_map_shared_rank(dlogit, k))[row * CLASSES_PADDED + lane] = d;\n"
-     "            }\n"),
-    ("        {\n            float v[3];  // batch * CLASSES <= 3 * PERSISTENT_THREADS\n"
-     "            for (int k = 0; k < 3; k++) {\n"
-     "                int e = tid + k * PERSISTENT_THREADS, owner = e / CLASSES / rows_per_block;\n"
-     "                if (e < batch * CLASSES)\n"
-     "                    v[k] = ((const float *)__cluster_map_shared_rank(my_logit, owner))[e - owner * rows_per_block *\n"
-     "                                                                                        CLASSES];\n"
-     "            }\n"
-     "            for (int k = 0; k < 3; k++) {\n"
-     "                int e = tid + k * PERSISTENT_THREADS;\n"
-     "                if (e < batch * CLASSES) dlogit[e / CLASSES * CLASSES_PADDED + e % CLASSES] = v[k];\n"
-     "            }\n"
-     "        }\n", ""),
-]
+# The pieces of the exchange copies, each an (anchor, replacement)
+FIRST_STEP_AFTER_A_CLUSTER_BARRIER = (  # before the first store into another block's shared memory
+    "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n",
+    "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n    cluster_barrier();\n")
+SHARE_INBOX = (  # a block's share buffer becomes an inbox: (senders, rows_per_block, CLASSES)
+    "    s.share = at, at += round_up(batch * CLASSES, 4);                   // (batch, CLASSES)\n",
+    "    s.share = at, at += round_up(a->cluster_size * rows_per_block * CLASSES, 4);  // (senders, rows, CLASSES)\n")
+SHARES_STORED = (
+    "        if (q == 0 && i < batch)\n            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];\n",
+    "        if (i < batch) {\n"
+    "            int owner = i / rows_per_block;\n"
+    "            float *inbox = (float *)__cluster_map_shared_rank(share, owner) +\n"
+    "                           (rank * rows_per_block + i - owner * rows_per_block) * CLASSES;\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < CLASSES; j++)\n"
+    "                if (j % ROW_THREADS == q) inbox[j] = logit[j];\n"
+    "        }\n")
+SHARES_FROM_INBOX = (
+    "                    part[k] = ((const float *)__cluster_map_shared_rank(share, k))[row * CLASSES + lane];\n",
+    "                    part[k] = share[(k * rows_per_block + warp) * CLASSES + lane];\n")
+DLOGITS_STORED = (
+    "            if (lane < CLASSES)\n"
+    "                my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n",
+    "            if (lane < CLASSES) {\n"
+    "                float d = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n"
+    "                for (int k = 0; k < cluster_size; k++)\n"
+    "                    ((float *)__cluster_map_shared_rank(dlogit, k))[row * CLASSES_PADDED + lane] = d;\n"
+    "            }\n")
+NO_DLOGIT_GATHER = (  # phase C finds the dlogits in its own shared memory
+    "        {\n            float v[3];  // batch * CLASSES <= 3 * PERSISTENT_THREADS\n"
+    "            for (int k = 0; k < 3; k++) {\n"
+    "                int e = tid + k * PERSISTENT_THREADS, owner = e / CLASSES / rows_per_block;\n"
+    "                if (e < batch * CLASSES)\n"
+    "                    v[k] = ((const float *)__cluster_map_shared_rank(my_logit, owner))[e - owner * rows_per_block *\n"
+    "                                                                                        CLASSES];\n"
+    "            }\n"
+    "            for (int k = 0; k < 3; k++) {\n"
+    "                int e = tid + k * PERSISTENT_THREADS;\n"
+    "                if (e < batch * CLASSES) dlogit[e / CLASSES * CLASSES_PADDED + e % CLASSES] = v[k];\n"
+    "            }\n"
+    "        }\n", "")
+PUSH_EDITS = [FIRST_STEP_AFTER_A_CLUSTER_BARRIER, SHARE_INBOX, SHARES_STORED, SHARES_FROM_INBOX, DLOGITS_STORED,
+              NO_DLOGIT_GATHER]
 RELAXED_EDITS = [
     ("#define PERSISTENT_THREADS 512\n",
      "#define PERSISTENT_THREADS 512\n"
@@ -177,9 +184,10 @@ ASYNC_EDITS = [
      "}\n"),
     ("    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n",
      "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n"
-     "    uint64_t *dlogit_bar = (uint64_t *)my_logit;\n"
+     "    uint64_t *dlogit_bar = (uint64_t *)my_logit, *share_bar = dlogit_bar + 1;\n"
      "    if (tid == 0) {\n"
      "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" ::\"r\"(shared_address(dlogit_bar)) : \"memory\");\n"
+     "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" ::\"r\"(shared_address(share_bar)) : \"memory\");\n"
      "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
      "    }\n"
      "    cluster_barrier();\n"),
@@ -202,7 +210,32 @@ ASYNC_EDITS = [
      "                         \"selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(shared_address(dlogit_bar)), \"r\"(step & 1)\n"
      "                         : \"memory\");\n\n"
      "        // C:"),
-    PUSH_EDITS[-1],  # no DSMEM gather of the dlogits in phase C
+    NO_DLOGIT_GATHER,
+]
+# `async` and also the shares: each row's 4 threads send its shares to the block that owns the row, into an inbox
+# as push's, counted on a second mbarrier there, on which phase B waits instead of at cluster barrier 1: no cluster
+# barrier left in a step (the dlogits a block waits for are sent after every block's reads of its inbox).
+ASYNC_ALL_EDITS = ASYNC_EDITS + [SHARE_INBOX, SHARES_FROM_INBOX] + [
+    ("        if (q == 0 && i < batch)\n            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];\n",
+     "        if (i < batch) {\n"
+     "            int owner = i / rows_per_block;\n"
+     "            uint32_t inbox = cluster_address(share + (rank * rows_per_block + i - owner * rows_per_block) * CLASSES, owner);\n"
+     "            uint32_t bar = cluster_address(share_bar, owner);\n"
+     "#pragma unroll\n"
+     "            for (int j = 0; j < CLASSES; j++)\n"
+     "                if (j % ROW_THREADS == q)\n"
+     "                    asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\"\n"
+     "                                 ::\"r\"(inbox + 4 * j), \"r\"(__float_as_uint(logit[j])), \"r\"(bar) : \"memory\");\n"
+     "        }\n"),
+    ("next_rows);\n        cluster_barrier();\n",
+     "next_rows);\n"
+     "        if (tid == 0)\n"
+     "            asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" ::\"r\"(shared_address(share_bar)),\n"
+     "                         \"r\"(my_rows * CLASSES * 4 * cluster_size) : \"memory\");\n"
+     "        for (uint32_t done = 0; !done;)\n"
+     "            asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; \"\n"
+     "                         \"selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(shared_address(share_bar)), \"r\"(step & 1)\n"
+     "                         : \"memory\");\n"),
 ]
 # (name, what it changes, its edits), in the order of the table
 EXCHANGES = [
@@ -210,6 +243,7 @@ EXCHANGES = [
     ("push", "shares, dlogits stored to their readers", PUSH_EDITS),
     ("relaxed", "barriers arrive relaxed, a fence a block", RELAXED_EDITS),
     ("async", "dlogits by st.async, no cluster barrier 2", ASYNC_EDITS),
+    ("async-all", "shares too: no cluster barrier a step", ASYNC_ALL_EDITS),
 ]
 
 
