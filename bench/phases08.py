@@ -8,7 +8,7 @@ It builds two diagnostic copies of 08-persistent-kernels/mnist.cu under build/ph
 trainer: one where thread 0 of each block adds clock64() differences after each phase of a step (block 0's sums
 over the last epoch are printed), and one without the product loops (phase A's sums, W_last's and W0's
 gradients: its results are wrong, only its time counts, the floor that faster products could reach). It also
-builds four copies that each change one thing in how the blocks of a step meet (EXCHANGES), with the same sums
+builds five copies that each change one thing in how the blocks of a step meet (EXCHANGES), with the same sums
 in the same order, so each must train as the trainer does. Then it times the trainer and every copy (ms/epoch,
 the median of 3 alternating runs of 5 epochs, --hidden 0 and 128) and, where ncu is installed, the warp states
 of the trainer's kernel at --hidden 0 (one epoch of 6,400 images).

@@ -1625,6 +1625,12 @@ class Phases08Test(unittest.TestCase):
         self.assertNotIn("(const float *)__cluster_map_shared_rank(share, k)", push)  # nor of the shares
         # every block of the cluster has started before the first store into another's shared memory
         self.assertLess(push.index("    cluster_barrier();\n"), push.index("    for (int step = 0; step < a.steps"))
+        def step_loop(source):  # the text of the kernel's loop over the epoch's steps
+            return source[source.index("    for (int step = 0; step < a.steps"):source.index("    // no block leaves")]
+        self.assertEqual(step_loop(text).count("cluster_barrier();"), 2)
+        self.assertEqual(step_loop(copies["async"]).count("cluster_barrier();"), 1)  # barrier 1 only
+        self.assertNotIn("cluster_barrier();", step_loop(copies["async-all"]))
+        self.assertEqual(step_loop(copies["async-all"]).count("st.async"), 2)  # the shares and the dlogits
         relaxed = copies["relaxed"]
         self.assertEqual(relaxed.count("relaxed_cluster_barrier();"), 2)
         self.assertEqual(relaxed.count("cluster_barrier();"), text.count("cluster_barrier();"))
