@@ -1,6 +1,6 @@
 # cuda-stages: one entry point. `make help` lists everything.
 #
-#   make stage N run|compare|diff|test|profile|ladder   one stage (N = 1..7; `make stage N` = run)
+#   make stage N run|compare|diff|test|profile|ladder   one stage (N = 1..8; `make stage N` = run)
 #   make test                                    every test suite (GPU suites skip without a GPU)
 #   make data | bench | clean | help
 
@@ -31,10 +31,12 @@ CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-lin
 
 BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
 # A trainer stage exists once its folder holds both trainer files.
-STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-8]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-8]-*/mnist.cu))))
+STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-9]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-9]-*/mnist.cu))))
 STAGES := $(foreach d,$(STAGE_DIRS),$(firstword $(subst -, ,$(d))))
 ALL_STAGES := 01 $(STAGES)
 
+# What every object depends on besides its source: the shared headers, C and CUDA alike
+COMMON_HEADERS := $(wildcard common/*.h common/*.cuh)
 COMMON_SRC := $(filter-out common/%_main.c,$(wildcard common/*.c))
 COMMON_OBJ := $(patsubst common/%.c,$(BUILD)/common/%.o,$(COMMON_SRC))
 COMMON_LIB := $(BUILD)/common/libcommon.a
@@ -136,7 +138,7 @@ all: $(STAGE_BINS) $(BUILD)/01/vector_add
 help:
 	@echo "cuda-stages: the same two trainers, made faster one idea per stage."
 	@echo ""
-	@echo "  make stage N run       build stage N and run both trainers (N = 1..7; 'make stage N' alone = run)"
+	@echo "  make stage N run       build stage N and run both trainers (N = $(firstword $(ALL_STAGES:0%=%))..$(lastword $(ALL_STAGES:0%=%)); 'make stage N' alone = run)"
 	@echo "                         TRAINER=regression|mnist picks one, ARGS=\"--epochs 3 ...\" passes flags"
 	@echo "  make stage N compare   run stage N-1 and stage N with the same flags, side by side"
 	@echo "  make stage N diff      what stage N changed, as a diff against stage N-1"
@@ -170,7 +172,7 @@ $(ARCH_STAMP):
 	@rm -f $(BUILD)/.arch-*
 	@touch $@
 
-$(BUILD)/common/%.o: common/%.c $(wildcard common/*.h) | $(ARCH_STAMP)
+$(BUILD)/common/%.o: common/%.c $(COMMON_HEADERS) | $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -218,12 +220,12 @@ $(COMMON_LIB): $(COMMON_OBJ)
 	ar rcs $@ $^
 
 define stage_rules
-$(BUILD)/$(1)/%.o: $(call stage_dir,$(1))/%.cu $(wildcard common/*.h) $(ARCH_STAMP)
+$(BUILD)/$(1)/%.o: $(call stage_dir,$(1))/%.cu $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $$(@D)
 	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
 
 # The drivers are compiled once per stage so that they know which stage they report.
-$(BUILD)/$(1)/%_main.o: common/%_main.c $(wildcard common/*.h) $(ARCH_STAMP)
+$(BUILD)/$(1)/%_main.o: common/%_main.c $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $$(@D)
 	$(CC) $(CFLAGS) -DSTAGE_NAME='"$(1)"' -c $$< -o $$@
 
@@ -238,7 +240,7 @@ $(BUILD)/$(1)/test_gpu: $(BUILD)/tests/gpu/test_stage.o $(BUILD)/$(1)/regression
 endef
 $(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
 
-$(BUILD)/tests/%.o: tests/%.c $(wildcard common/*.h tests/*.h tests/gpu/*.h) | $(ARCH_STAMP)
+$(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*.h) | $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CRITERION_FLAGS) -Itests -c $< -o $@
 
@@ -282,7 +284,7 @@ endif
 
 stage-compare:
 	@if [ -z "$(PREV)" ] || [ "$(NN)" = "01" ] || [ "$(PREV)" = "01" ]; then \
-	    echo "error: stage $(NN) has no previous trainer stage to compare with (compare works for stages 3..7)" >&2; exit 2; fi
+	    echo "error: stage $(NN) has no previous trainer stage to compare with (compare works for stages $(word 2,$(STAGES:0%=%))..$(lastword $(STAGES:0%=%)))" >&2; exit 2; fi
 	@$(MAKE) --no-print-directory -s $(BUILD)/$(PREV)/regression $(BUILD)/$(PREV)/mnist $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv

@@ -5,11 +5,11 @@
 #
 # The test links the same versions, compiled a second time without main().
 
-$(BUILD)/01/vector_add.o: 01-vector-add/vector_add.cu $(wildcard common/*.h) $(ARCH_STAMP)
+$(BUILD)/01/vector_add.o: 01-vector-add/vector_add.cu $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/01/vector_add_versions.o: 01-vector-add/vector_add.cu $(wildcard common/*.h) $(ARCH_STAMP)
+$(BUILD)/01/vector_add_versions.o: 01-vector-add/vector_add.cu $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -DVECTOR_ADD_NO_MAIN -c $< -o $@
 

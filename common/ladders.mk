@@ -20,11 +20,11 @@ LADDER_TEST_BINS := $(foreach f,$(LADDER_SRCS),$(BUILD)/$(call ladder_stage,$(f)
 
 # ladder_rules SOURCE NN NAME_ladder
 define ladder_rules
-$(BUILD)/$(2)/$(3).o: $(1) $(LADDER_SRCS) $(wildcard common/*.h) $(ARCH_STAMP)
+$(BUILD)/$(2)/$(3).o: $(1) $(LADDER_SRCS) $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $$(@D)
 	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
 
-$(BUILD)/$(2)/$(3)_versions.o: $(1) $(LADDER_SRCS) $(wildcard common/*.h) $(ARCH_STAMP)
+$(BUILD)/$(2)/$(3)_versions.o: $(1) $(LADDER_SRCS) $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $$(@D)
 	$(NVCC) $(NVCCFLAGS) -DLADDER_NO_MAIN -c $$< -o $$@
 
