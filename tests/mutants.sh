@@ -2,7 +2,8 @@
 # tests/mutants.sh BUILD NN [--compile-only]: proves the GPU suite bites. Each tests/mutants/*.sed is a
 # deliberate bug; it is applied to one trainer file of stage NN, the suite is linked against the broken
 # trainer, and it must FAIL, in every precision the stage offers for an MNIST bug (TEST_PRECISION), or in
-# those its `# precisions:` line names (a bug in code that only they run).
+# those its `# precisions:` line names (a bug in code that only they run). A `# stages:` line limits a bug to
+# the stages that have its code.
 #   --compile-only  (make test, no GPU needed): every mutant still applies (changes its file) and the
 #                   broken file compiles; nothing is run
 # Environment from make: NVCC, NVCCFLAGS, LDFLAGS, LDLIBS, CRITERION_LIBS. Exit 0 only when every mutant
@@ -16,6 +17,9 @@ for mutant in tests/mutants/*.sed; do
     name=$(basename "$mutant" .sed)
     file=$(sed -n 's/^# file: *//p' "$mutant")
     what=$(sed -n 's/^# what: *//p' "$mutant")
+    # a bug in code that only some stages have (stage 08's persistent kernel) names them
+    stages=$(sed -n 's/^# stages: *//p' "$mutant")
+    case " ${stages:-$nn} " in *" $nn "*) ;; *) echo "skipped  $name: stage $nn has no such code (# stages: $stages)"; continue ;; esac
     dir=$build/mutants/$nn/$name
     mkdir -p "$dir"
     sed -f "$mutant" "$stage_dir/$file" >"$dir/$file"
@@ -42,6 +46,10 @@ for mutant in tests/mutants/*.sed; do
     # a bug in code that only some precisions run (stage 08's persistent kernel: fp32) names them
     only=$(sed -n 's/^# precisions: *//p' "$mutant")
     [ -z "$only" ] || precisions=$(for p in $precisions; do case " $only " in *" $p "*) echo "$p" ;; esac; done)
+    if [ -z "$precisions" ]; then  # a name the stage does not offer: the mutant would run nowhere
+        echo "BROKEN   $name: no precision of stage $nn is in its '# precisions: $only' line"
+        broken=$((broken + 1)); continue
+    fi
     for p in $precisions; do
         label="$name${p:+ ($p)}"; [ "$p" = all ] && label=$name
         TEST_PRECISION=$([ "$p" = all ] || echo "$p") timeout 600 "$dir/test_gpu" --fail-fast >"$dir/run-$p.log" 2>&1
