@@ -128,7 +128,7 @@ todo_note() {
 # try
 
 answer_blocks() {  # answer_blocks FILE.md: how many fenced code blocks it holds (``` or ~~~ at a line's start)
-    awk '/^(```|~~~)/ { fences++ } END { print int(fences / 2) }' "$1"
+    awk '/^(```|~~~)/ { fences++ } END { print fences % 2 ? "unclosed" : fences / 2 }' "$1"
 }
 
 answer_code() {  # answer_code FILE.md: the body of its fenced code blocks (try_file has checked there is one)

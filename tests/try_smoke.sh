@@ -88,6 +88,8 @@ expect_refused "try on a missing file" "does not exist" stage 3 try FILE=$work/n
 expect_refused "try on a file that is not .cu" "not a CUDA source" stage 3 try FILE=Makefile
 printf '# two blocks\n```cuda\nint a;\n```\n```cuda\nint b;\n```\n' >"$work/two-blocks.md"
 expect_refused "try on an answer with two fenced blocks" "holds 2 fenced code blocks" stage 3 try FILE=$work/two-blocks.md
+printf '# cut short\n```cuda\nint a;\n```\n```cuda\nint b;\n' >"$work/unclosed.md"
+expect_refused "try on an answer whose last block is never closed" "holds unclosed fenced code blocks" stage 3 try FILE=$work/unclosed.md
 
 # the assistants' answers as committed: their one fenced block compiles, exports and links (NN-*/assistant/)
 for answer in 0[2-7]-*/assistant/*.answer.md; do
