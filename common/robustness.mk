@@ -53,8 +53,8 @@ SAN_DIR := $(BUILD)/sanitize
 # MNIST: 3000 training images (9.4 MB of floats: two of stage 05's 8 MiB upload chunks; 23 steps of
 # 128 and a remainder), 1000 test images, two epochs (evaluation overlapping the next epoch).
 # Racecheck instruments every shared-memory access, and stage 08's kernel keeps each whole step in shared
-# memory (10-15 s a step under racecheck on an H100, against under 10 us without): its MNIST runs take 300
-# training images (two steps of 128 and a remainder of 44) and 100 test images instead.
+# memory (10-15 s a step under racecheck on an H100, against under 10 us without): racecheck's MNIST runs, in
+# every stage alike, take 300 training images (two steps of 128 and a remainder of 44) and 100 test images.
 SAN_MNIST_DATA ?= $(SAN_DIR)/mnist-small
 SAN_RACECHECK_MNIST_DATA ?= $(SAN_DIR)/mnist-tiny
 SAN_REGRESSION_ARGS ?= --points 1000003 --epochs 12 --warmup 0 --quiet
@@ -72,9 +72,10 @@ sanitize: $(STAGE_BINS) $(BUILD)/01/vector_add
 stage-sanitize: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist)
 
 # The MNIST cuts: the first images and labels of each split, with the count in the header changed.
+SAN_CUTS := mnist-small mnist-tiny
 SAN_CUT_mnist-small := 3000 1000
 SAN_CUT_mnist-tiny := 300 100
-$(SAN_DIR)/mnist-small/.done $(SAN_DIR)/mnist-tiny/.done: $(SAN_DIR)/%/.done:
+$(SAN_CUTS:%=$(SAN_DIR)/%/.done): $(SAN_DIR)/%/.done:
 	@[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data
 	@mkdir -p $(@D)
 	@be32() { printf "\\$$(printf %03o $$(($$1 >> 24 & 255)))\\$$(printf %03o $$(($$1 >> 16 & 255)))\\$$(printf %03o $$(($$1 >> 8 & 255)))\\$$(printf %03o $$(($$1 & 255)))"; }; \
@@ -82,7 +83,7 @@ $(SAN_DIR)/mnist-small/.done $(SAN_DIR)/mnist-tiny/.done: $(SAN_DIR)/%/.done:
 	train=$(word 1,$(SAN_CUT_$*)) test=$(word 2,$(SAN_CUT_$*)); \
 	cut train-images-idx3-ubyte $$train 8 784 && cut train-labels-idx1-ubyte $$train 0 1 && \
 	cut t10k-images-idx3-ubyte $$test 8 784 && cut t10k-labels-idx1-ubyte $$test 0 1 && touch $@
-SAN_MNIST_CUT := $(foreach d,$(SAN_MNIST_DATA) $(SAN_RACECHECK_MNIST_DATA),$(if $(filter $(SAN_DIR)/mnist-small $(SAN_DIR)/mnist-tiny,$(d)),$(d)/.done))
+SAN_MNIST_CUT := $(foreach d,$(SAN_MNIST_DATA) $(SAN_RACECHECK_MNIST_DATA),$(if $(filter $(SAN_CUTS:%=$(SAN_DIR)/%),$(d)),$(d)/.done))
 sanitize: $(SAN_MNIST_CUT)
 stage-sanitize: $(if $(filter 01,$(NN)),,$(SAN_MNIST_CUT))
 
