@@ -19,8 +19,8 @@ static void fill(uint8_t *bytes, size_t n, uint32_t seed) {
     }
 }
 
-// Copies n bytes from a source at an odd offset to a destination at dst_offset (16: aligned, where the pool
-// streams its stores; 1: not), and checks the copy and the guard bytes around it.
+// Copies n bytes from a source at an odd offset to a destination at dst_offset (16: aligned, where a pool set to
+// stream streams its stores; 1: not), and checks the copy and the guard bytes around it.
 static void check_copy_at(CopyPool *pool, size_t n, uint32_t seed, size_t dst_offset) {
     uint8_t *src = malloc(n + 3), *dst = aligned_alloc(64, (n + dst_offset + 1 + 63) / 64 * 64);
     cr_assert(src && dst);
@@ -58,6 +58,7 @@ Test(copy_pool, every_size_and_thread_count) {
 
 Test(copy_pool, many_jobs_in_a_row) {
     CopyPool *pool = copy_pool_create(4);
+    copy_pool_set_streaming(pool, 1);  // as the staging ring sets it
     for (uint32_t job = 0; job < 2000; job++) check_copy(pool, 100 + job % 700, job);
     copy_pool_destroy(pool);
 }
