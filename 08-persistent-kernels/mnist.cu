@@ -193,7 +193,7 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 //     B  block r: its rows' logits, the cluster's shares summed block by block (with several clusters, then the
 //        clusters' sums, after a grid barrier); softmax, loss, dlogits -- cluster barrier
 //     C  each block: the batch's dlogits from the cluster, the gradients of its weights, applied in place
-// The next step's batch is copied in during the step. Every sum runs in a fixed order: a run repeats bit for bit.
+// The next step's batch is copied in during the step. Weights' sums run in a fixed order: they repeat bit for bit.
 
 #define PERSISTENT_THREADS 512
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)

@@ -13,7 +13,7 @@ static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / t
 // block on the GPU at once: without it, a block spinning here could wait for one that never gets an SM. The wait
 // reads the counter (volatile: from L2, never a stale L1 copy) rather than polling with atomics, which would
 // queue behind the arrivals at the one address.
-__device__ void grid_barrier(unsigned int *arrived, unsigned int target) {
+static __device__ void grid_barrier(unsigned int *arrived, unsigned int target) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();  // this block's writes are visible to every block before it counts as arrived
@@ -28,7 +28,7 @@ __device__ void grid_barrier(unsigned int *arrived, unsigned int target) {
 // Every thread of the cluster arrives; the wait returns once all have, and what they wrote to shared memory
 // before arriving is visible to all (arrive releases, wait acquires). Clusters need compute capability 9.0: built
 // for every architecture, run on 9.0 and up only.
-__device__ __forceinline__ void cluster_barrier() {
+static __device__ __forceinline__ void cluster_barrier() {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
@@ -36,14 +36,14 @@ __device__ __forceinline__ void cluster_barrier() {
 }
 
 // The sum over each group of `width` neighbouring lanes (a power of 2 up to 32), in every lane of the group.
-__device__ __forceinline__ float group_sum(float value, int width) {
+static __device__ __forceinline__ float group_sum(float value, int width) {
     for (int offset = width / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
     return value;
 }
 
 // Byte b of word as a float, exactly: the byte becomes the low mantissa bits of 2^23 (0x4B000000), and taking
 // 2^23 away leaves its value. Two instructions instead of a conversion.
-__device__ __forceinline__ float byte_value(uint32_t word, int b) {
+static __device__ __forceinline__ float byte_value(uint32_t word, int b) {
     return __int_as_float((int)__byte_perm(word, 0x4B000000u, 0x7440 | b)) - 8388608.0f;
 }
 
