@@ -19,6 +19,7 @@ import concurrent.futures
 import csv
 import os
 import re
+import shutil
 import statistics
 import struct
 import subprocess
@@ -50,23 +51,29 @@ PHASES = [
     (12, "    W0's gradient (its sums)"),
     (9, "    the updates left, __syncthreads"),
 ]
-TICKS = 13
+TICKS = len(PHASES)
+
+# Anchors more than one copy edits: the line after which the kernel's helpers go, the end of the kernel's set-up,
+# and the step's two cluster barriers (each anchor stands exactly once in the trainer)
+KERNEL_HELPERS = "#define PERSISTENT_THREADS 512\n"
+SET_UP_END = "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n"
+BARRIER_1 = "next_rows);\n        cluster_barrier();\n"
+BARRIER_2 = "        }\n        cluster_barrier();\n\n        // C:"
 
 # The clock64() copy: (anchor in the trainer, what replaces it). Each anchor must stand exactly once. Block 0's
 # thread 0 sums its ticks in registers and leaves them in a __device__ array, read after the last epoch.
 TIMED_EDITS = [
-    ("#define PERSISTENT_THREADS 512\n",
-     f"#define PERSISTENT_THREADS 512\n#define TICKS {TICKS}\n__device__ long long phases08_clocks[TICKS];\n"),
+    (KERNEL_HELPERS, f"{KERNEL_HELPERS}#define TICKS {TICKS}\n__device__ long long phases08_clocks[TICKS];\n"),
     ("    unsigned int barriers = 0;\n    for (int step = 0; step < a.steps; step++) {\n",
      "    unsigned int barriers = 0;\n    long long spent[TICKS] = {0}, last = 0;\n"
      "#define TICK(k) if (tid == 0) { long long now = clock64(); spent[k] += now - last; last = now; }\n"
      "    for (int step = 0; step < a.steps; step++) {\n        if (tid == 0) last = clock64();\n"),
     ("        // A: my features' values and my share", "        TICK(0)\n        // A: my features' values and my share"),
     ("        __pipeline_wait_prior(0);  // the next step's rows", "        TICK(1)\n        __pipeline_wait_prior(0);  // the next step's rows"),
-    ("next_rows);\n        cluster_barrier();\n", "next_rows);\n        TICK(2)\n        cluster_barrier();\n        TICK(3)\n"),
+    (BARRIER_1, "next_rows);\n        TICK(2)\n        cluster_barrier();\n        TICK(3)\n"),
     ("        if (clusters > 1) {\n            float *sums", "        TICK(4)\n        if (clusters > 1) {\n            float *sums"),
     ("        if (has_row) {\n            float z", "        TICK(5)\n        if (has_row) {\n            float z"),
-    ("        }\n        cluster_barrier();\n\n        // C:", "        }\n        TICK(6)\n        cluster_barrier();\n        TICK(7)\n\n        // C:"),
+    (BARRIER_2, "        }\n        TICK(6)\n        cluster_barrier();\n        TICK(7)\n\n        // C:"),
     ("        if (hidden) {  // dvalue: through", "        TICK(8)\n        if (hidden) {  // dvalue: through"),
     ("        __syncthreads();  // scratch written, dvalue read W_last\n",
      "        __syncthreads();  // scratch written, dvalue read W_last\n        TICK(10)\n"),
@@ -119,9 +126,8 @@ LATE_EDITS = [
      "        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * rows * row_bytes, next_rows);\n"),
 ]
 # The pieces of the exchange copies, each an (anchor, replacement)
-FIRST_STEP_AFTER_A_CLUSTER_BARRIER = (  # before the first store into another block's shared memory
-    "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n",
-    "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n    cluster_barrier();\n")
+FIRST_STEP_AFTER_A_CLUSTER_BARRIER = (SET_UP_END, SET_UP_END + "    cluster_barrier();\n")  # before a first store
+                                                                                          # into another block
 SHARE_INBOX = (  # a block's share buffer becomes an inbox: (senders, rows_per_block, CLASSES)
     "    s.share = at, at += round_up(batch * CLASSES, 4);                   // (batch, CLASSES)\n",
     "    s.share = at, at += round_up(a->cluster_size * rows_per_block * CLASSES, 4);  // (senders, rows, CLASSES)\n")
@@ -162,80 +168,83 @@ NO_DLOGIT_GATHER = (  # phase C finds the dlogits in its own shared memory
 PUSH_EDITS = [FIRST_STEP_AFTER_A_CLUSTER_BARRIER, SHARE_INBOX, SHARES_STORED, SHARES_FROM_INBOX, DLOGITS_STORED,
               NO_DLOGIT_GATHER]
 RELAXED_EDITS = [
-    ("#define PERSISTENT_THREADS 512\n",
-     "#define PERSISTENT_THREADS 512\n"
-     "__device__ __forceinline__ void relaxed_cluster_barrier() {\n"
+    (KERNEL_HELPERS,
+     KERNEL_HELPERS + "__device__ __forceinline__ void relaxed_cluster_barrier() {\n"
      "    __syncthreads();\n"
      "    if (threadIdx.x == 0) asm volatile(\"fence.acq_rel.cluster;\" ::: \"memory\");\n"
      "    asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\");\n"
      "    asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\");\n"
      "}\n"),
-    ("next_rows);\n        cluster_barrier();\n", "next_rows);\n        relaxed_cluster_barrier();\n"),
-    ("        }\n        cluster_barrier();\n\n        // C:", "        }\n        relaxed_cluster_barrier();\n\n        // C:"),
+    (BARRIER_1, "next_rows);\n        relaxed_cluster_barrier();\n"),
+    (BARRIER_2, "        }\n        relaxed_cluster_barrier();\n\n        // C:"),
 ]
+# The st.async copies' helpers: a shared-memory address in another block of the cluster; a 4-byte store there that
+# counts its bytes on that block's mbarrier; an mbarrier's one arrival a step, expecting `bytes`; the wait for the
+# step's phase of an mbarrier. Two mbarriers per block sit in place of my_logit (unused in these copies).
+ASYNC_HELPERS = (KERNEL_HELPERS, KERNEL_HELPERS + """\
+__device__ __forceinline__ uint32_t shared_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ uint32_t cluster_address(const void *p, int rank) {
+    uint32_t address;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(address) : "r"(shared_address(p)), "r"(rank));
+    return address;
+}
+__device__ __forceinline__ void store_async(uint32_t address, float value, uint32_t bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 ::"r"(address), "r"(__float_as_uint(value)), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void arrive_expecting(uint64_t *bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void wait_phase(uint64_t *bar, int parity) {
+    for (uint32_t done = 0; !done;)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(shared_address(bar)), "r"(parity) : "memory");
+}
+""")
+MBARRIERS = (SET_UP_END, SET_UP_END + """\
+    uint64_t *dlogit_bar = (uint64_t *)my_logit, *share_bar = dlogit_bar + 1;
+    if (tid == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(dlogit_bar)) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(share_bar)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cluster_barrier();
+""")
 ASYNC_EDITS = [
-    ("#define PERSISTENT_THREADS 512\n",
-     "#define PERSISTENT_THREADS 512\n"
-     "__device__ __forceinline__ uint32_t shared_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }\n"
-     "__device__ __forceinline__ uint32_t cluster_address(const void *p, int rank) {\n"
-     "    uint32_t address;\n"
-     "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(address) : \"r\"(shared_address(p)), \"r\"(rank));\n"
-     "    return address;\n"
-     "}\n"),
-    ("    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n",
-     "    __syncthreads();\n    copy_batch_pixels(&a, owned, pixels, batch_row);\n"
-     "    uint64_t *dlogit_bar = (uint64_t *)my_logit, *share_bar = dlogit_bar + 1;\n"
-     "    if (tid == 0) {\n"
-     "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" ::\"r\"(shared_address(dlogit_bar)) : \"memory\");\n"
-     "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" ::\"r\"(shared_address(share_bar)) : \"memory\");\n"
-     "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
-     "    }\n"
-     "    cluster_barrier();\n"),
-    ("            if (lane < CLASSES)\n"
-     "                my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n",
+    ASYNC_HELPERS,
+    MBARRIERS,
+    (DLOGITS_STORED[0],
      "            if (lane < CLASSES) {\n"
      "                float d = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;\n"
      "                for (int k = 0; k < cluster_size; k++)\n"
-     "                    asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\"\n"
-     "                                 ::\"r\"(cluster_address(dlogit + row * CLASSES_PADDED + lane, k)), \"r\"(__float_as_uint(d)),\n"
-     "                                 \"r\"(cluster_address(dlogit_bar, k)) : \"memory\");\n"
+     "                    store_async(cluster_address(dlogit + row * CLASSES_PADDED + lane, k), d, cluster_address(dlogit_bar, k));\n"
      "            }\n"),
-    ("        }\n        cluster_barrier();\n\n        // C:",
+    (BARRIER_2,
      "        }\n"
-     "        if (tid == 0)\n"
-     "            asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" ::\"r\"(shared_address(dlogit_bar)),\n"
-     "                         \"r\"(batch * CLASSES * 4) : \"memory\");\n"
-     "        for (uint32_t done = 0; !done;)\n"
-     "            asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; \"\n"
-     "                         \"selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(shared_address(dlogit_bar)), \"r\"(step & 1)\n"
-     "                         : \"memory\");\n\n"
+     "        if (tid == 0) arrive_expecting(dlogit_bar, batch * CLASSES * 4);\n"
+     "        wait_phase(dlogit_bar, step & 1);\n\n"
      "        // C:"),
     NO_DLOGIT_GATHER,
 ]
 # `async` and also the shares: each row's 4 threads send its shares to the block that owns the row, into an inbox
 # as push's, counted on a second mbarrier there, on which phase B waits instead of at cluster barrier 1: no cluster
 # barrier left in a step (the dlogits a block waits for are sent after every block's reads of its inbox).
-ASYNC_ALL_EDITS = ASYNC_EDITS + [SHARE_INBOX, SHARES_FROM_INBOX] + [
-    ("        if (q == 0 && i < batch)\n            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];\n",
+ASYNC_ALL_EDITS = ASYNC_EDITS + [
+    SHARE_INBOX,
+    SHARES_FROM_INBOX,
+    (SHARES_STORED[0],
      "        if (i < batch) {\n"
      "            int owner = i / rows_per_block;\n"
      "            uint32_t inbox = cluster_address(share + (rank * rows_per_block + i - owner * rows_per_block) * CLASSES, owner);\n"
      "            uint32_t bar = cluster_address(share_bar, owner);\n"
      "#pragma unroll\n"
      "            for (int j = 0; j < CLASSES; j++)\n"
-     "                if (j % ROW_THREADS == q)\n"
-     "                    asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\"\n"
-     "                                 ::\"r\"(inbox + 4 * j), \"r\"(__float_as_uint(logit[j])), \"r\"(bar) : \"memory\");\n"
+     "                if (j % ROW_THREADS == q) store_async(inbox + 4 * j, logit[j], bar);\n"
      "        }\n"),
-    ("next_rows);\n        cluster_barrier();\n",
+    (BARRIER_1,
      "next_rows);\n"
-     "        if (tid == 0)\n"
-     "            asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" ::\"r\"(shared_address(share_bar)),\n"
-     "                         \"r\"(my_rows * CLASSES * 4 * cluster_size) : \"memory\");\n"
-     "        for (uint32_t done = 0; !done;)\n"
-     "            asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; \"\n"
-     "                         \"selp.u32 %0, 1, 0, p; }\" : \"=r\"(done) : \"r\"(shared_address(share_bar)), \"r\"(step & 1)\n"
-     "                         : \"memory\");\n"),
+     "        if (tid == 0) arrive_expecting(share_bar, my_rows * CLASSES * 4 * cluster_size);\n"
+     "        wait_phase(share_bar, step & 1);\n"),
 ]
 # (name, what it changes, its edits), in the order of the table
 EXCHANGES = [
@@ -286,8 +295,8 @@ def build(name, source):
     return exe
 
 
-def run(exe, hidden, epochs, extra=()):
-    done = subprocess.run([exe, "--hidden", hidden, "--epochs", str(epochs), "--quiet", *extra],
+def run(exe, hidden, epochs):
+    done = subprocess.run([exe, "--hidden", hidden, "--epochs", str(epochs), "--quiet"],
                           capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         sys.exit(f"error: phases08: {exe} --hidden {hidden} exited {done.returncode}: {done.stderr.strip()[-500:]}")
@@ -344,8 +353,9 @@ def phase_table(measured):
     return lines
 
 
-def mnist_cut(images, folder="build/phases08/mnist-cut"):
+def mnist_cut(images):
     """The first `images` training images of data/mnist (and 1,000 test images), for a short profiled epoch."""
+    folder = os.path.join(WORK, "mnist-cut")
     os.makedirs(folder, exist_ok=True)
     for name, count, header, size in (("train-images-idx3-ubyte", images, 16, 784), ("train-labels-idx1-ubyte", images, 8, 1),
                                       ("t10k-images-idx3-ubyte", 1000, 16, 784), ("t10k-labels-idx1-ubyte", 1000, 8, 1)):
@@ -359,7 +369,7 @@ def mnist_cut(images, folder="build/phases08/mnist-cut"):
 def warp_states(exe):
     """Lines of the kernel's warp states at --hidden 0 from ncu (None without ncu): each state's share of the
     warp cycles, from smsp__average_warp_latency_issue_stalled_<state>.ratio over their sum ("selected": issuing)."""
-    if subprocess.run(["sh", "-c", "command -v ncu"], capture_output=True).returncode != 0:
+    if shutil.which("ncu") is None:
         return None
     report = os.path.join(WORK, "warp-states")
     command = ["ncu", "-k", "regex:mlp_epoch", "--launch-count", "1", "--metrics",

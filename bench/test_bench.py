@@ -1630,7 +1630,7 @@ class Phases08Test(unittest.TestCase):
         self.assertEqual(step_loop(text).count("cluster_barrier();"), 2)
         self.assertEqual(step_loop(copies["async"]).count("cluster_barrier();"), 1)  # barrier 1 only
         self.assertNotIn("cluster_barrier();", step_loop(copies["async-all"]))
-        self.assertEqual(step_loop(copies["async-all"]).count("st.async"), 2)  # the shares and the dlogits
+        self.assertEqual(step_loop(copies["async-all"]).count("store_async("), 2)  # the shares and the dlogits
         relaxed = copies["relaxed"]
         self.assertEqual(relaxed.count("relaxed_cluster_barrier();"), 2)
         self.assertEqual(relaxed.count("cluster_barrier();"), text.count("cluster_barrier();"))
