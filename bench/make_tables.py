@@ -562,13 +562,12 @@ def steps_lines(rows, stage, stage_names=None, defaults=None):
             else:
                 mnist.append([short_name(config), stage, "no result yet", "", "", ""])
             continue
-        previous_us = None  # µs per step of before, from the first pass of the loop
+        previous_us = step_figures(before)[0]  # None without a stage before
         for e in ([before] if before else []) + [this]:
             us, steps = step_figures(e)
             saved = ""
             if e is this and before is not None:
                 saved = fmt_saved(previous_us - us if None not in (previous_us, us) else None)
-            previous_us = us
             if config.trainer == "regression":
                 outside = e.e2e - e.loop if None not in (e.e2e, e.loop) else None
                 regression.append([e.label(stage_names), fmt_3(e.loop), fmt_3(us), fmt_3(outside), saved])
