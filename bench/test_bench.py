@@ -1643,6 +1643,18 @@ class Phases08Test(unittest.TestCase):
         self.assertEqual(phases08.outcome("... ms/epoch, h2d 1 ms | train_loss 0.315518 test_loss 0.3 test_acc 89.90%"),
                          (0.315518, "89.90"))
 
+    def test_the_readme_quotes_the_file(self):
+        with tempfile.TemporaryDirectory() as root:
+            results = os.path.join(root, "results")
+            self.assertIn("Not measured yet", make_tables.phases_block(results, root))
+            os.makedirs(results)
+            with open(os.path.join(results, "gpu-x-phases-08.txt"), "w", encoding="utf-8") as f:
+                f.write("GPU X · commit abc\ncommand: python3 bench/phases08.py\n\n== ms/epoch\nthe trainer 3.78\n")
+            block = make_tables.phases_block(results, root)
+            self.assertTrue(block.startswith("`results/gpu-x-phases-08.txt`: GPU X · commit abc\n\n```\ncommand:"))
+            self.assertIn("the trainer 3.78\n```", block)
+            self.assertTrue(block.endswith("do not edit by hand.</sub>"))
+
     def test_a_missing_anchor_is_one_error_line(self):
         with self.assertRaises(SystemExit) as caught:
             phases08.floor_source("no kernel here")
