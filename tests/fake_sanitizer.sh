@@ -19,6 +19,8 @@ while [ $# -gt 0 ]; do
         *) shift ;;  # the tool's other options and their values
     esac
 done
+# FAKE_SANITIZER_CALLS: a file that gets one line a call, the tool and the command it would have run
+[ -z "${FAKE_SANITIZER_CALLS:-}" ] || echo "$tool $*" >>"$FAKE_SANITIZER_CALLS"
 say() { printf '========= %s\n' "$@" >>"$log"; }
 : >"$log"
 say "COMPUTE-SANITIZER"

@@ -7,7 +7,7 @@ set -u
 build=${1:-build}
 make=${MAKE:-make}
 work=$build/sanitize-smoke
-rm -rf "$work"
+rm -rf "$work" "$work.calls"
 passed=0 failed=0
 
 check() {  # check DESCRIPTION PATTERN: PATTERN (grep -E) must match a line of the summary
@@ -23,7 +23,8 @@ check() {  # check DESCRIPTION PATTERN: PATTERN (grep -E) must match a line of t
 # stands in for a GPU.
 $make --no-print-directory -o $build/06/regression -o $build/06/mnist stage-sanitize NN=06 \
     DETECTED_ARCH=fake COMPUTE_SANITIZER="$PWD/tests/fake_sanitizer.sh" \
-    SAN_DIR="$work" SAN_MNIST_DATA="$work/no-data" SAN_RACECHECK_MNIST_DATA="$work/no-data" SAN_TIMEOUT=1 SAN_JOBS=8 >"$work.log" 2>&1
+    SAN_DIR="$work" SAN_MNIST_DATA="$work/no-data" SAN_RACECHECK_MNIST_DATA="$work/no-data-racecheck" SAN_TIMEOUT=1 \
+    SAN_JOBS=8 FAKE_SANITIZER_CALLS="$work.calls" >"$work.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then
     echo "ok    a matrix with findings fails make (exit $rc)"; passed=$((passed + 1))
@@ -31,6 +32,15 @@ else
     echo "FAIL  a matrix with findings made make succeed"; failed=$((failed + 1))
 fi
 check "clean" "^06 +mnist +clean [0-9]+s"
+# racecheck's MNIST runs take their own, smaller cut; the other tools the usual one
+for tool in memcheck racecheck synccheck initcheck; do
+    want="$work/no-data"; [ $tool != racecheck ] || want="$work/no-data-racecheck"
+    if grep -q "^$tool .*/mnist .*--data $want\( \|$\)" "$work.calls" 2>/dev/null; then
+        echo "ok    $tool's MNIST run reads $(basename "$want")"; passed=$((passed + 1))
+    else
+        echo "FAIL  $tool's MNIST run does not read $want: $(grep "^$tool .*/mnist" "$work.calls" 2>/dev/null)"; failed=$((failed + 1))
+    fi
+done
 check "a run past SAN_TIMEOUT is TIMEOUT" "^06 +regression +TIMEOUT [0-9]+s"
 check "hazards inside a library kernel only are counted and marked (library)" "^06 +mnist .* 2 errors \(library\) [0-9]+s"
 check "an error in the stage's own kernel is not marked (library)" "^06 +mnist .* 1 errors [0-9]+s *$"
