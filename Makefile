@@ -1,7 +1,8 @@
 # cuda-stages: one entry point. `make help` lists everything.
 #
 #   make stage N run|compare|diff|test|profile|ladder   one stage (N = 1..8; `make stage N` = run)
-#   make test                                    every test suite (GPU suites skip without a GPU)
+#   make test                                    the quick suites (GPU suites skip without a GPU)
+#   make check                                   the slow smoke suites of the tools (try, exercises, mutants, ...)
 #   make data | bench | clean | help
 
 CUDA_HOME ?= /usr/local/cuda
@@ -10,11 +11,14 @@ NVCC := $(CUDA_HOME)/bin/nvcc
 CC := gcc
 
 # ----------------------------------------------------------------------------
-# GPU architecture: the visible GPU's, else a portable set (sm_75 ... sm_90 machine code + PTX)
+# GPU architecture: the visible GPU's; without one, PTX for compute_75 and compute_90 (every path compiled, quickly;
+# a GPU compiles it at first launch); CUDA_ARCH=all: machine code for sm_75 ... sm_90 and compute_90 PTX.
 
 DETECTED_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')
 CUDA_ARCH ?= $(DETECTED_ARCH)
 ifeq ($(strip $(CUDA_ARCH)),)
+GENCODE := -gencode arch=compute_75,code=compute_75 -gencode arch=compute_90,code=compute_90
+else ifeq ($(strip $(CUDA_ARCH)),all)
 GENCODE := $(foreach a,75 80 86 89 90,-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=compute_90
 else
 GENCODE := -gencode arch=compute_$(CUDA_ARCH),code=[sm_$(CUDA_ARCH),compute_$(CUDA_ARCH)]
@@ -102,10 +106,10 @@ ifneq ($(filter-out $(VERBS),$(wordlist 3,99,$(MAKECMDGOALS)))$(word 4,$(MAKECMD
 $(error unknown verb '$(wordlist 3,99,$(MAKECMDGOALS))'; valid verbs: $(VERBS))
 endif
 
-# Without a GPU, say so in one line instead of letting each program fail in turn.
-ifneq ($(filter run compare profile,$(VERB)),)
-ifeq ($(DETECTED_ARCH)$(findstring --reference,$(ARGS)),)
-$(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU; ARGS=--reference trains on the CPU)
+# Without a GPU, run trains on the CPU (stage 01: its CPU version); compare and profile say so in one line.
+ifneq ($(filter compare profile,$(VERB)),)
+ifeq ($(DETECTED_ARCH),)
+$(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU)
 endif
 endif
 ifeq ($(VERB),ladder)
@@ -131,7 +135,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 
 else
 
-.PHONY: all help test test-cpu test-gpu data bench clean stage-run stage-compare stage-diff stage-test stage-profile profile
+.PHONY: all help test check test-cpu test-gpu data bench clean stage-run stage-compare stage-diff stage-test stage-profile profile
 
 all: $(STAGE_BINS) $(BUILD)/01/vector_add
 
@@ -152,7 +156,8 @@ help:
 	@echo "  make stage N prompt    write build/prompt/stageNN-TRAINER.md: a prompt (under 40 KB) to write stage N from N-1"
 	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
-	@echo "  make test              every suite: CPU suites always, GPU suites when a GPU is visible"
+	@echo "  make test              the quick suites: CPU suites always, GPU suites when a GPU is visible"
+	@echo "  make check             the slow smoke suites of the tools: try, prompts, exercises, sanitize, mutants"
 	@echo "  make profile           every stage's profile (RECORD=1 on the GPU machine: all of results/<gpu>-profile-*.txt)"
 	@echo "  make sanitize          every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
 	@echo "  make student           a copy of the repository with every exercise cut out, for a class (DIR=...)"
@@ -257,10 +262,25 @@ $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
 
 GPU_TEST_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/test_gpu)
+TEST_BINS := $(BUILD)/tests/test_cpu $(GPU_TEST_BINS) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
+             $(LADDER_TEST_BINS)
+# the test builds use every core unless make was given -j
+TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
 
-test: $(BUILD)/tests/test_cpu $(GPU_TEST_BINS) $(BUILD)/01/test_vector_add $(STAGE_BINS)
+# make test: what a student runs, in a few minutes; make check: the slow smoke suites of the tools. Both build
+# quietly (-s: warnings and errors only) after checking that Criterion and zlib are there (tests/prerequisites.sh).
+.PHONY: check prerequisites
+prerequisites:
+	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
+
+test: prerequisites
+	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
 	@$(if $(DETECTED_ARCH),$(MAKE) --no-print-directory data,true)
-	@NVCC=$(NVCC) bash tests/run_all.sh $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
+	@NVCC=$(NVCC) bash tests/run_all.sh test $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
+
+check: prerequisites
+	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
+	@NVCC=$(NVCC) bash tests/run_all.sh check $(BUILD) "$(STAGES)"
 
 # ----------------------------------------------------------------------------
 # data
@@ -274,12 +294,17 @@ data:
 TRAINER ?= regression mnist
 PREV = $(filter $(shell printf '%02d' $$(( 1$(NN) - 101 )) 2>/dev/null),$(STAGES))
 
+# Without a GPU: the CPU version (stage 01) or the CPU reference trainers, and one note.
+CPU_RUN_ARGS = $(if $(DETECTED_ARCH)$(findstring --reference,$(ARGS))$(findstring --version,$(ARGS)),,$(if $(filter 01,$(NN)),--version cpu,--reference))
+CPU_RUN_NOTE = $(if $(CPU_RUN_ARGS),@echo "note: no CUDA device found: stage $(NN:0%=%) runs on the CPU ($(CPU_RUN_ARGS)) and its timings are CPU timings" >&2)
+
 stage-run: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist)
+	$(CPU_RUN_NOTE)
 ifeq ($(NN),01)
-	$(BUILD)/01/vector_add $(ARGS)
+	$(BUILD)/01/vector_add $(ARGS) $(CPU_RUN_ARGS)
 else
 	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
-	@set -e; for t in $(TRAINER); do $(BUILD)/$(NN)/$$t $(ARGS); done
+	@set -e; for t in $(TRAINER); do $(BUILD)/$(NN)/$$t $(ARGS) $(CPU_RUN_ARGS); done
 endif
 
 stage-compare:

@@ -648,7 +648,8 @@ static void print_figures(double ms, double previous_ms, double bytes, double ce
         return;
     }
     double gbps = bytes / ms / 1e6;
-    printf(" %10.4f %9.1f %6.1f%%", ms, gbps, 100.0 * gbps / ceiling_gbps);
+    if (isnan(ceiling_gbps)) printf(" %10.4f %9.1f %7s", ms, gbps, "-");
+    else printf(" %10.4f %9.1f %6.1f%%", ms, gbps, 100.0 * gbps / ceiling_gbps);
     if (isnan(previous_ms)) printf(" %8s", "-");
     else printf(" %7.2fx", previous_ms / ms);
 }
@@ -697,16 +698,23 @@ int main(int argc, char **argv) {
     }
 
     int device_count = 0;
+    // without a GPU, version 1 (the CPU loop) alone still runs: --version cpu
     cudaError_t status = cudaGetDeviceCount(&device_count);
-    if (status != cudaSuccess || device_count == 0) {
-        fprintf(stderr, "error: no CUDA device found (%s): vector_add needs an NVIDIA GPU and its driver\n",
+    int gpu = status == cudaSuccess && device_count > 0;
+    if (!gpu && (first != 0 || last != 1)) {
+        fprintf(stderr, "error: no CUDA device found (%s): vector_add needs an NVIDIA GPU and its driver "
+                        "(--version cpu runs without one)\n",
                 status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports 0 devices");
         return EXIT_CUDA;
     }
     DeviceInfo dev;
-    if (device_query(&dev) != 0) return EXIT_CUDA;
     size_t bytes = sizeof(float) * (size_t)n;
-    require_free_device_memory(3 * bytes, "a, b and c");
+    if (gpu) {
+        if (device_query(&dev) != 0) return EXIT_CUDA;
+        require_free_device_memory(3 * bytes, "a, b and c");
+    } else {
+        host_describe(&dev);
+    }
 
     float *a = (float *)malloc(bytes), *b = (float *)malloc(bytes), *c = (float *)malloc(bytes);
     float *expected = (float *)malloc(bytes);  // [n] each, host
@@ -718,13 +726,17 @@ int main(int argc, char **argv) {
     Problem p = {a, b, c, n, repeats};
 
     double add_bytes = 3.0 * (double)bytes;  // a and b read, c written
-    double ceiling_ms = copy_ms(n, repeats);
-    double ceiling_gbps = 2.0 * (double)bytes / ceiling_ms / 1e6;  // read + written
+    double ceiling_ms = gpu ? copy_ms(n, repeats) : NAN;
+    double ceiling_gbps = 2.0 * (double)bytes / ceiling_ms / 1e6;  // read + written (NaN: no GPU, no ceiling)
     printf("vector add c = a + b, n = %lld floats: %.1f MB moved per add (a and b read, c written)\n", (long long)n,
            add_bytes / 1e6);
-    printf("GPU: %s (cc %s, CUDA %s, driver %s)\n", dev.name, dev.cc, dev.cuda, dev.driver);
-    printf("ceiling: cudaMemcpy device to device of %.1f MB in %.4f ms = %.1f GB/s (read + written)\n", bytes / 1e6,
-           ceiling_ms, ceiling_gbps);
+    if (gpu) {
+        printf("GPU: %s (cc %s, CUDA %s, driver %s)\n", dev.name, dev.cc, dev.cuda, dev.driver);
+        printf("ceiling: cudaMemcpy device to device of %.1f MB in %.4f ms = %.1f GB/s (read + written)\n",
+               bytes / 1e6, ceiling_ms, ceiling_gbps);
+    } else {
+        printf("CPU: %s (no CUDA device: the CPU version alone, without a ceiling)\n", dev.name);
+    }
     printf("medians of %d runs after %d warm-ups; every c poisoned first and checked bit-exactly against the CPU\n\n",
            repeats, WARMUP_RUNS);
     printf("%-22s | %-37s | %s\n", "", "kernel only (data already in place)", "with transfers (host to host)");

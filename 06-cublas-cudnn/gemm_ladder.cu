@@ -31,6 +31,8 @@ Exit codes: 0 ok; 1 a wrong result; 2 an invalid flag or an unwritable --csv fil
 #include <cuda_bf16.h>
 #include <cublasLt.h>
 
+#include "gates.h"
+
 #define CALLS_PER_RUN 10
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLASLt's scratch (split-K and the like)
 #define TUNE_CANDIDATES 8                   // heuristic answers timed by the autotuned versions
@@ -179,6 +181,15 @@ static void pick_fastest(LtPlan *plan, const Problem *p, const Version *v,
 // Builds version v's plan for p (with autotuning when v asks for it); returns why there is none, or NULL.
 static const char *plan_create(LtPlan *plan, const Problem *p, const Version *v) {
     static char why[160];
+    // tensor-core math is asked for by name: a GPU without it skips the version (cuBLAS would run fp32)
+    Feature feature = v->input_type == CUDA_R_16BF ? FEATURE_BF16 : FEATURE_TF32;
+    if ((v->input_type == CUDA_R_16BF || v->compute == CUBLAS_COMPUTE_32F_FAST_TF32) &&
+        !feature_available(feature, NULL, why, sizeof(why))) {
+        char gate[96];
+        snprintf(gate, sizeof(gate), "%.95s", why);
+        snprintf(why, sizeof(why), "needs %.60s: %s", feature_description(feature), gate);
+        return why;
+    }
     uint32_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
     const float *bias = p->bias;
     cublasCheck(cublasLtMatmulDescCreate(&plan->desc, v->compute, CUDA_R_32F));

@@ -14,6 +14,7 @@
 #include <cudnn.h>
 
 #include "check.h"
+#include "gates.h"  // stage 08: the persistent kernel needs clusters, on the GPU and in this build
 #include "host.h"
 #include "staging.h"
 #include "lt_matmul.h"
@@ -288,7 +289,8 @@ __device__ void copy_batch_pixels(const EpochArgs *a, int owned, uint8_t *x, con
 // One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one launch of
 // clusters of a.cluster_size blocks of PERSISTENT_THREADS threads, one block an SM. UNITS: the hidden units a block
 // owns (a.slice with a hidden layer), so that their sums stay in registers. Dynamic shared memory:
-// persistent_shared_layout(&a).bytes. Built for every architecture, launched on 9.0 and up only (persistent_layout).
+// persistent_shared_layout(&a).bytes. Built for every architecture, launched only where the GPU and the code this
+// build carries have clusters (persistent_layout; common/gates.h).
 template <int UNITS>
 __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochArgs a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -569,6 +571,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             w0[(int64_t)k * hidden + first + f] = my_w0[e];
         }
     }
+#else
+    __trap();  // compiled for an architecture without clusters: persistent_layout never launches this
 #endif
 }
 
@@ -592,28 +596,38 @@ typedef struct {
     size_t shared_bytes;
 } PersistentLayout;
 
+// Where the persistent kernel cannot run: with --variant persistent named, one error line and EXIT_CUDA; else 0
+// (stage 07's epoch graph runs) and, once a process, one note.
+static int persistent_unavailable(const MnistConfig *cfg, const char *needs, const char *why) {
+    static int noted = 0;
+    if (cfg->variant_given) {
+        fprintf(stderr, "error: --variant persistent needs %s: %s; --variant epoch-graph runs here\n", needs, why);
+        exit(EXIT_CUDA);
+    }
+    if (!noted) fprintf(stderr, "note: the persistent kernel needs %s: %s; stage 07's epoch graph runs instead\n", needs, why);
+    noted = 1;
+    return 0;
+}
+
 // The persistent kernel's launch for cfg on this GPU, in *layout; 0 where stage 07's graphs run instead: not fp32,
 // more than one hidden layer, a batch past PERSISTENT_MAX_BATCH, or more hidden units than the blocks the GPU
 // runs at once can own (PERSISTENT_MAX_UNITS each). Without a hidden layer one cluster holds the model: 16 blocks
 // where the GPU places clusters that large, else 8. With one, the cluster size (16 or 8) that puts the most blocks
 // on the GPU at once (up to PERSISTENT_MAX_CLUSTERS clusters), up to a block a unit. Every block asks for more
-// than half an SM's shared memory, so that no two share an SM. A GPU without thread-block clusters, or that cannot
-// hold the layout, gets one line and EXIT_CUDA: the stage's idea needs them. steps: the epoch's (the labels of a
-// block's rows for all of them stay in its shared memory).
+// than half an SM's shared memory, so that no two share an SM. A GPU without thread-block clusters (or a build
+// whose kernel lacks them), or that cannot hold the layout, runs stage 07's epoch graph with one note; with
+// --variant persistent named, one error line and EXIT_CUDA. steps: the epoch's (the labels of a block's rows for
+// all of them stay in its shared memory).
 static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout *layout) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
     if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2 || cfg->batch > PERSISTENT_MAX_BATCH) return 0;
-    int device, major, minor, max_shared, sm_shared;
+    int device, max_shared, sm_shared;
+    char why[160];
+    if (!feature_available(FEATURE_CLUSTERS, persistent_kernel(1), why, sizeof(why)))
+        return persistent_unavailable(cfg, feature_description(FEATURE_CLUSTERS), why);
     cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     cudaCheck(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     cudaCheck(cudaDeviceGetAttribute(&sm_shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    if (major < 9) {
-        fprintf(stderr, "error: --variant persistent needs thread-block clusters (compute capability 9.0 or newer); "
-                        "this GPU is %d.%d: use --variant epoch-graph\n", major, minor);
-        exit(EXIT_CUDA);
-    }
     for (int units = 1; units <= PERSISTENT_MAX_UNITS; units *= 2) {
         const void *kernel = persistent_kernel(units);
         cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -643,10 +657,9 @@ static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout
         if (!hidden && blocks > 0) break;  // the largest cluster that fits
     }
     if (best_blocks == 0) {
-        fprintf(stderr, "error: --variant persistent: this GPU runs no cluster of %d blocks of %d threads with %zu "
-                        "bytes of shared memory each: use --variant epoch-graph\n",
-                PERSISTENT_MIN_CLUSTER, PERSISTENT_THREADS, persistent_shared_bytes(a));
-        exit(EXIT_CUDA);
+        snprintf(why, sizeof(why), "this GPU runs none of %d blocks of %d threads with %zu bytes of shared memory each",
+                 PERSISTENT_MIN_CLUSTER, PERSISTENT_THREADS, persistent_shared_bytes(a));
+        return persistent_unavailable(cfg, "a cluster it can place", why);
     }
     a->cluster_size = best_size;
     if (hidden) {

@@ -41,7 +41,6 @@ $(BUILD)/common/ladder.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"'
 $(BUILD)/common/ladder.o: $(BUILD)/.commit
 
 all: $(LADDER_BINS)
-test: $(LADDER_BINS) $(LADDER_TEST_BINS)
 
 # ----------------------------------------------------------------------------
 # make stage N ladder (the top Makefile refuses a stage without ladders, or a machine without a GPU)

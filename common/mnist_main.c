@@ -25,6 +25,7 @@
 #include "data.h"
 #include "device.h"
 #include "divergence.h"
+#include "gates.h"
 #include "exit_codes.h"
 #include "idx.h"
 #include "message.h"
@@ -35,6 +36,8 @@
 #ifndef STAGE_NAME
 #error "compile with -DSTAGE_NAME='\"02\"' (the Makefile does)"
 #endif
+
+#define CHANCE_ACCURACY 0.15  // ten classes: guessing scores 0.1; a run that ends at or below this learned nothing
 
 static void *alloc_or_die(size_t count, size_t size, const char *what) {
     void *p = malloc(count * size);
@@ -63,6 +66,18 @@ static double mnist_device_bytes(const MnistConfig *cfg, int n_train, int n_test
     return 12.0 * (double)mnist_param_count(cfg) + (double)n_train * (5.0 * MNIST_PIXELS + 1.0) +
            (double)n_test * (5.0 * MNIST_PIXELS + 1.0) + 4.0 * cfg->epochs * (double)n_train +
            (16.0 * cfg->batch + 8.0 * n_test) * widths + 4.0 * steps + (64.0 + 256.0) * (1 << 20);
+}
+
+// --precision tf32 or bf16 asks for tensor-core math by name: a GPU without it is one line and EXIT_CUDA
+// (cuBLAS would quietly compute in fp32 instead, and the row would say tf32).
+static void check_precision_gate(Precision precision) {
+    char why[160];
+    Feature feature = precision == PRECISION_TF32 ? FEATURE_TF32 : FEATURE_BF16;
+    if (precision != PRECISION_FP32 && !feature_available(feature, NULL, why, sizeof(why))) {
+        fprintf(stderr, "error: --precision %s needs %s: %s; --precision fp32 runs here\n", PRECISION_NAMES[precision],
+                feature_description(feature), why);
+        exit(EXIT_CUDA);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -252,7 +267,8 @@ int main(int argc, char **argv) {
     }
 
     MnistConfig cfg = {.n_layers = opt.n_hidden + 1, .batch = opt.batch, .epochs = opt.epochs, .lr = opt.lr,
-                       .precision = precision, .breakdown = opt.breakdown, .variant = variant};
+                       .precision = precision, .breakdown = opt.breakdown, .variant = variant,
+                       .variant_given = opt.variant != NULL};
     char hidden[64] = "0";
     cfg.sizes[0] = MNIST_PIXELS;
     for (int l = 0, used = 0; l < opt.n_hidden; l++) {
@@ -275,6 +291,7 @@ int main(int argc, char **argv) {
                  cfg.batch, cfg.epochs, set.n_train);
         device_check_memory(mnist_device_bytes(&cfg, set.n_train, set.n_test), what,
                             "try a smaller --hidden, --batch or --epochs");
+        check_precision_gate(precision);
     }
 
     int64_t n_params = mnist_param_count(&cfg);
@@ -351,6 +368,10 @@ int main(int argc, char **argv) {
     row.test_loss = o.test_loss[cfg.epochs - 1];
     row.test_acc = o.test_acc[cfg.epochs - 1];
     report_print(&row, stdout);
+    // a learning rate that trains nothing is the user's choice, but it should not look like success
+    if (row.test_acc <= CHANCE_ACCURACY)
+        fprintf(stderr, "warning: the final test accuracy, %.1f%%, is chance level (10 classes): this run did not "
+                        "learn; try a smaller --lr\n", 100.0 * row.test_acc);
 
     if (opt.csv_path && report_append_csv(&row, opt.csv_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: --csv: %s\n", err);

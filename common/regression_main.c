@@ -222,13 +222,13 @@ int main(int argc, char **argv) {
     int *logged_epoch = alloc_or_die((size_t)n_logged, sizeof(int), "the loss curve");
     for (int e = 0, i = 0; e < cfg.epochs; e++)
         if (regression_epoch_logged(e, cfg.epochs, cfg.log_every)) logged_epoch[i++] = e;
-    if (!opt.quiet)
-        for (int i = 0; i < n_logged; i++)
-            printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], train_loss[i], test_loss[i]);
-
+    // the epochs up to the first that diverged, if one did: none after the error line
     const char *bad = NULL;
     char bad_text[128];
     int bad_epoch = first_bad_epoch(&cfg, &out, &bad, bad_text, sizeof(bad_text));
+    if (!opt.quiet)
+        for (int i = 0; i < n_logged && (bad_epoch < 0 || logged_epoch[i] <= bad_epoch); i++)
+            printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], train_loss[i], test_loss[i]);
     int status = report_training_outcome(bad_epoch, bad, &out.timing, opt.quiet, opt.breakdown);
     if (status != EXIT_OK) goto done;
 

@@ -562,6 +562,7 @@ void result_row_name(ResultRow *row, int reference, const char *stage, const cha
 
 int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *timing, int quiet, int breakdown) {
     if (bad_epoch >= 0) {
+        fflush(stdout);  // the epoch lines before the error line, also where stdout is a pipe
         fprintf(stderr, "error: loss became %s at epoch %d (try a smaller --lr)\n", bad, bad_epoch);
         return EXIT_DIVERGED;
     }

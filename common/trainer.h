@@ -101,6 +101,8 @@ typedef struct {
     Precision precision;              // of the GEMMs; fp32 unless the stage lists others in MNIST_PRECISIONS
     int breakdown;                    // 1: fill timing.phase_ms
     int variant;                      // index into the stage's MNIST_VARIANTS
+    int variant_given;                // 1: --variant named it, so a variant this GPU cannot run is an error
+                                      // (0: the stage runs the previous stage's path, with a note)
 } MnistConfig;
 
 // A pixel byte as the trainers read it, in [0, 1]: images[i] == mnist_pixel_value(pixels[i]) bit for bit.
