@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "child_output.h"
+#include "exit_codes.h"
 #include "ladder.h"
 
 // ----------------------------------------------------------------------------
@@ -42,38 +44,110 @@ Test(ladder, command_line) {
     cr_expect(options.first == 1 && options.last == 2 && options.repeats == 7 && options.csv_path == NULL);
 }
 
-Test(ladder, a_flag_of_another_ladder_exits_2, .exit_code = 2) {
+// A bad flag or value ends the program: the calls below run in a child (child_output.h), which must exit 2
+// with one line on stderr, "error: ...", that names the problem, and nothing on stdout.
+static void expect_usage_error(void (*body)(void *ctx), void *ctx, const char *key) {
+    char err[1024], out[1024];
+    int code = child_output(body, ctx, err, sizeof(err), out, sizeof(out));
+    cr_assert_eq(code, EXIT_USAGE, "exit %d, stderr: %s", code, err);
+    cr_assert_eq(strncmp(err, "error: ", 7), 0, "not an error line: %s", err);
+    const char *newline = strchr(err, '\n');
+    cr_assert(newline && newline[1] == '\0', "not exactly one line: %s", err);
+    cr_assert_not_null(strstr(err, key), "'%s' is not in: %s", key, err);
+    cr_assert_str_empty(out);
+}
+
+// ladder_parse_args' arguments, but for calls_per_run (1) and the options it fills
+typedef struct {
+    int argc;
+    char **argv;
+    const char *usage;
+    LadderSize *sizes;
+    int size_count, version_count;
+    LadderNameFn version_name;
+} ArgsCall;
+
+static void parse_args(void *ctx) {
+    ArgsCall *call = ctx;
+    LadderOptions options;
+    ladder_parse_args(call->argc, call->argv, call->usage, call->sizes, call->size_count, call->version_count,
+                      call->version_name, 1, &options);
+}
+
+typedef struct {
+    const char *flag, *text;
+    int64_t min, max;
+} CountCall;
+
+static void parse_count(void *ctx) {
+    CountCall *call = ctx;
+    ladder_parse_count("p", call->flag, call->text, call->min, call->max);
+}
+
+static void parse_version(void *text) {
+    int first, last;
+    ladder_parse_version("p", text, 3, version_name, &first, &last);
+}
+
+static void check_csv(void *path) { ladder_check_csv(path); }
+
+Test(ladder, a_flag_of_another_ladder_exits_2) {
     char *argv[] = {"p", "--m", "5", NULL};
     LadderSize size = {"--n", 1, 100, 10, 0};
-    LadderOptions options;
-    ladder_parse_args(3, argv, "usage: %s\n", &size, 1, 3, version_name, 1, &options);
+    ArgsCall call = {3, argv, "usage: %s\n", &size, 1, 3, version_name};
+    expect_usage_error(parse_args, &call, "unknown flag '--m'");
 }
 
-Test(ladder, a_flag_without_its_value_exits_2, .exit_code = 2) {
+Test(ladder, a_flag_without_its_value_exits_2) {
     char *argv[] = {"p", "--repeat", NULL};
-    LadderOptions options;
-    ladder_parse_args(2, argv, "usage: %s\n", NULL, 0, 3, version_name, 1, &options);
+    ArgsCall call = {2, argv, "usage: %s\n", NULL, 0, 3, version_name};
+    expect_usage_error(parse_args, &call, "missing value after '--repeat'");
 }
 
-Test(ladder, help_exits_0, .exit_code = 0) {
+// --help prints the usage on stdout, nothing on stderr, and exits 0 without reading further flags
+Test(ladder, help_exits_0) {
     char *argv[] = {"p", "--help", "--flags-after-help-are-not-read", NULL};
-    LadderOptions options;
-    ladder_parse_args(3, argv, "usage: %s\n", NULL, 0, 3, version_name, 1, &options);
-    cr_assert_fail("--help returned");
+    ArgsCall call = {3, argv, "usage: %s\n", NULL, 0, 3, version_name};
+    char err[1024], out[1024];
+    int code = child_output(parse_args, &call, err, sizeof(err), out, sizeof(out));
+    cr_assert_eq(code, EXIT_OK, "exit %d (%d: --help returned), stderr: %s", code, CHILD_RETURNED, err);
+    cr_assert_str_empty(err);
+    cr_assert_eq(strncmp(out, "usage: p\n", 9), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "--version    1..3, a name, or all (default): 1 naive, 2 tile16, 3 tile64\n"), "%s", out);
 }
 
-Test(ladder, count_with_an_exponent_exits_2, .exit_code = 2) { ladder_parse_count("p", "--n", "1e6", 1, 10000000); }
-Test(ladder, negative_count_exits_2, .exit_code = 2) { ladder_parse_count("p", "--n", "-5", 1, 100); }
-Test(ladder, count_past_the_limit_exits_2, .exit_code = 2) { ladder_parse_count("p", "--m", "8193", 1, 8192); }
-Test(ladder, empty_count_exits_2, .exit_code = 2) { ladder_parse_count("p", "--k", "", 1, 8192); }
-
-Test(ladder, unknown_version_exits_2, .exit_code = 2) {
-    int first, last;
-    ladder_parse_version("p", "4", 3, version_name, &first, &last);
+Test(ladder, count_with_an_exponent_exits_2) {
+    CountCall call = {"--n", "1e6", 1, 10000000};
+    expect_usage_error(parse_count, &call, "--n wants a whole number from 1 to 10000000, got '1e6'");
 }
 
-Test(ladder, unwritable_csv_exits_2, .exit_code = 2) { ladder_check_csv("/nonexistent-dir/ladders.csv"); }
-Test(ladder, csv_that_is_a_folder_exits_2, .exit_code = 2) { ladder_check_csv("/tmp"); }
+Test(ladder, negative_count_exits_2) {
+    CountCall call = {"--n", "-5", 1, 100};
+    expect_usage_error(parse_count, &call, "--n wants a whole number from 1 to 100, got '-5'");
+}
+
+Test(ladder, count_past_the_limit_exits_2) {
+    CountCall call = {"--m", "8193", 1, 8192};
+    expect_usage_error(parse_count, &call, "--m wants a whole number from 1 to 8192, got '8193'");
+}
+
+Test(ladder, empty_count_exits_2) {
+    CountCall call = {"--k", "", 1, 8192};
+    expect_usage_error(parse_count, &call, "--k wants a whole number from 1 to 8192, got ''");
+}
+
+Test(ladder, unknown_version_exits_2) {
+    expect_usage_error(parse_version, "4", "--version wants 1..3, a version name or all, got '4'");
+}
+
+Test(ladder, unwritable_csv_exits_2) {
+    expect_usage_error(check_csv, "/nonexistent-dir/ladders.csv",
+                       "cannot append rows to --csv /nonexistent-dir/ladders.csv: No such file or directory");
+}
+
+Test(ladder, csv_that_is_a_folder_exits_2) {
+    expect_usage_error(check_csv, "/tmp", "cannot append rows to --csv /tmp: it is a folder");
+}
 
 // ----------------------------------------------------------------------------
 // statistics and rows
@@ -216,18 +290,18 @@ Test(ladder, upload_flags) {
     cr_expect(fresh[1].value == 0 && fresh[2].value == 4096, "threads: the pool's default; slots: the trainer's");
 }
 
-Test(ladder, upload_threads_past_the_pool_exit_2, .exit_code = 2) {
+Test(ladder, upload_threads_past_the_pool_exit_2) {
     char *argv[] = {"p", "--threads", "65", NULL};
     LadderSize sizes[] = LADDER_UPLOAD_SIZES;
-    LadderOptions options;
-    ladder_parse_args(3, argv, LADDER_UPLOAD_USAGE, sizes, 3, 5, upload_version_name, 1, &options);
+    ArgsCall call = {3, argv, LADDER_UPLOAD_USAGE, sizes, 3, 5, upload_version_name};
+    expect_usage_error(parse_args, &call, "--threads wants a whole number from 0 to 64, got '65'");
 }
 
-Test(ladder, upload_chunk_below_4_kib_exits_2, .exit_code = 2) {
+Test(ladder, upload_chunk_below_4_kib_exits_2) {
     char *argv[] = {"p", "--chunk-kib", "3", NULL};
     LadderSize sizes[] = LADDER_UPLOAD_SIZES;
-    LadderOptions options;
-    ladder_parse_args(3, argv, LADDER_UPLOAD_USAGE, sizes, 3, 5, upload_version_name, 1, &options);
+    ArgsCall call = {3, argv, LADDER_UPLOAD_USAGE, sizes, 3, 5, upload_version_name};
+    expect_usage_error(parse_args, &call, "--chunk-kib wants a whole number from 4 to 1048576, got '3'");
 }
 
 Test(ladder, upload_shape) {
