@@ -2,8 +2,8 @@
 # tests/run_all.sh test|check BUILD "STAGES" ["LADDER_TESTS"]: the suites of `make test` or `make check`, one line
 # each, and one closing tally line. A suite's whole output is shown only when it fails (VERBOSE=1: always).
 #   test:  the CPU suites, the command-line contract, citations, the bench tables, the profile summary, and
-#          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; they
-#          run side by side, as many at once as there are cores (their output is shown in order);
+#          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU
+#          suites run one after another, beside the others (the output is shown in order);
 #   check: the slow smoke suites of the tools: try, prompts, exercises, sanitize's verdicts, the mutants; one at
 #          a time, since several of them build into BUILD.
 set -u
@@ -14,18 +14,36 @@ trap 'rm -rf "$dir"' EXIT
 names=() tallies=()
 if [ "$mode" = test ]; then max_jobs=$(nproc 2>/dev/null || echo 2); else max_jobs=1; fi
 
-# suite NAME TALLY COMMAND...: start COMMAND in the background, its output in $dir/N.log, its exit status and
-# seconds in $dir/N.status. TALLY says how its counts are read: criterion, unittest, or a script's line prefix.
+# run_one I COMMAND...: COMMAND's output in $dir/I.log, its exit status and seconds in $dir/I.status
+run_one() {
+    local i=$1 start=$SECONDS
+    shift
+    "$@" >"$dir/$i.log" 2>&1 </dev/null
+    echo "$? $((SECONDS - start))" >"$dir/$i.status"
+}
+
+# suite NAME TALLY COMMAND...: start COMMAND in the background, at most max_jobs at once. TALLY says how its
+# counts are read: criterion, unittest, or a script's line prefix.
 suite() {
     local i=${#names[@]}
     names+=("$1")
     tallies+=("$2")
     shift 2
     while [ "$(jobs -rp | wc -l)" -ge "$max_jobs" ]; do wait -n; done
+    run_one "$i" "$@" &
+}
+
+# gpu_suites SUITE...: the GPU suites, one after another in one background job (Criterion already runs each
+# suite's tests on every core, and several suites at once would share out the GPU's memory)
+gpu_suites() {
+    local first=${#names[@]} s
+    for s in "$@"; do
+        names+=("GPU suite $s")
+        tallies+=(criterion)
+    done
     (
-        start=$SECONDS
-        "$@" >"$dir/$i.log" 2>&1 </dev/null
-        echo "$? $((SECONDS - start))" >"$dir/$i.status"
+        i=$first
+        for s in "$@"; do run_one $((i++)) "$s"; done
     ) &
 }
 
@@ -56,9 +74,7 @@ tally() {
 }
 
 if [ "$mode" = test ]; then
-    for s in "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done) $ladder_tests; do
-        suite "GPU suite $s" criterion "$s"
-    done
+    gpu_suites "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done) $ladder_tests
     suite "CPU suites (common/)" criterion "$build/tests/test_cpu"
     suite "command-line contract (stage $last_stage)" cli bash tests/cli_smoke.sh "$build/$last_stage"
     suite "citations (every path a comment or README cites exists)" citations bash tests/citations.sh
