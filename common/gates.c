@@ -14,7 +14,6 @@ static const struct {
 } FEATURES[FEATURE_COUNT] = {
     [FEATURE_TF32] = {"tf32 tensor-core math", 80},
     [FEATURE_BF16] = {"bf16 tensor-core math", 80},
-    [FEATURE_CP_ASYNC] = {"asynchronous copies into shared memory (cp.async)", 80},
     [FEATURE_CLUSTERS] = {"thread-block clusters", 90},
 };
 

@@ -20,7 +20,6 @@ extern "C" {
 typedef enum {
     FEATURE_TF32,      // tf32 tensor-core math (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32): 8.0
     FEATURE_BF16,      // bf16 tensor-core math: 8.0
-    FEATURE_CP_ASYNC,  // copies into shared memory that run on their own (cp.async): 8.0
     FEATURE_CLUSTERS,  // thread-block clusters and distributed shared memory: 9.0
     FEATURE_COUNT
 } Feature;
