@@ -185,8 +185,8 @@ static const char *plan_create(LtPlan *plan, const Problem *p, const Version *v)
     Feature feature = v->input_type == CUDA_R_16BF ? FEATURE_BF16 : FEATURE_TF32;
     if ((v->input_type == CUDA_R_16BF || v->compute == CUBLAS_COMPUTE_32F_FAST_TF32) &&
         !feature_available(feature, NULL, why, sizeof(why))) {
-        char gate[96];
-        snprintf(gate, sizeof(gate), "%.95s", why);
+        char gate[80];
+        snprintf(gate, sizeof(gate), "%.79s", why);
         snprintf(why, sizeof(why), "needs %.60s: %s", feature_description(feature), gate);
         return why;
     }
