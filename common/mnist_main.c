@@ -369,7 +369,7 @@ int main(int argc, char **argv) {
     row.test_acc = o.test_acc[cfg.epochs - 1];
     report_print(&row, stdout);
     // a learning rate that trains nothing is the user's choice, but it should not look like success
-    if (row.test_acc <= CHANCE_ACCURACY)
+    if (row.test_acc <= CHANCE_ACCURACY && fflush(stdout) == 0)  // the warning after the result line
         fprintf(stderr, "warning: the final test accuracy, %.1f%%, is chance level (10 classes): this run did not "
                         "learn; try a smaller --lr\n", 100.0 * row.test_acc);
 
