@@ -87,82 +87,6 @@ SAN_MNIST_CUT := $(foreach d,$(SAN_MNIST_DATA) $(SAN_RACECHECK_MNIST_DATA),$(if 
 sanitize: $(SAN_MNIST_CUT)
 stage-sanitize: $(if $(filter 01,$(NN)),,$(SAN_MNIST_CUT))
 
-# One run: sh -c "$SAN_JOB" sh STAGE TRAINER VARIANT PRECISION TOOL (VARIANT, PRECISION: - = default).
-# It appends one line to results: the row label, the tool, the verdict and the seconds taken.
-# Verdicts: clean; N errors / N warnings (racecheck's hazards of either kind), "(library)" added when
-# every report is inside a library's kernel; TIMEOUT; KILLED (exit N) when the program died of a
-# signal; FAILED (exit N) when it failed with nothing reported, or no sanitizer summary was written.
-define SAN_JOB_SCRIPT
-stage=$$1 trainer=$$2 variant=$$3 precision=$$4 tool=$$5
-bin=$(BUILD)/$$stage/$$trainer
-case $$trainer in
-    regression) args="$(SAN_REGRESSION_ARGS)" ;;
-    mnist) data=$(SAN_MNIST_DATA); [ $$tool != racecheck ] || data=$(SAN_RACECHECK_MNIST_DATA)
-        args="$(SAN_MNIST_ARGS) --data $$data" ;;
-    *) args="$(SAN_VECTOR_ADD_ARGS)" ;;
-esac
-label=$$trainer
-[ "$$variant" = - ] || { args="$$args --variant $$variant"; label="$$label/$$variant"; }
-[ "$$precision" = - ] || { args="$$args --precision $$precision"; label="$$label/$$precision"; }
-case $$tool in
-    memcheck) flags="$(SAN_FLAGS_memcheck)" ;;
-    racecheck) flags="$(SAN_FLAGS_racecheck)" ;;
-    synccheck) flags="$(SAN_FLAGS_synccheck)" ;;
-    *) flags="$(SAN_FLAGS_initcheck)" ;;
-esac
-log=$(SAN_DIR)/logs/$$stage-$$(echo "$$label" | tr / -)-$$tool
-start=$$(date +%s)
-timeout -k 10 $(SAN_TIMEOUT) "$(COMPUTE_SANITIZER)" --tool "$$tool" $$flags --log-file "$$log.log" \
-    "$$bin" $$args >"$$log.out" 2>&1
-rc=$$?
-secs=$$(($$(date +%s) - start))
-errors=$$(sed -n 's/.*ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p' "$$log.log" 2>/dev/null | tail -n 1)
-warnings=0
-races=$$(sed -n 's/.*RACECHECK SUMMARY: .*(\([0-9][0-9]*\) errors*, \([0-9][0-9]*\) warnings*).*/\1 \2/p' "$$log.log" 2>/dev/null | tail -n 1)
-[ -z "$$races" ] || { errors=$${races% *}; warnings=$${races#* }; }
-# The kernels the reports name ("at KERNEL+0x..", "access at KERNEL+0x.."): some, and none of them
-# defined in the stage's own .cu files, means every report is inside a library's kernel (cuBLASLt, cuDNN)
-kernels=$$(sed -n -e 's/^=========  *at \(void \)\{0,1\}\([A-Za-z_][A-Za-z_0-9:]*\).*/\2/p' \
-    -e 's/.* access at \(void \)\{0,1\}\([A-Za-z_][A-Za-z_0-9:]*\).*/\2/p' "$$log.log" 2>/dev/null | sort -u)
-whose=""; [ -z "$$kernels" ] || whose=" (library)"
-for kernel in $$kernels; do grep -q "__global__ void $$kernel(" $$stage-*/*.cu 2>/dev/null && whose=""; done
-if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then verdict="TIMEOUT"
-elif grep -q "process didn't terminate successfully" "$$log.log" 2>/dev/null; then verdict="KILLED (exit $$rc)"
-elif [ -z "$$errors" ]; then verdict="FAILED (exit $$rc)"
-elif [ "$$errors" -gt 0 ]; then verdict="$$errors errors$$whose"
-elif [ "$$warnings" -gt 0 ]; then verdict="$$warnings warnings$$whose"
-elif [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"
-else verdict="clean"
-fi
-echo "$$stage $$label $$tool $$secs $$verdict" >>$(SAN_DIR)/results
-echo "  $$stage $$label $$tool: $$verdict ($$secs s)"
-endef
-
-# The table: one row per stage x trainer (x variant), one column per tool, then one line of totals.
-define SAN_TABLE_SCRIPT
-BEGIN { ntools = split(tools, tool, " ") }
-{
-    row = sprintf("%-5s  %-24s", $$1, $$2); if (!(row in seen)) { seen[row] = 1; rows[++nrows] = row }
-    verdict = $$5; for (i = 6; i <= NF; i++) verdict = verdict " " $$i
-    cell[row, $$3] = verdict " " $$4 "s"; runs++
-    if (verdict != "clean") bad++
-    if (verdict ~ /\(library\)/) library++
-    if (verdict ~ /^KILLED/) killed++
-}
-END {
-    printf "%-5s  %-24s", "stage", "trainer"; for (t = 1; t <= ntools; t++) printf "  %-24s", tool[t]; printf "\n"
-    for (r = 1; r <= nrows; r++) {
-        printf "%s", rows[r]
-        for (t = 1; t <= ntools; t++) printf "  %-24s", ((rows[r], tool[t]) in cell) ? cell[rows[r], tool[t]] : "-"
-        printf "\n"
-    }
-    if (library) printf "(library): every report of that run is inside a closed library kernel (cuBLASLt, cuDNN), none in this repository's kernels\n"
-    if (killed) printf "KILLED: most often the host's out-of-memory killer (dmesg says): racecheck of the bf16 GEMMs takes tens of GB each; lower SAN_JOBS\n"
-    if (bad) printf "sanitize: %d of %d runs not clean: logs in %s/logs/\n", bad, runs, dir
-    else printf "sanitize: all %d runs clean\n", runs
-}
-endef
-
 # A full matrix (every stage, all four tools, the default sizes) is a result worth keeping: its summary
 # is copied to results/<gpu>-sanitize.txt (-sanitize-all-variants.txt with SAN_VARIANTS=all), where
 # bench/make_tables.py finds it for the READMEs.
@@ -171,8 +95,10 @@ SAN_FULL_MATRIX := $(if $(SAN_SIZES_CHANGED)$(filter command line,$(origin SAN_S
 sanitize: SAN_RESULT := $(if $(SAN_FULL_MATRIX),sanitize$(if $(filter all,$(SAN_VARIANTS)),-all-variants))
 stage-sanitize: SAN_RESULT :=
 
-sanitize stage-sanitize: export SAN_JOB = $(SAN_JOB_SCRIPT)
-sanitize stage-sanitize: export SAN_TABLE = $(SAN_TABLE_SCRIPT)
+# the settings common/sanitize_run.sh reads
+SAN_EXPORTS := BUILD SAN_DIR SAN_TIMEOUT COMPUTE_SANITIZER SAN_REGRESSION_ARGS SAN_MNIST_ARGS SAN_VECTOR_ADD_ARGS \
+    SAN_MNIST_DATA SAN_RACECHECK_MNIST_DATA SAN_FLAGS_memcheck SAN_FLAGS_racecheck SAN_FLAGS_synccheck SAN_FLAGS_initcheck
+export $(SAN_EXPORTS)
 
 sanitize stage-sanitize:
 	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make sanitize needs a CUDA device (nvidia-smi lists none)" >&2; exit 4; fi
@@ -193,11 +119,11 @@ sanitize stage-sanitize:
 	done
 	@echo "compute-sanitizer: $$(wc -l <$(SAN_DIR)/jobs) runs, $(SAN_JOBS) at a time, $(SAN_TIMEOUT) s limit each ($(COMPUTE_SANITIZER))"
 	@start=$$(date +%s); \
-	xargs -P $(SAN_JOBS) -L 1 sh -c "$$SAN_JOB" sh <$(SAN_DIR)/jobs; \
+	xargs -P $(SAN_JOBS) -L 1 sh common/sanitize_run.sh <$(SAN_DIR)/jobs; \
 	{ echo "compute-sanitizer $$("$(COMPUTE_SANITIZER)" --version 2>/dev/null | sed -n 's/.*Version //p' | head -n 1)" \
 	       "on $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), commit $(GIT_COMMIT_ID)," \
 	       "$(SAN_JOBS) runs at a time, $$(($$(date +%s) - start)) s in all"; \
-	  sort -k1,1 -k2,2 $(SAN_DIR)/results | awk -v tools="$(SAN_TOOLS)" -v dir="$(SAN_DIR)" "$$SAN_TABLE"; \
+	  sort -k1,1 -k2,2 $(SAN_DIR)/results | awk -v tools="$(SAN_TOOLS)" -v dir="$(SAN_DIR)" -f common/sanitize_table.awk; \
 	} >$(SAN_DIR)/summary.txt
 	@echo; cat $(SAN_DIR)/summary.txt
 	@if [ -n "$(SAN_RESULT)" ]; then \
