@@ -145,7 +145,8 @@ help:
 	@echo "  make stage N run       build stage N and run both trainers (N = $(firstword $(ALL_STAGES:0%=%))..$(lastword $(ALL_STAGES:0%=%)); 'make stage N' alone = run)"
 	@echo "                         TRAINER=regression|mnist picks one, ARGS=\"--epochs 3 ...\" passes flags"
 	@echo "  make stage N compare   run stage N-1 and stage N with the same flags, side by side"
-	@echo "  make stage N diff      what stage N changed, as a diff against stage N-1"
+	@echo "  make stage N diff      what stage N changed, as a diff against stage N-1 (and the common/ files it is the"
+	@echo "                         first to use)"
 	@echo "  make stage N test      stage N's GPU test suite (agreement with the CPU reference)"
 	@echo "  make stage N profile   ncu over a short run, summarized per kernel if ncu is installed, else a --breakdown"
 	@echo "                         run (RECORD=1: also results/<gpu>-profile-NN.txt, for the stage README);"
@@ -322,7 +323,10 @@ stage-diff:
 	    echo "stage $(NN) is where the trainers start: nothing to diff against (read $(call stage_dir,$(NN))/README.md)"; \
 	else for f in regression.cu mnist.cu; do \
 	    diff -u --label $(call stage_dir,$(PREV))/$$f --label $(call stage_dir,$(NN))/$$f \
-	        $(call stage_dir,$(PREV))/$$f $(call stage_dir,$(NN))/$$f; done; fi; true
+	        $(call stage_dir,$(PREV))/$$f $(call stage_dir,$(NN))/$$f; done; \
+	    sh common/stage_common.sh $(call stage_dir,$(PREV)) >$(BUILD)/.diff-prev-common; \
+	    for f in $$(sh common/stage_common.sh $(call stage_dir,$(NN)) | grep -vxF -f $(BUILD)/.diff-prev-common); do \
+	        diff -u --label /dev/null --label $$f /dev/null $$f; done; fi; true
 
 stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
 	@$(if $(filter 01,$(NN)),,$(if $(DETECTED_ARCH),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true))

@@ -248,6 +248,12 @@ submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory $s
 expect "make: unknown stage"               2 "unknown stage"    -- submake stage 9
 expect "make: unknown verb"                2 "unknown verb"     -- submake stage 2 frobnicate
 expect "make: a stage without ladders"     2 "no kernel ladders" -- submake stage 2 ladder
+# the diff shows the common/ files a stage is the first to use: 05's staging ring, none for 04
+submake stage 5 diff >"$tmp/diff05" 2>&1
+check "make: stage 5 diff shows the staging ring in common/" grep -q "^+++ common/staging.c" "$tmp/diff05"
+submake stage 4 diff >"$tmp/diff04" 2>&1
+check "make: stage 4 diff shows its trainers and nothing of common/" \
+    sh -c '! grep -q "^+++ common/" "$1" && grep -q "^+++ 04-shared-memory/mnist.cu" "$1"' sh "$tmp/diff04"
 
 # ----------------------------------------------------------------------------
 # the kernel ladders (NN-*/NAME_ladder.cu -> build/NN/NAME_ladder): bad flags exit 2 before any CUDA call
