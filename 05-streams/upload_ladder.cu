@@ -5,7 +5,7 @@ memory, so pageable bytes must be copied into pinned memory first, or the pages 
 
     1 pageable        cudaMemcpy straight from the pageable array: the driver copies it through pinned
                       buffers of its own, one piece at a time, and returns when the last is on the device
-    2 staged          the regression's scheme before issue 18: a ring of 4 pinned 1 MiB slots; one host thread
+    2 staged          the simplest ring: a ring of 4 pinned 1 MiB slots; one host thread
                       memcpys a chunk into a slot while the copy engine drains the one before it
                       (cudaMemcpyAsync), waiting only for a slot still being read
     3 staged-threads  the same ring with --chunk-kib slots, each filled by --threads host threads together
@@ -46,7 +46,7 @@ Exit codes: 0 ok; 1 a wrong copy; 2 an invalid flag or an unwritable --csv file;
 #include "ladder.h"
 #include "staging.h"
 
-#define STAGED_CHUNK ((size_t)1 << 20)  // version 2's slot: the trainer's 1 MiB before issue 18
+#define STAGED_CHUNK ((size_t)1 << 20)  // version 2's slot: 1 MiB, a quarter of the trainer's
 
 // ----------------------------------------------------------------------------
 // the versions. An Upload holds one version's state; call() moves src to dst and returns before the copy

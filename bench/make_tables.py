@@ -997,7 +997,7 @@ def add_round_blocks(files, root, dirs, results_dir):
 
 
 # ----------------------------------------------------------------------------
-# issue 16: setup and wall time, spread, one run per table, the torch.compile audit, predictions
+# setup and wall time, spread, one run per table, the torch.compile audit, predictions
 
 FOOTNOTE_SETUP = (
     "setup: the untimed preparations before e2e starts, the median of the timed runs' (handles, GEMM "

@@ -832,7 +832,7 @@ class KernelLadderTest(unittest.TestCase):
 
 
 # ----------------------------------------------------------------------------
-# provenance (issue 16): which commit, which run, when
+# provenance: which commit, which run, when
 
 def git(cwd, *args):
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", *args],
@@ -959,7 +959,7 @@ class MakefileCommitTest(unittest.TestCase):
 
 
 # ----------------------------------------------------------------------------
-# issue 16: setup and wall, spread, one run per table, the torch.compile audit, predictions
+# setup and wall, spread, one run per table, the torch.compile audit, predictions
 
 def timed_row(stage, trainer="mnist", hidden="128", setup=None, e2e=100.0, per_epoch=9.0, epochs=10, run="run-1",
               variant="default", precision="fp32", **columns):

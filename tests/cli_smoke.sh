@@ -106,7 +106,7 @@ newline_dir="$tmp/new"$'\n'"line"; tiny_set "$newline_dir"
 expect "mnist: newline in the --data path" 2 "larger than the 20 training images in .*new.line" -- \
     "$stage_build/mnist" --reference --data "$newline_dir"
 
-# compressed data read to the end and verified; nothing blocks; headers before bodies (issue 20)
+# compressed data read to the end and verified; nothing blocks; headers before bodies
 gz_cut() {  # FILE BYTES: FILE.gz is FILE compressed, its last BYTES bytes cut off
     gzip -c "$1" | head -c $(($(gzip -c "$1" | wc -c) - $2)) >"$1.gz"; rm "$1"
 }
@@ -191,7 +191,7 @@ fi
 
 expect "regression: lr diverges"           5 "loss became (NaN|Inf) at epoch [0-9]+" -- "$stage_build/regression" --reference --lr 100 --points 1000 --epochs 200
 expect "regression: CPU reference trains"  0 ""                 -- "$stage_build/regression" --reference --points 20000 --quiet
-# a loss that grows past 1e6 times its first value without overflowing (issue 20)
+# a loss that grows past 1e6 times its first value without overflowing
 expect "regression: loss grows past the bound" 5 "loss became [0-9.e+]+ \(over 1e6 times its first value, .*\) at epoch 10" -- \
     "$stage_build/regression" --reference --lr 0.3 --epochs 30 --points 1000
 noise() { LC_ALL=C awk -v n="$1" 'BEGIN { srand(7); for (i = 0; i < n; i++) printf "%c", int(rand() * 256) }'; }
@@ -208,7 +208,7 @@ check "regression: --reference prints its progress" [ "$(progress_lines)" = 3 ]
 check "regression: --quiet silences the progress" [ "$(progress_lines --quiet)" = 0 ]
 
 # ----------------------------------------------------------------------------
-# output files: exit 2, checked before any training, whole or untouched (issue 20)
+# output files: exit 2, checked before any training, whole or untouched
 
 long_run="--reference --points 20000000 --epochs 100000"  # hours of training: a check after it would time out
 expect "regression: --csv in a missing directory, before training" 2 "cannot write into the directory" -- \
@@ -279,7 +279,7 @@ stage_n=${stage_build##*/}; stage_n=${stage_n#0}
 # a failed program: its one error line, and make's own one line (not a second one from the sub-make)
 expect_lines "make: a failed stage run adds one line" 2 "^error: --epochs 0 is out of range" "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 2$" -- \
     submake stage "$stage_n" run TRAINER=regression ARGS="--reference --epochs 0"
-# values that reach a shell: refused in one line before any recipe runs, nothing executed (issue 20)
+# values that reach a shell: refused in one line before any recipe runs, nothing executed
 expect "make: FILE with quotes and ;"      2 "FILE holds a character a shell would act on" -- \
     submake stage 3 try FILE="x\"; touch $tmp/pwned; echo \""
 expect "make: FILE with backquotes"        2 "FILE holds" -- submake stage 3 try FILE="\`touch $tmp/pwned\`"

@@ -175,7 +175,7 @@ Test(args, out_of_range) {
 }
 
 Test(args, beyond_64_bits_is_out_of_range_not_garbage) {
-    // whole numbers too large for any counter: "out of range", never "not a whole number" (issue 20)
+    // whole numbers too large for any counter: "out of range", never "not a whole number"
     const char *huge[] = {"1e30", "-1e30", "1e400", "99999999999999999999", "-99999999999999999999", "9.5e18"};
     for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
         expect_rejected(REGRESSION("--epochs", huge[i]), "out of range", "1 .. 100000");

@@ -398,7 +398,7 @@ Test(idx, messages_stay_one_line) {
 }
 
 // ----------------------------------------------------------------------------
-// compressed streams are read to their end and verified (issue 20): the gzip trailer's CRC-32 and
+// compressed streams are read to their end and verified: the gzip trailer's CRC-32 and
 // length, nothing after the stream
 
 // The bytes of a gzip file holding n_images 28x28 images (pixel i = (3 + 7 i) % 256). Caller frees.

@@ -634,7 +634,7 @@ Test(reference, gemm_precision_rounds_only_what_it_must) {
     mlp_problem_free(&pb);
 }
 
-// divergence and progress (issue 20): a run that has diverged stops there; a long run says how far it is
+// divergence and progress: a run that has diverged stops there; a long run says how far it is
 
 Test(reference, regression_stops_at_a_diverged_loss) {
     // lr 0.5 on 1000 points: the loss passes 1e6 times its first value by the logged epoch 10

@@ -369,7 +369,7 @@ Test(report, write_file_creates_directories) {
 }
 
 // ----------------------------------------------------------------------------
-// output files are whole or untouched (issue 20): temporary file + rename, every write checked, the
+// output files are whole or untouched: temporary file + rename, every write checked, the
 // header matched before an append, the paths checked before any training
 
 // The whole file as a string (caller frees); NULL when it does not exist.

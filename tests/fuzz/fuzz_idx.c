@@ -13,7 +13,7 @@
 // also checked against an independent reading of the input: a plain file exactly as long as its header
 // says; a gzip file one complete stream (zlib verified its CRC-32 and length) with nothing after it,
 // whose content is exactly what the reader returned. The corpus holds a seed of each kind the reader
-// once accepted wrongly (issue 20): trailers cut off, a bad CRC, trailing junk, two gzip members.
+// once accepted wrongly: trailers cut off, a bad CRC, trailing junk, two gzip members.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
