@@ -55,8 +55,7 @@ void result_row_stamp(ResultRow *row) {
     provenance_utc(row->utc, sizeof(row->utc));
 }
 
-// Smallest and largest of values[0..n), NaN ignored; both NaN when there is no number.
-static void min_max(const double *values, int n, double *lo, double *hi) {
+void min_max(const double *values, int n, double *lo, double *hi) {
     *lo = *hi = NAN;
     for (int i = 0; values && i < n; i++) {
         if (isnan(values[i])) continue;
@@ -230,7 +229,7 @@ static int check_header(int fd, const struct stat *info, const char *path, const
 
 // Appends rows (complete lines) to path: header first when the file is new or empty. The new content
 // goes to a temporary file (old rows, then the new ones) that replaces path only when all of it is written.
-static int append_rows(const char *path, const char *header, const char *rows, size_t rows_len, char *err,
+static int append_text(const char *path, const char *header, const char *rows, size_t rows_len, char *err,
                        size_t err_len) {
     char target[PATH_MAX], temp[PATH_MAX + 32];
     if (resolve_target(path, target, sizeof(target), err, err_len) != 0) return -1;
@@ -270,9 +269,7 @@ static int append_rows(const char *path, const char *header, const char *rows, s
     return commit_temp(fd, temp, target, mode, err, err_len);
 }
 
-// Checks that path can take rows under header: an existing regular file that starts with header (or
-// is empty), or a new file in a directory where one can be created.
-static int check_output(const char *path, const char *header, char *err, size_t err_len) {
+int report_check_rows(const char *path, const char *header, char *err, size_t err_len) {
     char target[PATH_MAX], temp[PATH_MAX + 32];
     if (resolve_target(path, target, sizeof(target), err, err_len) != 0) return -1;
     int fd;
@@ -292,11 +289,11 @@ static int check_output(const char *path, const char *header, char *err, size_t 
 
 int report_check_outputs(const char *csv_path, const char *curve_path, char *err, size_t err_len) {
     char why[1024];
-    if (csv_path && check_output(csv_path, REPORT_CSV_HEADER, why, sizeof(why)) != 0) {
+    if (csv_path && report_check_rows(csv_path, REPORT_CSV_HEADER, why, sizeof(why)) != 0) {
         error_message(err, err_len, "--csv: %s", why);
         return -1;
     }
-    if (curve_path && check_output(curve_path, REPORT_CURVE_HEADER, why, sizeof(why)) != 0) {
+    if (curve_path && report_check_rows(curve_path, REPORT_CURVE_HEADER, why, sizeof(why)) != 0) {
         error_message(err, err_len, "--curve: %s", why);
         return -1;
     }
@@ -335,33 +332,36 @@ static void csv_int(FILE *f, int64_t value) {
     fputc(',', f);
 }
 
-static void csv_real(FILE *f, const char *format, double value) {
+void report_csv_real(FILE *f, const char *format, double value) {
     if (!isnan(value)) fprintf(f, format, value);
     fputc(',', f);
 }
 
-// Rows are formatted in memory first, then appended in one piece.
-static FILE *open_rows(char **text, size_t *len, char *err, size_t err_len) {
-    *text = NULL;
-    FILE *f = open_memstream(text, len);
-    if (!f) error_message(err, err_len, "out of host memory for the rows to write");
-    return f;
-}
-
-static int close_rows(FILE *f, char **text, char *err, size_t err_len) {
-    int failed = ferror(f);
-    if (fclose(f) != 0) failed = 1;
-    if (failed) {
-        free(*text);
-        *text = NULL;
+// The rows are formatted in memory first, so that a file never gets half of them.
+int report_append_rows(const char *path, const char *header, ReportRowsFn write_rows, const void *ctx, char *err,
+                       size_t err_len) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
         error_message(err, err_len, "out of host memory for the rows to write");
         return -1;
     }
-    return 0;
+    write_rows(f, ctx);
+    int failed = ferror(f);
+    if (fclose(f) != 0 || failed) {
+        free(text);
+        error_message(err, err_len, "out of host memory for the rows to write");
+        return -1;
+    }
+    int status = append_text(path, header, text, len, err, err_len);
+    free(text);
+    return status;
 }
 
 // The fields of one result row, in the order of REPORT_CSV_HEADER (schema 2), ending the line.
-static void csv_result_fields(FILE *f, const ResultRow *row) {
+static void csv_result_fields(FILE *f, const void *ctx) {
+    const ResultRow *row = ctx;
     report_csv_text(f, row->stage, 0);
     report_csv_text(f, row->trainer, 0);
     report_csv_text(f, row->variant, 0);
@@ -369,7 +369,7 @@ static void csv_result_fields(FILE *f, const ResultRow *row) {
     report_csv_text(f, row->hidden, 0);
     csv_int(f, row->batch);
     csv_int(f, row->epochs);
-    csv_real(f, "%.7g", row->lr);  // a float flag: 7 digits give back what was typed (0.01, not 0.00999999978)
+    report_csv_real(f, "%.7g", row->lr);  // a float flag: 7 digits give back what was typed (0.01, not 0.00999999978)
     report_csv_text(f, row->precision, 0);
     report_csv_text(f, row->device, 0);
     report_csv_text(f, row->cc, 0);
@@ -377,25 +377,25 @@ static void csv_result_fields(FILE *f, const ResultRow *row) {
     report_csv_text(f, row->driver, 0);
     csv_int(f, row->threads);
     report_csv_text(f, "", 0);  // torch: PyTorch rows only
-    csv_real(f, "%.6g", row->setup_ms);
-    csv_real(f, "%.6g", row->e2e_ms);
-    csv_real(f, "%.6g", row->loop_ms);
-    csv_real(f, "%.6g", row->ms_per_epoch);
-    csv_real(f, "%.6g", row->h2d_ms);
+    report_csv_real(f, "%.6g", row->setup_ms);
+    report_csv_real(f, "%.6g", row->e2e_ms);
+    report_csv_real(f, "%.6g", row->loop_ms);
+    report_csv_real(f, "%.6g", row->ms_per_epoch);
+    report_csv_real(f, "%.6g", row->h2d_ms);
     csv_int(f, row->repeats);
-    csv_real(f, "%.6g", row->setup_min_ms);
-    csv_real(f, "%.6g", row->setup_max_ms);
-    csv_real(f, "%.6g", row->e2e_min_ms);
-    csv_real(f, "%.6g", row->e2e_max_ms);
-    csv_real(f, "%.6g", row->loop_min_ms);
-    csv_real(f, "%.6g", row->loop_max_ms);
-    csv_real(f, "%.6g", row->epoch_min_ms);
-    csv_real(f, "%.6g", row->epoch_max_ms);
-    csv_real(f, "%.9g", row->train_loss);
-    csv_real(f, "%.9g", row->test_loss);
-    csv_real(f, "%.9g", row->test_acc);
-    csv_real(f, "%.9g", row->w);
-    csv_real(f, "%.9g", row->b);
+    report_csv_real(f, "%.6g", row->setup_min_ms);
+    report_csv_real(f, "%.6g", row->setup_max_ms);
+    report_csv_real(f, "%.6g", row->e2e_min_ms);
+    report_csv_real(f, "%.6g", row->e2e_max_ms);
+    report_csv_real(f, "%.6g", row->loop_min_ms);
+    report_csv_real(f, "%.6g", row->loop_max_ms);
+    report_csv_real(f, "%.6g", row->epoch_min_ms);
+    report_csv_real(f, "%.6g", row->epoch_max_ms);
+    report_csv_real(f, "%.9g", row->train_loss);
+    report_csv_real(f, "%.9g", row->test_loss);
+    report_csv_real(f, "%.9g", row->test_acc);
+    report_csv_real(f, "%.9g", row->w);
+    report_csv_real(f, "%.9g", row->b);
     report_csv_text(f, "", 0);  // graph_breaks: torch.compile rows only
     report_csv_text(f, "", 0);  // recompiles: torch.compile rows only
     report_csv_text(f, row->commit, 0);
@@ -405,25 +405,20 @@ static void csv_result_fields(FILE *f, const ResultRow *row) {
 }
 
 int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
-    char *text;
-    size_t len;
-    FILE *f = open_rows(&text, &len, err, err_len);
-    if (!f) return -1;
-    csv_result_fields(f, row);
-    if (close_rows(f, &text, err, err_len) != 0) return -1;
-    int status = append_rows(path, REPORT_CSV_HEADER, text, len, err, err_len);
-    free(text);
-    return status;
+    return report_append_rows(path, REPORT_CSV_HEADER, csv_result_fields, row, err, err_len);
 }
 
-int report_append_curves(const char *path, const ResultRow *row, const CurveSeries *series, int n_series, char *err,
-                         size_t err_len) {
-    char *text;
-    size_t len;
-    FILE *f = open_rows(&text, &len, err, err_len);
-    if (!f) return -1;
-    for (int s = 0; s < n_series; s++) {
-        const CurveSeries *c = &series[s];
+typedef struct {
+    const ResultRow *row;
+    const CurveSeries *series;
+    int n_series;
+} CurveRows;
+
+static void csv_curve_rows(FILE *f, const void *ctx) {
+    const CurveRows *curves = ctx;
+    const ResultRow *row = curves->row;
+    for (int s = 0; s < curves->n_series; s++) {
+        const CurveSeries *c = &curves->series[s];
         for (int i = 0; i < c->count; i++) {
             report_csv_text(f, row->stage, 0);
             report_csv_text(f, row->trainer, 0);
@@ -436,10 +431,12 @@ int report_append_curves(const char *path, const ResultRow *row, const CurveSeri
             report_csv_text(f, row->run_id, 1);
         }
     }
-    if (close_rows(f, &text, err, err_len) != 0) return -1;
-    int status = append_rows(path, REPORT_CURVE_HEADER, text, len, err, err_len);
-    free(text);
-    return status;
+}
+
+int report_append_curves(const char *path, const ResultRow *row, const CurveSeries *series, int n_series, char *err,
+                         size_t err_len) {
+    CurveRows curves = {row, series, n_series};
+    return report_append_rows(path, REPORT_CURVE_HEADER, csv_curve_rows, &curves, err, err_len);
 }
 
 int report_append_curve(const char *path, const ResultRow *row, const char *series, const float *values,

@@ -56,18 +56,31 @@ void report_print(const ResultRow *row, FILE *out);
 // Returns -1 with a message in err when the file cannot be written, or holds rows of another header;
 // the file is then left as it was (the row goes to a temporary file renamed over it when complete).
 int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len);
-// Before any training: --csv and --curve (either may be NULL) can take their rows: each is a regular
-// file with the right header (or empty), or a new file where one can be created, and they differ.
 // A CSV text field, quoted (quotes doubled) only when it holds a comma, quote or line break; then a comma,
 // or a newline if last.
 void report_csv_text(FILE *f, const char *text, int last);
-
+// Before any training: --csv and --curve (either may be NULL) can take their rows: each is a regular
+// file with the right header (or empty), or a new file where one can be created, and they differ.
 int report_check_outputs(const char *csv_path, const char *curve_path, char *err, size_t err_len);
+// The one append path of every CSV this repository writes (result rows, curves, the ladders' rows):
+// write_rows(f, ctx) prints complete lines, which go to path under header (written when the file is new
+// or empty), whole or not at all. -1 with a message when path cannot take them (as report_append_csv).
+typedef void (*ReportRowsFn)(FILE *f, const void *ctx);
+int report_append_rows(const char *path, const char *header, ReportRowsFn write_rows, const void *ctx, char *err,
+                       size_t err_len);
+// Before the rows exist: path can take rows under header (a regular file that starts with it, or is
+// empty, or a new file where one can be created); -1 with a message otherwise.
+int report_check_rows(const char *path, const char *header, char *err, size_t err_len);
+// A CSV number in format ("%.6g"), then a comma; an empty field for NaN.
+void report_csv_real(FILE *f, const char *format, double value);
 // Flushes stdout: -1, after one error line on stderr, when the results could not be written there
 // (a full disk, /dev/full, a closed pipe's error).
 int report_flush_stdout(void);
 
+// The statistics of timed runs, for the drivers and the ladders alike.
 double median(const double *values, int n);  // of a copy; NaN when n == 0
+// Smallest and largest of values[0..n), NaN ignored; both NaN when there is no number (or values is NULL).
+void min_max(const double *values, int n, double *lo, double *hi);
 
 // The drivers' other outputs. --curve FILE: long-format rows (header when the file is new) for plots;
 // values[i] gets index[i], or first_index + i when index is NULL.
