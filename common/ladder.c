@@ -1,18 +1,19 @@
-// common/ladder.c: see ladder.h. Built into build/common/libcommon.a (compiled with -DGIT_COMMIT by
-// common/ladders.mk, so that every row names the commit it was measured at); tested by tests/test_ladder.c.
+// common/ladder.c: see ladder.h. Built into build/common/libcommon.a; tested by tests/test_ladder.c.
+// The rows go through common/report.c's append and name the commit and run of common/provenance.c,
+// as the trainers' rows do.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <cuda_runtime_api.h>
 
 #include "exit_codes.h"
 #include "host.h"
 #include "ladder.h"
+#include "provenance.h"
 #include "report.h"
 
 // ----------------------------------------------------------------------------
@@ -108,15 +109,18 @@ void ladder_parse_args(int argc, char **argv, const char *usage, LadderSize *siz
 }
 
 void ladder_check_csv(const char *path) {
-    // without creating it: the file, or else the folder it would be created in, must be writable
+    // the file, or else the folder it would be created in, must be writable (the two messages the tests
+    // and the smoke suite name); then what the append itself needs, so that it fails now, not after the runs
     char folder[4096];
     const char *slash = strrchr(path, '/');
     snprintf(folder, sizeof(folder), "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
     struct stat info;
     int exists = stat(path, &info) == 0;
     const char *problem = NULL;
+    char why[1024];
     if (exists && S_ISDIR(info.st_mode)) problem = "it is a folder";
     else if (exists ? access(path, W_OK) != 0 : access(folder, W_OK | X_OK) != 0) problem = strerror(errno);
+    else if (report_check_rows(path, LADDER_CSV_HEADER, why, sizeof(why)) != 0) problem = why;
     if (!problem) return;
     fprintf(stderr, "error: cannot append rows to --csv %s: %s\n", path, problem);
     exit(EXIT_USAGE);
@@ -142,28 +146,12 @@ void ladder_upload_shape(char *out, size_t len, int64_t points, int threads, int
 
 LadderStats ladder_stats(const double *ms, int runs) {
     LadderStats s = {median(ms, runs), NAN, NAN};
-    for (int r = 0; r < runs; r++) {
-        if (isnan(s.min_ms) || ms[r] < s.min_ms) s.min_ms = ms[r];
-        if (isnan(s.max_ms) || ms[r] > s.max_ms) s.max_ms = ms[r];
-    }
+    min_max(ms, runs, &s.min_ms, &s.max_ms);
     return s;
 }
 
 // ----------------------------------------------------------------------------
 // the table and the CSV rows
-
-const char *ladder_run_id(void) {
-    static char id[48];
-    if (id[0] == '\0') {
-        time_t now = time(NULL);
-        struct tm utc;
-        gmtime_r(&now, &utc);
-        char stamp[24];
-        strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &utc);
-        snprintf(id, sizeof(id), "%s-%ld", stamp, (long)getpid());
-    }
-    return id;
-}
 
 static double rate_of(const LadderTable *t, double ms) { return ms > 0.0 ? t->work / ms / 1e6 : NAN; }
 
@@ -183,52 +171,47 @@ void ladder_table_begin(LadderTable *t) {
     printf("\n");
 }
 
-static void csv_number(FILE *f, double value) {
-    if (!isnan(value)) fprintf(f, "%.6g", value);
-    fputc(',', f);
-}
+// One version's row, in the order of LADDER_CSV_HEADER.
+typedef struct {
+    const LadderTable *t;
+    int number;
+    const char *name;
+    LadderStats time;
+    double setup_ms;
+} LadderRow;
 
-static void append_row(const LadderTable *t, int number, const char *name, LadderStats time, double setup_ms) {
-    FILE *f = fopen(t->csv_path, "a");
-    if (!f) {
-        fprintf(stderr, "error: cannot open %s for appending: %s\n", t->csv_path, strerror(errno));
-        exit(EXIT_USAGE);
-    }
-    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0) fprintf(f, "%s\n", LADDER_CSV_HEADER);
-    const char *commit =
-#ifdef GIT_COMMIT
-        GIT_COMMIT;
-#else
-        "unknown";
-#endif
-    char version[16];
-    snprintf(version, sizeof(version), "%d", number);
+static void csv_ladder_row(FILE *f, const void *ctx) {
+    const LadderRow *row = ctx;
+    const LadderTable *t = row->t;
     report_csv_text(f, t->stage, 0);
     report_csv_text(f, t->ladder, 0);
     report_csv_text(f, t->shape, 0);
-    report_csv_text(f, version, 0);
-    report_csv_text(f, name, 0);
-    csv_number(f, time.median_ms);
-    csv_number(f, time.min_ms);
-    csv_number(f, time.max_ms);
-    csv_number(f, setup_ms);
-    csv_number(f, rate_of(t, time.median_ms));
+    fprintf(f, "%d,", row->number);
+    report_csv_text(f, row->name, 0);
+    report_csv_real(f, "%.6g", row->time.median_ms);
+    report_csv_real(f, "%.6g", row->time.min_ms);
+    report_csv_real(f, "%.6g", row->time.max_ms);
+    report_csv_real(f, "%.6g", row->setup_ms);
+    report_csv_real(f, "%.6g", rate_of(t, row->time.median_ms));
     report_csv_text(f, t->unit, 0);
     report_csv_text(f, t->ceiling, 0);
-    csv_number(f, t->ceiling_time.median_ms);
-    csv_number(f, rate_of(t, t->ceiling_time.median_ms));
+    report_csv_real(f, "%.6g", t->ceiling_time.median_ms);
+    report_csv_real(f, "%.6g", rate_of(t, t->ceiling_time.median_ms));
     fprintf(f, "%d,", t->repeats);
     report_csv_text(f, t->device->name, 0);
     report_csv_text(f, t->device->cc, 0);
     report_csv_text(f, t->device->cuda, 0);
     report_csv_text(f, t->device->driver, 0);
-    report_csv_text(f, commit, 0);
-    report_csv_text(f, ladder_run_id(), 1);
-    int failed = ferror(f);
-    if (fclose(f) != 0 || failed) {
-        fprintf(stderr, "error: cannot write %s: %s\n", t->csv_path, strerror(errno));
-        exit(EXIT_USAGE);
-    }
+    report_csv_text(f, provenance_commit(), 0);
+    report_csv_text(f, provenance_run_id(), 1);
+}
+
+static void append_row(const LadderTable *t, int number, const char *name, LadderStats time, double setup_ms) {
+    LadderRow row = {t, number, name, time, setup_ms};
+    char err[1024];
+    if (report_append_rows(t->csv_path, LADDER_CSV_HEADER, csv_ladder_row, &row, err, sizeof(err)) == 0) return;
+    fprintf(stderr, "error: %s\n", err);
+    exit(EXIT_USAGE);
 }
 
 static void print_speedup(double before_ms, double ms) {

@@ -17,7 +17,8 @@ extern "C" {
 // One CSV row per version and shape; bench/make_tables.py (LADDER_COLUMNS) reads them back.
 // rate: unit (GB/s or GFLOP/s) at the median time; ceiling_*: the ceiling of the same run and shape;
 // setup_ms: host time spent before the version could run (plans, autotuning), empty if none;
-// run: the same for every row one program run writes (a table is drawn from one run).
+// commit and run: provenance_commit() and provenance_run_id(), as in the trainers' rows (the run is the
+// same for every row one program run writes, or CUDA_STAGES_RUN_ID's; a table is drawn from one run).
 #define LADDER_CSV_HEADER                                                                            \
     "stage,ladder,shape,version,name,median_ms,min_ms,max_ms,setup_ms,rate,unit,ceiling,ceiling_ms," \
     "ceiling_rate,repeats,device,cc,cuda,driver,commit,run"
@@ -81,6 +82,8 @@ int64_t ladder_parse_count(const char *program, const char *flag, const char *te
 // "all", a version number or a version name -> the versions [*first, *last) of 0 .. count - 1.
 void ladder_parse_version(const char *program, const char *text, int count, LadderNameFn version_name, int *first,
                           int *last);
+// --csv FILE can take ladder rows (writable; a regular file under LADDER_CSV_HEADER, or a new one), else
+// one "error: cannot append rows to --csv FILE: ..." line and EXIT_USAGE.
 void ladder_check_csv(const char *path);
 // Device 0, or one "error: no CUDA device found" line and EXIT_CUDA.
 void ladder_require_gpu(const char *program, DeviceInfo *device);
@@ -114,14 +117,12 @@ typedef struct {
 
 // Prints the ceiling line and the column titles; resets the speedups.
 void ladder_table_begin(LadderTable *table);
-// One version's line; appends its CSV row when csv_path is set (an unwritable file: one line, EXIT_USAGE).
+// One version's line; appends its CSV row when csv_path is set, through report_append_rows (whole or not
+// at all; a file that cannot take it: one line, EXIT_USAGE).
 // setup_ms: NaN when the version has no setup worth reporting.
 void ladder_table_row(LadderTable *table, int number, const char *name, LadderStats time, double setup_ms);
 // A version this GPU or library cannot run: a line that says why, no row, no speedup across it.
 void ladder_table_skip(LadderTable *table, int number, const char *name, const char *why);
-
-// The run column: the same string for the whole life of the program (start time and process id).
-const char *ladder_run_id(void);
 
 // ----------------------------------------------------------------------------
 // the GEMM versions' check: out = relu(in @ weight + bias) against the CPU in double precision

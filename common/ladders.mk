@@ -36,10 +36,6 @@ $(BUILD)/$(2)/test_$(3): $(BUILD)/tests/gpu/test_$(3).o $(BUILD)/$(2)/$(3)_versi
 endef
 $(foreach f,$(LADDER_SRCS),$(eval $(call ladder_rules,$(f),$(call ladder_stage,$(f)),$(call ladder_name,$(f)))))
 
-# Rows name the commit they were measured at, as the trainers' do (report.o).
-$(BUILD)/common/ladder.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"'
-$(BUILD)/common/ladder.o: $(BUILD)/.commit
-
 all: $(LADDER_BINS)
 
 # ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include "child_output.h"
 #include "exit_codes.h"
 #include "ladder.h"
+#include "provenance.h"
 
 // ----------------------------------------------------------------------------
 // flags
@@ -149,6 +150,17 @@ Test(ladder, csv_that_is_a_folder_exits_2) {
     expect_usage_error(check_csv, "/tmp", "cannot append rows to --csv /tmp: it is a folder");
 }
 
+// the rows go through common/report.c's append, which never mixes schemas: refused before the runs
+Test(ladder, csv_of_another_schema_exits_2) {
+    char path[] = "/tmp/test_ladder_schema_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "stage,trainer\n", 14), 14);
+    close(fd);
+    expect_usage_error(check_csv, path, "holds another kind of rows");
+    remove(path);
+}
+
 // ----------------------------------------------------------------------------
 // statistics and rows
 
@@ -209,7 +221,7 @@ Test(ladder, csv_rows) {
                              "\"GPU, with a comma\",9.0,13.0,13.0,")) == 0,
               "%s", line[1]);
     cr_expect(strstr(line[2], ",1.5,4,GB/s,") != NULL, "%s", line[2]);
-    cr_expect(strstr(line[2], ladder_run_id()) != NULL, "both rows name the run");
+    cr_expect(strstr(line[2], provenance_run_id()) != NULL, "both rows name the run");
     remove(path);
     rmdir(dir);
 }
