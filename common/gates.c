@@ -29,7 +29,7 @@ static int capability_override(void) {
     const char *value = getenv("CUDA_STAGES_CC");
     if (!value || !value[0]) return -1;
     int major = -1, minor = -1, used = 0;
-    if (sscanf(value, "%1d.%1d%n", &major, &minor, &used) != 2 || value[used] != '\0') {
+    if (sscanf(value, "%2d.%1d%n", &major, &minor, &used) != 2 || value[used] != '\0' || major < 1 || minor < 0) {
         char message[160];
         error_message(message, sizeof(message), "CUDA_STAGES_CC='%.16s' is not a compute capability such as 8.0",
                       value);
@@ -40,6 +40,7 @@ static int capability_override(void) {
 }
 
 int device_capability(void) {
+    int asked = capability_override();  // first: a bad value is one line even where no GPU answers
     int device = 0, major = 0, minor = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -48,7 +49,7 @@ int device_capability(void) {
         fprintf(stderr, "error: cannot read the GPU's compute capability: %s\n", cudaGetErrorString(status));
         exit(EXIT_CUDA);
     }
-    int own = 10 * major + minor, asked = capability_override();
+    int own = 10 * major + minor;
     if (asked > own) {
         fprintf(stderr, "error: CUDA_STAGES_CC=%d.%d is above this GPU's own %d.%d: it can only lower it\n",
                 asked / 10, asked % 10, major, minor);
