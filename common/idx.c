@@ -87,6 +87,21 @@ static void idx_close(IdxFile *f) {
     f->input = NULL;
 }
 
+static int idx_is_images(const IdxFile *f) {
+    return strcmp(f->what, "images") == 0;
+}
+
+// What the body holds, for messages.
+static const char *idx_body_name(const IdxFile *f) {
+    return idx_is_images(f) ? "pixels" : "labels";
+}
+
+// "cannot read PATH: REASON" from errno; returns -1.
+static int idx_read_error(const IdxFile *f, char *err, size_t err_len) {
+    error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+    return -1;
+}
+
 static ssize_t read_fully(int fd, uint8_t *dst, size_t len) {
     size_t done = 0;
     while (done < len) {
@@ -104,23 +119,18 @@ static int idx_open(const char *path, const char *what, IdxFile *f, char *err, s
     memset(f, 0, sizeof(*f));
     f->fd = -1;
     f->what = what;
-    if (snprintf(f->path, sizeof(f->path), "%s", path) >= (int)sizeof(f->path)) {
-        error_message(err, err_len, "path too long: %.64s...", path);
-        return -1;
-    }
-    const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
-    f->fd = open(f->path, flags);
-    if (f->fd < 0 && errno == ENOENT) {
-        if (snprintf(f->path, sizeof(f->path), "%s.gz", path) >= (int)sizeof(f->path)) {
+    for (int gz = 0; gz <= 1; gz++) {  // path, then path.gz when path does not exist
+        if (snprintf(f->path, sizeof(f->path), "%s%s", path, gz ? ".gz" : "") >= (int)sizeof(f->path)) {
             error_message(err, err_len, "path too long: %.64s...", path);
             return -1;
         }
-        f->fd = open(f->path, flags);
-        if (f->fd < 0 && errno == ENOENT) {
-            error_message(err, err_len, "missing %s (and no %s.gz): run `make data` or point --data at an IDX directory",
-                          path, path);
-            return -1;
-        }
+        f->fd = open(f->path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (f->fd >= 0 || errno != ENOENT) break;
+    }
+    if (f->fd < 0 && errno == ENOENT) {
+        error_message(err, err_len, "missing %s (and no %s.gz): run `make data` or point --data at an IDX directory", path,
+                      path);
+        return -1;
     }
     if (f->fd < 0) {
         error_message(err, err_len, "cannot open %s: %s", f->path, strerror(errno));
@@ -128,7 +138,7 @@ static int idx_open(const char *path, const char *what, IdxFile *f, char *err, s
     }
     struct stat info;
     if (fstat(f->fd, &info) != 0) {
-        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+        idx_read_error(f, err, err_len);
         goto fail;
     }
     if (S_ISDIR(info.st_mode)) {
@@ -149,7 +159,7 @@ static int idx_open(const char *path, const char *what, IdxFile *f, char *err, s
     uint8_t magic[2];
     ssize_t got = read_fully(f->fd, magic, 2);
     if (got < 0 || lseek(f->fd, 0, SEEK_SET) != 0) {
-        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
+        idx_read_error(f, err, err_len);
         goto fail;
     }
     f->gz = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
@@ -177,11 +187,7 @@ static void idx_corrupt_gzip(IdxFile *f, char *err, size_t err_len) {
 static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, size_t err_len) {
     if (!f->gz) {
         ssize_t got = read_fully(f->fd, dst, len);
-        if (got < 0) {
-            error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
-            return -1;
-        }
-        return got;
+        return got < 0 ? idx_read_error(f, err, err_len) : got;
     }
     size_t done = 0;
     while (done < len && !f->stream_end) {
@@ -192,10 +198,7 @@ static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, s
         while (f->z.avail_out > 0 && !f->stream_end) {
             if (f->z.avail_in == 0 && !f->input_done) {
                 ssize_t got = read_fully(f->fd, f->input, IDX_INPUT_BYTES);
-                if (got < 0) {
-                    error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
-                    return -1;
-                }
+                if (got < 0) return idx_read_error(f, err, err_len);
                 if (got == 0) f->input_done = 1;
                 f->z.next_in = f->input;
                 f->z.avail_in = (uInt)got;
@@ -219,12 +222,10 @@ static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-// Reads and validates the header (steps 1 and 2 above): magic, dims, and the file's size against the
-// body the header promises. images: 3 dims (count, rows, cols); labels: 1 (count).
-static int idx_read_header(IdxFile *f, char *err, size_t err_len) {
-    int images = strcmp(f->what, "images") == 0;
-    uint32_t magic = images ? IDX_MAGIC_IMAGES : IDX_MAGIC_LABELS;
-    int n_fields = images ? 4 : 2;
+// Step 1, the fields: the magic, then the count (and rows and cols for images) into f->dims.
+static int idx_read_fields(IdxFile *f, char *err, size_t err_len) {
+    uint32_t magic = idx_is_images(f) ? IDX_MAGIC_IMAGES : IDX_MAGIC_LABELS;
+    int n_fields = idx_is_images(f) ? 4 : 2;
     uint8_t header[16];  // (n_fields * 4,) big-endian
     f->header_len = (size_t)n_fields * 4;
     int64_t got = idx_read_bytes(f, header, 4, err, err_len);
@@ -245,13 +246,17 @@ static int idx_read_header(IdxFile *f, char *err, size_t err_len) {
         return -1;
     }
     for (int i = 1; i < n_fields; i++) f->dims[i - 1] = be32(header + 4 * i);
+    return 0;
+}
 
+// Step 1, the values: a count of 1 .. IDX_MAX_COUNT, images of 1 .. IDX_MAX_DIM a side; sets body_len.
+static int idx_check_dims(IdxFile *f, char *err, size_t err_len) {
     uint32_t count = f->dims[0];
     if (count == 0) {
         error_message(err, err_len, "%s holds zero %s", f->path, f->what);
         return -1;
     }
-    if (images) {
+    if (idx_is_images(f)) {
         if (count > IDX_MAX_COUNT || f->dims[1] < 1 || f->dims[1] > IDX_MAX_DIM || f->dims[2] < 1 ||
             f->dims[2] > IDX_MAX_DIM) {
             error_message(err, err_len, "absurd dimensions in %s: %u images of %ux%u (allowed: up to %u images, 1..%u per side)",
@@ -266,34 +271,37 @@ static int idx_read_header(IdxFile *f, char *err, size_t err_len) {
         }
         f->body_len = count;
     }
-    const char *body = images ? "pixels" : "labels";
+    return 0;
+}
 
-    // the file against the header, before a byte of the body is read or allocated
+// Step 2, a plain file: exactly as long as its header says.
+static int idx_check_plain_size(const IdxFile *f, char *err, size_t err_len) {
     unsigned long long total = (unsigned long long)f->header_len + f->body_len;
-    if (!f->gz) {
-        unsigned long long size = (unsigned long long)f->file_bytes;
-        if (size < total) {
-            error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %llu; delete it and run `make data`",
-                          body, f->path, f->body_len, size - f->header_len);
-            return -1;
-        }
-        if (size > total) {
-            error_message(err, err_len, "%s has %llu bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
-                          f->path, size - total, f->body_len, body);
-            return -1;
-        }
-        return 0;
+    unsigned long long size = (unsigned long long)f->file_bytes;
+    if (size < total) {
+        error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %llu; delete it and run `make data`",
+                      idx_body_name(f), f->path, f->body_len, size - f->header_len);
+        return -1;
     }
+    if (size > total) {
+        error_message(err, err_len, "%s has %llu bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
+                      f->path, size - total, f->body_len, idx_body_name(f));
+        return -1;
+    }
+    return 0;
+}
+
+// Step 2, a gzip file: able to hold what the header promises (deflate expands at most GZIP_MAX_RATIO:1),
+// and a trailer whose ISIZE (the uncompressed length mod 2^32, little-endian) agrees with the header.
+static int idx_check_gzip_size(const IdxFile *f, char *err, size_t err_len) {
+    unsigned long long total = (unsigned long long)f->header_len + f->body_len;
     if (f->file_bytes < GZIP_MIN_BYTES || total / GZIP_MAX_RATIO > (unsigned long long)f->file_bytes) {
         error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, more than a %lld-byte gzip file can hold; delete it and run `make data`",
-                      body, f->path, f->body_len, f->file_bytes);
+                      idx_body_name(f), f->path, f->body_len, f->file_bytes);
         return -1;
     }
-    uint8_t trailer[4];  // ISIZE: the uncompressed length mod 2^32, little-endian
-    if (pread(f->fd, trailer, 4, (off_t)f->file_bytes - 4) != 4) {
-        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
-        return -1;
-    }
+    uint8_t trailer[4];
+    if (pread(f->fd, trailer, 4, (off_t)f->file_bytes - 4) != 4) return idx_read_error(f, err, err_len);
     uint32_t isize = (uint32_t)trailer[0] | ((uint32_t)trailer[1] << 8) | ((uint32_t)trailer[2] << 16) |
                      ((uint32_t)trailer[3] << 24);
     if (isize != (uint32_t)total) {
@@ -304,15 +312,22 @@ static int idx_read_header(IdxFile *f, char *err, size_t err_len) {
     return 0;
 }
 
+// Reads and validates the header (steps 1 and 2 above): magic, dims, and the file's size against the
+// body the header promises, before a byte of the body is read or allocated. images: 3 dims (count,
+// rows, cols); labels: 1 (count).
+static int idx_read_header(IdxFile *f, char *err, size_t err_len) {
+    if (idx_read_fields(f, err, err_len) != 0 || idx_check_dims(f, err, err_len) != 0) return -1;
+    return f->gz ? idx_check_gzip_size(f, err, err_len) : idx_check_plain_size(f, err, err_len);
+}
+
 // Step 5: nothing may follow the body, and a gzip stream must end, verified, with nothing after it.
 static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
-    const char *body = strcmp(f->what, "images") == 0 ? "pixels" : "labels";
     uint8_t extra;
     int64_t more = idx_read_bytes(f, &extra, 1, err, err_len);  // reaches the gzip trailer, if any
     if (more < 0) return -1;
     if (more > 0) {
         error_message(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
-                      f->path, f->body_len, body);
+                      f->path, f->body_len, idx_body_name(f));
         return -1;
     }
     if (!f->gz) return 0;
@@ -323,10 +338,7 @@ static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
     }
     ssize_t after = f->z.avail_in;
     if (after == 0 && !f->input_done) after = read_fully(f->fd, f->input, 1);
-    if (after < 0) {
-        error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
-        return -1;
-    }
+    if (after < 0) return idx_read_error(f, err, err_len);
     if (after > 0) {
         error_message(err, err_len, "%s has data after the end of its gzip stream (trailing bytes or a second gzip member): delete it and run `make data`",
                       f->path);
@@ -339,7 +351,7 @@ static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
 // buffer starts at 1 MiB at most and doubles (up to the body's size) only while bytes keep arriving.
 #define IDX_FIRST_CHUNK ((size_t)1 << 20)
 static uint8_t *idx_read_body(IdxFile *f, char *err, size_t err_len) {
-    const char *body_name = strcmp(f->what, "images") == 0 ? "pixels" : "labels";
+    const char *body_name = idx_body_name(f);
     size_t len = f->body_len;
     size_t cap = len < IDX_FIRST_CHUNK ? len : IDX_FIRST_CHUNK, done = 0;
     uint8_t *body = malloc(cap);
