@@ -14,7 +14,7 @@
 #       <indent>//: <the continuation lines, as they were>
 # Everything outside the regions is copied byte for byte. Unbalanced or nested markers, a malformed
 # marker line, a name used twice and an unknown NAME are refused: one "error:" line, exit 2, no output.
-# Used by `make stage N exercise` (common/try.sh) and `make student` (common/student.sh).
+# Used by `make stage N exercise` (common/exercise.sh) and `make student` (common/student.sh).
 
 function fail(message) {
     printf "error: %s\n", message > "/dev/stderr"

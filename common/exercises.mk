@@ -19,8 +19,10 @@
 # (missing, does not compile, does not export what the drivers need, does not link), 4 UNVERIFIED (no
 # CUDA device ran the suite: nothing was checked, so nothing passed).
 #
-# The work is in common/try.sh; the verdict and speed tables in common/try_report.awk. This file only
-# hands them the build settings, as TRY_* variables in their environment.
+# The work is in common/try.sh, common/exercise.sh (which runs try.sh) and common/prompt.sh (whose prose
+# is common/prompt_template.md), with common/try_common.sh for what they share; the verdict and speed
+# tables are in common/try_report.awk. This file only hands them the build settings, as TRY_* variables
+# in their environment.
 
 .PHONY: stage-try stage-exercise stage-prompt student
 
@@ -42,13 +44,13 @@ stage-exercise: export TRY_EXERCISE = $(EXERCISE)
 stage-exercise: export TRY_ANSWER = $(ANSWER)
 
 stage-try:
-	+@bash common/try.sh try $(NN) "$(FILE)"
+	+@bash common/try.sh $(NN) "$(FILE)"
 
 stage-exercise:
-	+@bash common/try.sh exercise $(NN)
+	+@bash common/exercise.sh $(NN)
 
 stage-prompt:
-	+@bash common/try.sh prompt $(NN)
+	+@bash common/prompt.sh $(NN)
 
 # DIR travels in the environment, never through a shell command line
 student: export STUDENT_DIR = $(or $(DIR),$(BUILD)/student)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/prompt_smoke.sh: the prompts of `make stage N prompt` (common/try.sh, "prompt"), no GPU needed.
+# tests/prompt_smoke.sh: the prompts of `make stage N prompt` (common/prompt.sh), no GPU needed.
 #
 #     bash tests/prompt_smoke.sh
 #
@@ -65,8 +65,8 @@ stages=$(find . -maxdepth 1 -type d -name '0[2-9]-*' | sed 's|^\./||' | sort |
     while read -r d; do [ -f "$d/regression.cu" ] && [ -f "$d/mnist.cu" ] && echo "${d%%-*}"; done)
 for nn in 01 $stages; do
     if TRY_BUILD=$work TRY_HAVE_GPU=0 TRY_STAGE_DIR=$(stage_dir "$nn") TRY_TRAINER="regression mnist" \
-        bash common/try.sh prompt "$nn" >"$log" 2>&1; then ok "stage $nn prompt written"
-    else bad "stage $nn prompt: common/try.sh prompt $nn failed"; fi
+        bash common/prompt.sh "$nn" >"$log" 2>&1; then ok "stage $nn prompt written"
+    else bad "stage $nn prompt: common/prompt.sh $nn failed"; fi
 done
 
 # self-test: an open item ticked is caught

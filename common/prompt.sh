@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# common/prompt.sh NN: the work behind `make stage N prompt` (common/exercises.mk hands over the settings
+# as TRY_* environment variables): build/prompt/stageNN-TRAINER.md, one per trainer (stage 01:
+# build/prompt/stage01.md). Not meant to be run by hand.
+#
+# The prompt of stage N asks for stage N's one idea, applied to the code it starts from: stage N-1's
+# trainer file (stage 02, where the trainers start: its own file, and the task is open). It holds the
+# idea (common/stage_ideas.tsv), stage N's predictions table (NN-*/README.md), a checklist derived from
+# the starting file (each later stage's marker found in its code or not), the rules, how the answer is
+# checked, the contract (the trainer's part of common/trainer.h, the helpers' usage, the suite's
+# tolerances), the starting file and its measurements. Its prose is common/prompt_template.md; this
+# script works out what fills the template's placeholders. Every prompt stays under PROMPT_LIMIT bytes:
+# when the starting file does not fit whole, its whole-line comments are left out, then all its comments,
+# then this run's measurements; a prompt that still does not fit is an error (exit 2).
+nn=${1:-}
+# shellcheck source=common/try_common.sh
+source common/try_common.sh
+[ -n "$nn" ] || die "usage: common/prompt.sh NN (run through make stage N prompt)"
+
+PROMPT_LIMIT=40960
+ideas_file=common/stage_ideas.tsv
+template=common/prompt_template.md
+parts=
+trap '[ -z "$parts" ] || rm -rf "$parts"' EXIT  # a refusal leaves no half-filled folder behind
+
+# ----------------------------------------------------------------------------
+# the template: every value is a file of the folder $parts, named after its placeholder
+
+put() { printf '%s\n' "$2" >"$parts/$1"; }  # put NAME VALUE: a one-line value
+
+value() {  # value NAME: sets REPLY to the value of NAME, without its newline (no subshell: it runs often)
+    [ -f "$parts/$1" ] || die "$template: nothing fills {{$1}}"
+    REPLY=
+    IFS= read -r -d '' REPLY <"$parts/$1"
+    REPLY=${REPLY%$'\n'}
+}
+
+fill_line() {  # fill_line LINE: the line with each {{name}} in it replaced by its value
+    local rest=$1 done_part=
+    while [[ $rest == *'{{'*'}}'* ]]; do
+        done_part+=${rest%%'{{'*}
+        rest=${rest#*'{{'}
+        value "${rest%%'}}'*}"
+        done_part+=$REPLY
+        rest=${rest#*'}}'}
+    done
+    printf '%s\n' "$done_part$rest"
+}
+
+# fill: the template, filled. A line that is only {{name}} is its file as it is (code, tables, program
+# output); <!-- if name = a or b --> ... <!-- end if --> keeps its lines where the value is one of those
+# words. Ifs nest; the directive lines themselves are left out.
+fill() {
+    local line depth=0 off=0 test whole='^\{\{([a-z_]+)\}\}$'
+    while IFS= read -r line; do
+        case $line in
+        '<!-- if '*' -->')
+            depth=$((depth + 1))
+            [ "$off" = 0 ] || continue
+            test=${line#'<!-- if '}
+            test=${test%' -->'}
+            value "${test%% *}"
+            [[ " ${test#* = } " == *" $REPLY "* ]] || off=$depth
+            continue ;;
+        '<!-- end if -->')
+            [ "$off" != "$depth" ] || off=0
+            depth=$((depth - 1))
+            continue ;;
+        esac
+        [ "$off" = 0 ] || continue
+        if [[ $line =~ $whole ]]; then
+            cat "$parts/${BASH_REMATCH[1]}" 2>/dev/null || die "$template: nothing fills {{${BASH_REMATCH[1]}}}"
+        else
+            fill_line "$line"
+        fi
+    done <"$template"
+}
+
+# ----------------------------------------------------------------------------
+# what fills it: the starting code, its checklist, the contract's parts
+
+code_only() {  # code_only FILE: the file with its // and /* */ comments removed (what the markers read)
+    awk '{
+        line = $0; out = ""
+        while (line != "") {
+            if (in_block) {
+                i = index(line, "*/")
+                if (!i) { line = ""; break }
+                line = substr(line, i + 2); in_block = 0; continue
+            }
+            s = index(line, "/*"); d = index(line, "//")
+            if (d && (!s || d < s)) { out = out substr(line, 1, d - 1); break }
+            if (s) { out = out substr(line, 1, s - 1); line = substr(line, s + 2); in_block = 1; continue }
+            out = out line; line = ""
+        }
+        print out
+    }' "$1"
+}
+
+squeeze_blank_lines() {  # standard input without trailing blanks, runs of blank lines squeezed to one
+    awk '{ sub(/[[:space:]]+$/, "") } NF == 0 { if (blank++) next } NF { blank = 0 } { print }'
+}
+
+without_comment_lines() {  # FILE: without its whole-line // comments
+    grep -v '^[[:space:]]*//' "$1" | squeeze_blank_lines
+}
+
+stage_folder() {  # stage_folder NN: the stage's folder, empty when there is none (a planned stage)
+    find . -maxdepth 1 -type d -name "$1-*" | sed 's|^\./||' | head -n1
+}
+
+# checklist_parts START_FILE: one line per idea of common/stage_ideas.tsv, [x] where its marker is in
+# the starting file's code, [ ] where it is not (the idea of this prompt's stage is marked as the task);
+# and the counts of kernels, launches, atomics, syncs and copies in that code
+checklist_parts() {
+    local code stage marker idea removes found line
+    code=$(code_only "$1")
+    while IFS=$'\t' read -r stage marker idea removes; do
+        case $stage in '#'* | '') continue ;; esac
+        line="**stage $stage**"
+        [ -n "$(stage_folder "$stage")" ] || line="$line (planned: no folder yet)"
+        [ "$stage" = "$nn" ] && line="$line ← the task of this prompt"
+        found=$(grep -oE -m1 -- "$marker" <<<"$code" | head -n1)
+        if [ -n "$found" ]; then
+            echo "- [x] $line: $idea. In the starting code: \`$found\`."
+        else
+            echo "- [ ] $line: $idea. Open (no \`$marker\` in the code). It removes $removes."
+        fi
+    done <"$ideas_file" >"$parts/checklist"
+    put kernels "$(grep -cE '__global__' <<<"$code")"
+    put launches "$(grep -oE '<<<' <<<"$code" | wc -l)"
+    put atomics "$(grep -oE 'atomic[A-Z][A-Za-z]*[[:space:]]*\(' <<<"$code" | wc -l)"
+    put syncs "$(grep -oE 'cuda(Device|Stream|Event)Synchronize[[:space:]]*\(' <<<"$code" | wc -l)"
+    put copies "$(grep -oE 'cudaMemcpy[[:space:]]*\(' <<<"$code" | wc -l)"
+}
+
+prompt_predictions() {  # prompt_predictions README TRAINER: the predictions table's header and the trainer's rows
+    awk -v t="$2" '/<!-- predictions end -->/ { on = 0 }
+        on { n++; split($0, cell, "|"); gsub(/ /, "", cell[2]); if (n <= 2 || cell[2] == t) print }
+        /<!-- predictions begin -->/ { on = 1 }' "$1"
+}
+
+trainer_h_part() {  # trainer_h_part TRAINER: common/trainer.h without the other trainer's section
+    awk -v t="$1" '/^\/\/ -----/ { rule = $0; next }
+        rule != "" {
+            skip = (t == "regression" && /^\/\/ MNIST/) || (t == "mnist" && /^\/\/ regression/)
+            if (skip) print "// (the " (t == "regression" ? "MNIST" : "regression") " section is left out: this prompt is about the " t ")"
+            else print rule
+            rule = ""
+        }
+        /^#ifdef __cplusplus/ { skip = 0 }
+        !skip' common/trainer.h
+}
+
+tolerances_part() {  # tolerances_part TRAINER: the suite's tolerances that apply to that trainer
+    awk -v t="$1" '/^\/\/ tolerances/ { on = 1 } /^\/\/ no GPU/ { exit } !on || /^\/\/ -+$/ { next }
+        /^\/\/ Regression, fp32/ { part = "regression" } /^\/\/ MNIST, per precision/ { part = "mnist" }
+        part == "" || part == t' tests/gpu/test_stage.c
+}
+
+helpers_parts() {  # how a trainer uses common/timing.h, check.h and host.h: timing.h's opening comment, the calls
+    awk '/^\/\// { print; next } { exit }' common/timing.h >"$parts/timing_h_comment"
+    grep -oE '^#define [a-zA-Z]+Check\([a-z]*\)' common/check.h | sed 's/^#define //' >"$parts/check_macros"
+    grep -E '^[a-z].*\);' common/host.h >"$parts/host_functions"
+}
+
+results_parts() {  # the newest result rows of stage $from in results/, the trainer's only
+    local csvs
+    csvs=$(set +f; for f in results/*.csv; do case $f in *-curves.csv | *-breakdown.csv) ;; *) [ -f "$f" ] && echo "$f" ;; esac; done)
+    : >"$parts/results_table"
+    if [ -z "$csvs" ]; then put results none; return; fi
+    put results found
+    # shellcheck disable=SC2086
+    awk -v stage="$from" -v mode=results -f common/csv.awk -f common/try_report.awk $csvs |
+        awk -v t="$trainer" -v nn="$nn" 'nn == "01" || !/^\| / { print; next }
+            { split($0, cell, "|"); gsub(/ /, "", cell[3]) } cell[3] == t || cell[3] == "trainer" || cell[3] ~ /^-+$/' \
+            >"$parts/results_table"
+}
+
+# measure_parts: this run's measurements of the starting code ($trainer of stage $from), capped; sets
+# measured=1 (they are what the form "unmeasured" leaves out)
+measure_parts() {
+    if [ "$nn" = 01 ]; then
+        # shellcheck disable=SC2086  # ARGS is a list of flags
+        "$build/01/vector_add" --repeat 5 ${TRY_ARGS:-} 2>&1 | tail -n 30 >"$parts/vector_add_output"
+    else
+        # shellcheck disable=SC2086
+        "$build/$from/$trainer" --quiet --breakdown ${TRY_ARGS:-} 2>&1 | tail -n 12 >"$parts/breakdown_output"
+        if command -v ncu >/dev/null 2>&1; then
+            put ncu found
+            "$TRY_MAKE" --no-print-directory stage-profile NN="$from" TRAINER="$trainer" 2>&1 | tail -n 14 >"$parts/ncu_output"
+        else
+            put ncu none
+        fi
+    fi
+    measured=1
+}
+
+# ----------------------------------------------------------------------------
+# the prompts
+
+# trainer_parts: every value of one trainer's prompt ($trainer, from $start) but the form's
+trainer_parts() {
+    local rows exports="\`train_regression\` and \`REGRESSION_VARIANTS\`"
+    [ "$trainer" = mnist ] && exports="\`train_mnist\`, \`MNIST_VARIANTS\` and \`MNIST_PRECISIONS\`"
+    put exports "$exports"
+    put stage_label "$nn$([ "$nn" != 01 ] && echo ", $trainer")"
+    put n "$n"; put nn "$nn"; put trainer "$trainer"; put prev "$prev"; put prev_n "${prev#0}"
+    put from "$from"; put from_n "${from#0}"; put kind "$kind"; put idea "$idea"
+    put start "$start"; put start_name "$(basename "$start")"; put stage_dir "$stage_dir"
+    put commit "$commit"; put date "$(date -u +%Y-%m-%d)"; put device "$device"
+    put limit_kb "$((PROMPT_LIMIT / 1024))"; put build "$build"; put args "${TRY_ARGS:-}"
+    [ "$kind" = vector-add ] && return
+    if [ "$kind" = later ]; then
+        rows=$(prompt_predictions "$stage_dir/README.md" "$trainer")
+        if [ "$(wc -l <<<"$rows")" -gt 2 ]; then put predictions table; else put predictions none; fi
+        put prediction_rows "$rows"
+    fi
+    checklist_parts "$start"
+    trainer_h_part "$trainer" >"$parts/trainer_h"
+    helpers_parts
+    tolerances_part "$trainer" >"$parts/tolerances"
+}
+
+# prompt_write FILE FORM: the prompt of one trainer, FORM = whole, lean (the starting file without its
+# whole-line comments) or bare (without any comment); measured empty: this run's measurements left out
+prompt_write() {
+    local out=$1 form=$2
+    put form "$form"
+    case $form in
+    whole) cp "$start" "$parts/code" ;;
+    lean) without_comment_lines "$start" >"$parts/code" ;;
+    bare) code_only "$start" | squeeze_blank_lines >"$parts/code" ;;
+    esac
+    if [ "$have_gpu" != 1 ]; then put run no-gpu
+    elif [ -z "$measured" ]; then put run left-out
+    else put run measured; fi
+    fill >"$out"
+}
+
+# prompt_trainer: one trainer's prompt, in the first form that fits under PROMPT_LIMIT, or exit 2
+prompt_trainer() {
+    local out size form
+    if [ "$nn" = 01 ]; then
+        start=01-vector-add/vector_add.cu out=$build/prompt/stage01.md
+    else
+        start=$from_dir/$trainer.cu out=$build/prompt/stage$nn-$trainer.md
+    fi
+    if [ "$have_gpu" = 1 ]; then  # what this run measures: built (and its data fetched) first
+        if [ "$nn" = 01 ]; then build_stage "$build/01/vector_add"; else build_stage "$build/$from/$trainer"; fi
+        [ "$trainer" != mnist ] || [ -f data/mnist/train-images-idx3-ubyte ] || "$TRY_MAKE" --no-print-directory data || exit 3
+    fi
+    parts=$build/prompt/.parts-$nn-$trainer
+    rm -rf "$parts"
+    mkdir -p "$parts"
+    trainer_parts
+    results_parts
+    measured=
+    [ "$have_gpu" = 1 ] && measure_parts
+    for form in whole lean bare unmeasured; do
+        if [ "$form" = unmeasured ]; then form=bare measured=; fi
+        prompt_write "$out" "$form"
+        size=$(wc -c <"$out")
+        [ "$size" -lt "$PROMPT_LIMIT" ] && break
+    done
+    rm -rf "$parts"
+    if [ "$size" -ge "$PROMPT_LIMIT" ]; then
+        rm -f "$out"
+        die "the stage $nn prompt for $trainer would be $size bytes, over the limit of $PROMPT_LIMIT even without comments and measurements: shorten $start"
+    fi
+    local note=
+    [ "$form" = lean ] && note=", whole-line comments left out"
+    [ "$form" = bare ] && note=", comments left out"
+    [ "$have_gpu" = 1 ] && [ -z "$measured" ] && note="$note, this run's measurements left out"
+    echo "wrote $out ($size bytes, $(wc -l <"$out") lines; starting code: $start$note)"
+}
+
+# ----------------------------------------------------------------------------
+
+mkdir -p "$build/prompt"
+if [ "$nn" = 01 ]; then
+    targets=vector_add kind=vector-add
+else
+    targets=
+    for t in ${TRY_TRAINER:-regression mnist}; do
+        case $t in regression | mnist) targets="$targets $t" ;; *) die "TRAINER=$t: valid are regression, mnist" ;; esac
+    done
+    [ -n "$targets" ] || targets="regression mnist"
+    kind=later
+    [ "$nn" = 02 ] && kind=baseline
+fi
+# the stage the code starts from: the one before (stage 02 and 01: their own file)
+prev=
+[ "$nn" = 01 ] || [ "$nn" = 02 ] || prev=$(printf '%02d' $((10#$nn - 1)))
+from=${prev:-$nn}
+from_dir=$stage_dir
+[ -z "$prev" ] || from_dir=$(stage_folder "$prev")
+have_gpu=${TRY_HAVE_GPU:-0}
+device="no GPU (none was visible when this prompt was written)"
+[ "$have_gpu" = 1 ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+idea=$(awk -F'\t' -v s="$nn" '$1 == s { print $3 }' "$ideas_file")
+
+for trainer in $targets; do prompt_trainer; done
+echo "give one to an assistant or a student; the answer goes back through:"
+for trainer in $targets; do echo "    make stage $n try FILE=path/to/$trainer.cu"; done
