@@ -21,8 +21,9 @@ const char *const REGRESSION_VARIANTS[] = {"shared", NULL};
 // The sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the low
 // bits of every ~1e-2 term and ends up ~0.5% off; a double holds all of them (atomicAdd on double
 // needs sm_60, older than anything this repository builds for).
-// Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (15 at 5M points
-// on an H100), the warp and block levels are trees of depth 5 and 3; the long sum, across blocks, is double.
+// Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (about 20 at the
+// 4M training points on an H100), the warp and block levels are trees of depth 5 and 3; the long sum, across
+// blocks, is double.
 
 typedef struct {
     float r2, rx, r;  // sums of r^2, r x and r over some points
