@@ -207,200 +207,227 @@ static double mean_step_loss(const float *step_loss, int epoch, int steps) {
 }
 
 // ----------------------------------------------------------------------------
+// main, in the order of its checks: the flags, the data, the device, then --export or the runs and the report
 
-int main(int argc, char **argv) {
-    char err[1024];
+// A run as the flags and the data define it, built before any training.
+typedef struct {
     Options opt;
-    int parsed = parse_args(argc, argv, TRAINER_MNIST, &opt, err, sizeof(err));
-    if (parsed == 1) return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
+    int variant;          // index into MNIST_VARIANTS
+    Precision precision;
+    MnistConfig cfg;
+    char hidden[64];      // --hidden as the row and the messages spell it: "128", "1024,1024", "0"
+    DeviceInfo device;    // the GPU, or the host CPU for --reference and --export
+} Run;
+
+// The flags alone: --help and --list-variants print and end the program, then --variant and --precision
+// are checked against this stage's lists, then --csv and --curve. -1 when the run goes on, else the exit status.
+static int parse_flags(int argc, char **argv, Run *run) {
+    char err[1024];
+    Options *opt = &run->opt;
+    int parsed = parse_args(argc, argv, TRAINER_MNIST, opt, err, sizeof(err));
+    if (parsed == 1) return report_exit_status(EXIT_OK);
     if (parsed != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
 
-    if (opt.list_variants) {
+    if (opt->list_variants) {
         for (int v = 0; MNIST_VARIANTS[v]; v++) printf("variant %s\n", MNIST_VARIANTS[v]);
         for (int p = 0; MNIST_PRECISIONS[p]; p++) printf("precision %s\n", MNIST_PRECISIONS[p]);
-        return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
+        return report_exit_status(EXIT_OK);
     }
 
     // the CPU reference has one version: the stage's default, in fp32 inputs (computed in double)
     const char *const default_only[] = {MNIST_VARIANTS[0], NULL};
     const char *const fp32_only[] = {PRECISION_NAMES[PRECISION_FP32], NULL};
-    const char *context = opt.reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " mnist";
-    int variant = args_pick("--variant", opt.variant, opt.reference ? default_only : MNIST_VARIANTS, context, err,
-                            sizeof(err));
-    if (variant < 0 || args_pick("--precision", opt.precision, opt.reference ? fp32_only : MNIST_PRECISIONS, context,
-                                 err, sizeof(err)) < 0) {
+    const char *context = opt->reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " mnist";
+    run->variant = args_pick("--variant", opt->variant, opt->reference ? default_only : MNIST_VARIANTS, context, err,
+                             sizeof(err));
+    if (run->variant < 0 || args_pick("--precision", opt->precision, opt->reference ? fp32_only : MNIST_PRECISIONS,
+                                      context, err, sizeof(err)) < 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
 
-    if (args_prepare_run(&opt, err, sizeof(err)) != 0) {
+    if (args_prepare_run(opt, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
-    Precision precision = PRECISION_FP32;
+    run->precision = PRECISION_FP32;
     for (int p = 0; p < PRECISION_COUNT; p++)
-        if (strcmp(PRECISION_NAMES[p], opt.precision) == 0) precision = (Precision)p;
+        if (strcmp(PRECISION_NAMES[p], opt->precision) == 0) run->precision = (Precision)p;
+    return -1;
+}
 
-    MnistSet set;
-    if (mnist_load(opt.data_dir, &set, err, sizeof(err)) != 0) {
+// The IDX files, and the flags that only their sizes can check. EXIT_OK with set loaded (the caller
+// frees it), else the exit status with nothing held.
+static int load_data(const Options *opt, MnistSet *set) {
+    char err[1024];
+    if (mnist_load(opt->data_dir, set, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_DATA;
     }
-    if (opt.batch > set.n_train) {
+    if (opt->batch > set->n_train) {
         // the directory is quoted through error_message: a newline in its name stays one line
         error_message(err, sizeof(err), "--batch %d is larger than the %d training images in %s (valid: 1 .. %d)",
-                      opt.batch, set.n_train, opt.data_dir, set.n_train);
+                      opt->batch, set->n_train, opt->data_dir, set->n_train);
         fprintf(stderr, "error: %s\n", err);
-        mnist_free(&set);
+        mnist_free(set);
         return EXIT_USAGE;
     }
 
     // the batch order holds epochs x n_train indices; int32 step and row counts must not overflow
-    if ((int64_t)opt.epochs * set.n_train > INT32_MAX) {
-        fprintf(stderr, "error: --epochs %d is too many for %d training images (valid: 1 .. %d)\n", opt.epochs,
-                set.n_train, (int)(INT32_MAX / set.n_train));
-        mnist_free(&set);
+    if ((int64_t)opt->epochs * set->n_train > INT32_MAX) {
+        fprintf(stderr, "error: --epochs %d is too many for %d training images (valid: 1 .. %d)\n", opt->epochs,
+                set->n_train, (int)(INT32_MAX / set->n_train));
+        mnist_free(set);
         return EXIT_USAGE;
     }
+    return EXIT_OK;
+}
 
-    MnistConfig cfg = {.n_layers = opt.n_hidden + 1, .batch = opt.batch, .epochs = opt.epochs, .lr = opt.lr,
-                       .precision = precision, .breakdown = opt.breakdown, .variant = variant,
-                       .variant_given = opt.variant != NULL};
-    char hidden[64] = "0";
-    cfg.sizes[0] = MNIST_PIXELS;
-    for (int l = 0, used = 0; l < opt.n_hidden; l++) {
-        cfg.sizes[l + 1] = opt.hidden[l];
-        used += snprintf(hidden + used, sizeof(hidden) - (size_t)used, "%s%d", l ? "," : "", opt.hidden[l]);
+// The trainer's settings from the flags: layer sizes 784, --hidden..., 10, and --hidden as text.
+static void build_config(Run *run) {
+    const Options *opt = &run->opt;
+    run->cfg = (MnistConfig){.n_layers = opt->n_hidden + 1, .batch = opt->batch, .epochs = opt->epochs,
+                             .lr = opt->lr, .precision = run->precision, .breakdown = opt->breakdown,
+                             .variant = run->variant, .variant_given = opt->variant != NULL};
+    snprintf(run->hidden, sizeof(run->hidden), "0");
+    run->cfg.sizes[0] = MNIST_PIXELS;
+    for (int l = 0, used = 0; l < opt->n_hidden; l++) {
+        run->cfg.sizes[l + 1] = opt->hidden[l];
+        used += snprintf(run->hidden + used, sizeof(run->hidden) - (size_t)used, "%s%d", l ? "," : "", opt->hidden[l]);
     }
-    cfg.sizes[cfg.n_layers] = MNIST_CLASSES;
+    run->cfg.sizes[run->cfg.n_layers] = MNIST_CLASSES;
+}
 
-    // the GPU before the host work below: without one, or without room for this run, stop here
-    DeviceInfo device;
-    if (opt.reference || opt.export_dir) {
-        host_describe(&device);
-    } else {
-        if (device_query(&device) != 0) {
-            mnist_free(&set);
-            return EXIT_CUDA;
-        }
-        char what[160];
-        snprintf(what, sizeof(what), "this run (--hidden %s, --batch %d, --epochs %d, %d training images)", hidden,
-                 cfg.batch, cfg.epochs, set.n_train);
-        device_check_memory(mnist_device_bytes(&cfg, set.n_train, set.n_test), what,
-                            "try a smaller --hidden, --batch or --epochs");
-        check_precision_gate(precision);
+// The GPU before the host work that follows: without one, or without room for this run, stop here.
+// EXIT_OK or EXIT_CUDA (too little memory, or a --precision it lacks, ends the program inside).
+static int check_device(Run *run, const MnistSet *set) {
+    if (run->opt.reference || run->opt.export_dir) {
+        host_describe(&run->device);
+        return EXIT_OK;
     }
+    if (device_query(&run->device) != 0) return EXIT_CUDA;
+    char what[160];
+    snprintf(what, sizeof(what), "this run (--hidden %s, --batch %d, --epochs %d, %d training images)", run->hidden,
+             run->cfg.batch, run->cfg.epochs, set->n_train);
+    device_check_memory(mnist_device_bytes(&run->cfg, set->n_train, set->n_test), what,
+                        "try a smaller --hidden, --batch or --epochs");
+    check_precision_gate(run->precision);
+    return EXIT_OK;
+}
 
-    int64_t n_params = mnist_param_count(&cfg);
-    int steps = mnist_steps_per_epoch(&cfg, set.n_train);
-    float *init_params = alloc_or_die((size_t)n_params, sizeof(float), "the initial parameters");
-    int32_t *batch_order = alloc_or_die((size_t)cfg.epochs * (size_t)set.n_train, sizeof(int32_t), "the batch order");
-    mnist_init_params(&cfg, opt.seed, init_params);
-    mnist_batch_order(set.n_train, cfg.epochs, opt.seed, batch_order);
-    MnistData data = {.train_pixels = set.train_pixels, .train_images = set.train_images,
-                      .train_labels = set.train_labels, .n_train = set.n_train, .test_pixels = set.test_pixels,
-                      .test_images = set.test_images, .test_labels = set.test_labels, .n_test = set.n_test,
-                      .batch_order = batch_order, .init_params = init_params};
-
-    if (opt.export_dir) {
-        int status = export_mnist(opt.export_dir, &cfg, &data, hidden, opt.seed, opt.data_dir, opt.quiet);
-        free(batch_order);
-        free(init_params);
-        mnist_free(&set);
-        if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
-        return status;
-    }
-
-    // ------------------------------------------------------------------------
-    // warm-up (GPU only: handles, module loading, clocks), then the timed runs
-
-    Outputs o = {
-        .params = alloc_or_die((size_t)n_params, sizeof(float), "the trained parameters"),
-        .step_loss = alloc_or_die((size_t)cfg.epochs * (size_t)steps, sizeof(float), "the step losses"),
-        .test_loss = alloc_or_die((size_t)cfg.epochs, sizeof(float), "the test losses"),
-        .test_acc = alloc_or_die((size_t)cfg.epochs, sizeof(float), "the test accuracies"),
-        .epoch_ms = alloc_or_die((size_t)cfg.epochs, sizeof(double), "epoch times"),
-    };
-    double *runs_ms = alloc_or_die((size_t)opt.repeat * 5, sizeof(double), "run times");
-    double *e2e_ms = runs_ms, *loop_ms = runs_ms + opt.repeat, *h2d_ms = runs_ms + 2 * opt.repeat,
-           *per_epoch_ms = runs_ms + 3 * opt.repeat, *setup_ms = runs_ms + 4 * opt.repeat;
-    MnistResult out;
-
-    MnistConfig warmup_cfg = cfg;
-    warmup_cfg.epochs = 1;
-    for (int i = 0; !opt.reference && i < opt.warmup; i++) train_once(&warmup_cfg, &data, 0, &o, &out);
-    for (int r = 0; r < opt.repeat; r++) {
-        train_once(&cfg, &data, opt.reference, &o, &out);
-        e2e_ms[r] = out.timing.e2e_ms;
-        loop_ms[r] = out.timing.loop_ms;
-        h2d_ms[r] = out.timing.h2d_ms;
-        setup_ms[r] = out.timing.setup_ms;
-        per_epoch_ms[r] = median(o.epoch_ms, cfg.epochs);
-    }
-
-    // ------------------------------------------------------------------------
-    // report: progress from the last run's arrays (the trainer never syncs to print), then the row
-
-    if (!opt.quiet)
-        for (int e = 0; e < cfg.epochs; e++)
+// The progress lines from the last run's arrays (the trainer never syncs to print), the outcome, then
+// the row: stdout, the chance-level warning, --csv and --curve. The exit status.
+static int report_run(const Run *run, int n_train, const Outputs *o, const double *runs_ms, const MnistResult *out) {
+    const MnistConfig *cfg = &run->cfg;
+    const Options *opt = &run->opt;
+    int steps = mnist_steps_per_epoch(cfg, n_train);
+    if (!opt->quiet)
+        for (int e = 0; e < cfg->epochs; e++)
             printf("epoch %d  train_loss %.6f  test_loss %.6f  test_acc %.2f%%\n", e + 1,
-                   mean_step_loss(o.step_loss, e, steps), o.test_loss[e], 100.0 * o.test_acc[e]);
+                   mean_step_loss(o->step_loss, e, steps), o->test_loss[e], 100.0 * o->test_acc[e]);
 
     const char *bad = NULL;
     char bad_text[128];
-    int bad_epoch = first_bad_epoch(&cfg, steps, &out, &bad, bad_text, sizeof(bad_text));
-    int status = report_training_outcome(bad_epoch, bad, &out.timing, opt.quiet, opt.breakdown);
-    if (status != EXIT_OK) goto done;
+    int bad_epoch = first_bad_epoch(cfg, steps, out, &bad, bad_text, sizeof(bad_text));
+    int status = report_training_outcome(bad_epoch, bad, &out->timing, opt->quiet, opt->breakdown);
+    if (status != EXIT_OK) return status;
 
     ResultRow row;
     result_row_init(&row);
-    result_row_name(&row, opt.reference, STAGE_NAME, "mnist", MNIST_VARIANTS[variant], PRECISION_NAMES[precision]);
-    snprintf(row.hidden, sizeof(row.hidden), "%s", hidden);
-    row.batch = cfg.batch;
-    row.epochs = cfg.epochs;
-    row.lr = cfg.lr;
-    result_row_set_measurements(&row, &device, e2e_ms, loop_ms, h2d_ms, per_epoch_ms, opt.repeat);
-    result_row_set_repeats(&row, setup_ms, e2e_ms, loop_ms, per_epoch_ms, opt.repeat);
-    row.train_loss = mean_step_loss(o.step_loss, cfg.epochs - 1, steps);
-    row.test_loss = o.test_loss[cfg.epochs - 1];
-    row.test_acc = o.test_acc[cfg.epochs - 1];
+    result_row_name(&row, opt->reference, STAGE_NAME, "mnist", MNIST_VARIANTS[run->variant],
+                    PRECISION_NAMES[run->precision]);
+    snprintf(row.hidden, sizeof(row.hidden), "%s", run->hidden);
+    row.batch = cfg->batch;
+    row.epochs = cfg->epochs;
+    row.lr = cfg->lr;
+    result_row_set_runs(&row, &run->device, runs_ms, opt->repeat);
+    row.train_loss = mean_step_loss(o->step_loss, cfg->epochs - 1, steps);
+    row.test_loss = o->test_loss[cfg->epochs - 1];
+    row.test_acc = o->test_acc[cfg->epochs - 1];
     report_print(&row, stdout);
     // a learning rate that trains nothing is the user's choice, but it should not look like success
     if (row.test_acc <= CHANCE_ACCURACY && fflush(stdout) == 0)  // the warning after the result line
         fprintf(stderr, "warning: the final test accuracy, %.1f%%, is chance level (10 classes): this run did not "
                         "learn; try a smaller --lr\n", 100.0 * row.test_acc);
 
-    if (opt.csv_path && report_append_csv(&row, opt.csv_path, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: --csv: %s\n", err);
-        status = EXIT_USAGE;
-    }
     // step losses by global step (0-based: before that step's update), test figures by epochs done
-    if (opt.curve_path && status == EXIT_OK) {
-        const CurveSeries series[] = {
-            {"step_loss", o.step_loss, NULL, 0, cfg.epochs * steps},
-            {"test_loss", o.test_loss, NULL, 1, cfg.epochs},
-            {"test_acc", o.test_acc, NULL, 1, cfg.epochs},
-        };
-        if (report_append_curves(opt.curve_path, &row, series, 3, err, sizeof(err)) != 0) {
-            fprintf(stderr, "error: --curve: %s\n", err);
-            status = EXIT_USAGE;
-        }
-    }
+    const CurveSeries series[] = {
+        {"step_loss", o->step_loss, NULL, 0, cfg->epochs * steps},
+        {"test_loss", o->test_loss, NULL, 1, cfg->epochs},
+        {"test_acc", o->test_acc, NULL, 1, cfg->epochs},
+    };
+    return report_append_outputs(&row, opt->csv_path, opt->curve_path, series, 3);
+}
 
-done:
+// Warm-up (GPU only: handles, module loading, clocks), then the timed runs, into outputs allocated here,
+// and their report. The exit status.
+static int train_and_report(const Run *run, const MnistData *data) {
+    const MnistConfig *cfg = &run->cfg;
+    int repeat = run->opt.repeat;
+    size_t steps = (size_t)mnist_steps_per_epoch(cfg, data->n_train);
+    Outputs o = {
+        .params = alloc_or_die((size_t)mnist_param_count(cfg), sizeof(float), "the trained parameters"),
+        .step_loss = alloc_or_die((size_t)cfg->epochs * steps, sizeof(float), "the step losses"),
+        .test_loss = alloc_or_die((size_t)cfg->epochs, sizeof(float), "the test losses"),
+        .test_acc = alloc_or_die((size_t)cfg->epochs, sizeof(float), "the test accuracies"),
+        .epoch_ms = alloc_or_die((size_t)cfg->epochs, sizeof(double), "epoch times"),
+    };
+    double *runs_ms = alloc_or_die((size_t)repeat * REPORT_RUN_FIGURES, sizeof(double), "run times");
+    MnistResult out;
+
+    MnistConfig warmup_cfg = *cfg;
+    warmup_cfg.epochs = 1;
+    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &o, &out);
+    for (int r = 0; r < repeat; r++) {
+        train_once(cfg, data, run->opt.reference, &o, &out);
+        report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
+    }
+    int status = report_run(run, data->n_train, &o, runs_ms, &out);
+
     free(runs_ms);
     free(o.epoch_ms);
     free(o.test_acc);
     free(o.test_loss);
     free(o.step_loss);
     free(o.params);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    Run run;
+    int status = parse_flags(argc, argv, &run);
+    if (status >= 0) return status;
+    MnistSet set;
+    status = load_data(&run.opt, &set);
+    if (status != EXIT_OK) return status;
+    build_config(&run);
+    if (check_device(&run, &set) != EXIT_OK) {
+        mnist_free(&set);
+        return EXIT_CUDA;
+    }
+
+    // the same initial parameters and batch order for every run, and for --export
+    const MnistConfig *cfg = &run.cfg;
+    float *init_params = alloc_or_die((size_t)mnist_param_count(cfg), sizeof(float), "the initial parameters");
+    int32_t *batch_order = alloc_or_die((size_t)cfg->epochs * (size_t)set.n_train, sizeof(int32_t), "the batch order");
+    mnist_init_params(cfg, run.opt.seed, init_params);
+    mnist_batch_order(set.n_train, cfg->epochs, run.opt.seed, batch_order);
+    MnistData data = {.train_pixels = set.train_pixels, .train_images = set.train_images,
+                      .train_labels = set.train_labels, .n_train = set.n_train, .test_pixels = set.test_pixels,
+                      .test_images = set.test_images, .test_labels = set.test_labels, .n_test = set.n_test,
+                      .batch_order = batch_order, .init_params = init_params};
+
+    if (run.opt.export_dir)
+        status = export_mnist(run.opt.export_dir, cfg, &data, run.hidden, run.opt.seed, run.opt.data_dir,
+                              run.opt.quiet);
+    else
+        status = train_and_report(&run, &data);
     free(batch_order);
     free(init_params);
     mnist_free(&set);
     // the result line too: a full disk or /dev/full on stdout is a failed run, not exit 0
-    if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
-    return status;
+    return report_exit_status(status);
 }

@@ -24,6 +24,7 @@
 #include "device.h"
 #include "divergence.h"
 #include "exit_codes.h"
+#include "host.h"
 #include "reference.h"
 #include "report.h"
 #include "trainer.h"
@@ -33,15 +34,6 @@
 #endif
 
 #define LOG_EVERY 10
-
-static void *alloc_or_die(size_t count, size_t size, const char *what) {
-    void *p = malloc(count * size);
-    if (!p) {
-        fprintf(stderr, "error: out of host memory for %s (%zu bytes)\n", what, count * size);
-        exit(EXIT_HOST_MEMORY);
-    }
-    return p;
-}
 
 // ----------------------------------------------------------------------------
 // device memory: checked before anything is allocated, so that a --points too large for this GPU is
@@ -83,16 +75,21 @@ static int export_regression(const char *dir, const RegressionConfig *cfg, const
 // ----------------------------------------------------------------------------
 // one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
 
-static void train_once(const RegressionConfig *cfg, const RegressionData *data, int reference, float *train_loss,
-                       float *test_loss, double *epoch_ms, RegressionResult *out) {
+typedef struct {
+    float *train_loss, *test_loss;  // [regression_logged_count()]
+    double *epoch_ms;
+} Outputs;
+
+static void train_once(const RegressionConfig *cfg, const RegressionData *data, int reference, const Outputs *o,
+                       RegressionResult *out) {
     int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
-    for (int i = 0; i < n_logged; i++) train_loss[i] = test_loss[i] = NAN;
-    for (int e = 0; e < cfg->epochs; e++) epoch_ms[e] = NAN;
+    for (int i = 0; i < n_logged; i++) o->train_loss[i] = o->test_loss[i] = NAN;
+    for (int e = 0; e < cfg->epochs; e++) o->epoch_ms[e] = NAN;
     memset(out, 0, sizeof(*out));
     out->w = out->b = out->final_test_loss = NAN;
-    out->train_loss = train_loss;
-    out->test_loss = test_loss;
-    out->timing.epoch_ms = epoch_ms;
+    out->train_loss = o->train_loss;
+    out->test_loss = o->test_loss;
+    out->timing.epoch_ms = o->epoch_ms;
     out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = out->timing.setup_ms = NAN;
 
     if (reference) {
@@ -133,146 +130,167 @@ static int first_bad_epoch(const RegressionConfig *cfg, const RegressionResult *
 }
 
 // ----------------------------------------------------------------------------
+// main, in the order of its checks: the flags, the device, the points, then --export or the runs and the report
 
-int main(int argc, char **argv) {
-    char err[1024];
+// A run as the flags define it, built before any training.
+typedef struct {
     Options opt;
-    int parsed = parse_args(argc, argv, TRAINER_REGRESSION, &opt, err, sizeof(err));
-    if (parsed == 1) return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
+    int variant;          // index into REGRESSION_VARIANTS
+    RegressionConfig cfg;
+    DeviceInfo device;    // the GPU, or the host CPU for --reference and --export
+} Run;
+
+// The flags alone: --help and --list-variants print and end the program, then --variant is checked
+// against this stage's list, then --csv and --curve; run->cfg gets the trainer's settings. -1 when the
+// run goes on, else the exit status.
+static int parse_flags(int argc, char **argv, Run *run) {
+    char err[1024];
+    Options *opt = &run->opt;
+    int parsed = parse_args(argc, argv, TRAINER_REGRESSION, opt, err, sizeof(err));
+    if (parsed == 1) return report_exit_status(EXIT_OK);
     if (parsed != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
 
-    if (opt.list_variants) {
+    if (opt->list_variants) {
         for (int v = 0; REGRESSION_VARIANTS[v]; v++) printf("variant %s\n", REGRESSION_VARIANTS[v]);
-        return report_flush_stdout() == 0 ? EXIT_OK : EXIT_USAGE;
+        return report_exit_status(EXIT_OK);
     }
 
     // the CPU reference has one version: the stage's default
     const char *const default_only[] = {REGRESSION_VARIANTS[0], NULL};
-    int variant = args_pick("--variant", opt.variant, opt.reference ? default_only : REGRESSION_VARIANTS,
-                            opt.reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " regression", err,
-                            sizeof(err));
-    if (variant < 0) {
+    run->variant = args_pick("--variant", opt->variant, opt->reference ? default_only : REGRESSION_VARIANTS,
+                             opt->reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " regression",
+                             err, sizeof(err));
+    if (run->variant < 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
 
-    if (args_prepare_run(&opt, err, sizeof(err)) != 0) {
+    if (args_prepare_run(opt, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
+    run->cfg = (RegressionConfig){.epochs = opt->epochs, .lr = opt->lr, .log_every = LOG_EVERY,
+                                  .breakdown = opt->breakdown, .variant = run->variant};
+    return -1;
+}
 
-    // the GPU first: without one, or without room for the points, there is nothing to generate them for
-    DeviceInfo device;
-    if (opt.reference || opt.export_dir) {
-        host_describe(&device);
-    } else {
-        if (device_query(&device) != 0) return EXIT_CUDA;
-        char what[64];
-        snprintf(what, sizeof(what), "--points %lld", (long long)opt.points);
-        device_check_memory(BYTES_PER_POINT * (double)opt.points + FIXED_DEVICE_BYTES, what, "try a smaller --points");
+// The GPU first: without one, or without room for the points, there is nothing to generate them for.
+// EXIT_OK or EXIT_CUDA (too little memory ends the program inside).
+static int check_device(Run *run) {
+    if (run->opt.reference || run->opt.export_dir) {
+        host_describe(&run->device);
+        return EXIT_OK;
     }
+    if (device_query(&run->device) != 0) return EXIT_CUDA;
+    char what[64];
+    snprintf(what, sizeof(what), "--points %lld", (long long)run->opt.points);
+    device_check_memory(BYTES_PER_POINT * (double)run->opt.points + FIXED_DEVICE_BYTES, what, "try a smaller --points");
+    return EXIT_OK;
+}
 
+// The row of a run that trained: stdout, --csv and --curve. The exit status.
+static int report_row(const Run *run, int64_t points, const Outputs *o, const int *logged_epoch,
+                      const double *runs_ms, const RegressionResult *out) {
+    const RegressionConfig *cfg = &run->cfg;
+    int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
+    ResultRow row;
+    result_row_init(&row);
+    result_row_name(&row, run->opt.reference, STAGE_NAME, "regression", REGRESSION_VARIANTS[run->variant], "fp32");
+    row.points = points;
+    row.epochs = cfg->epochs;
+    row.lr = cfg->lr;
+    result_row_set_runs(&row, &run->device, runs_ms, run->opt.repeat);
+    row.train_loss = o->train_loss[n_logged - 1];
+    row.test_loss = out->final_test_loss;
+    row.w = out->w;
+    row.b = out->b;
+    report_print(&row, stdout);
+
+    // the test-loss series ends with the loss of the trained parameters, after the last epoch
+    float final_test_loss = out->final_test_loss;
+    int final_epoch = cfg->epochs;
+    const CurveSeries series[] = {
+        {"train_loss", o->train_loss, logged_epoch, 0, n_logged},
+        {"test_loss", o->test_loss, logged_epoch, 0, n_logged},
+        {"test_loss", &final_test_loss, &final_epoch, 0, 1},
+    };
+    return report_append_outputs(&row, run->opt.csv_path, run->opt.curve_path, series, 3);
+}
+
+// The progress lines from the last run's arrays (the trainer never syncs to print), the outcome, then
+// the row. The exit status.
+static int report_run(const Run *run, int64_t points, const Outputs *o, const double *runs_ms,
+                      const RegressionResult *out) {
+    const RegressionConfig *cfg = &run->cfg;
+    int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
+    int *logged_epoch = host_malloc((size_t)n_logged * sizeof(int), "the loss curve");
+    for (int e = 0, i = 0; e < cfg->epochs; e++)
+        if (regression_epoch_logged(e, cfg->epochs, cfg->log_every)) logged_epoch[i++] = e;
+    // the epochs up to the first that diverged, if one did: none after the error line
+    const char *bad = NULL;
+    char bad_text[128];
+    int bad_epoch = first_bad_epoch(cfg, out, &bad, bad_text, sizeof(bad_text));
+    if (!run->opt.quiet)
+        for (int i = 0; i < n_logged && (bad_epoch < 0 || logged_epoch[i] <= bad_epoch); i++)
+            printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], o->train_loss[i], o->test_loss[i]);
+    int status = report_training_outcome(bad_epoch, bad, &out->timing, run->opt.quiet, run->opt.breakdown);
+    if (status == EXIT_OK) status = report_row(run, points, o, logged_epoch, runs_ms, out);
+    free(logged_epoch);
+    return status;
+}
+
+// Warm-up (GPU only: handles, module loading, clocks), then the timed runs, into outputs allocated here,
+// and their report. The exit status.
+static int train_and_report(const Run *run, const RegressionData *data, int64_t points) {
+    const RegressionConfig *cfg = &run->cfg;
+    int repeat = run->opt.repeat;
+    size_t n_logged = (size_t)regression_logged_count(cfg->epochs, cfg->log_every);
+    Outputs o = {
+        .train_loss = host_malloc(n_logged * sizeof(float), "the loss curve"),
+        .test_loss = host_malloc(n_logged * sizeof(float), "the loss curve"),
+        .epoch_ms = host_malloc((size_t)cfg->epochs * sizeof(double), "epoch times"),
+    };
+    double *runs_ms = host_malloc((size_t)repeat * REPORT_RUN_FIGURES * sizeof(double), "run times");
+    RegressionResult out;
+
+    RegressionConfig warmup_cfg = *cfg;
+    warmup_cfg.epochs = 1;
+    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &o, &out);
+    for (int r = 0; r < repeat; r++) {
+        train_once(cfg, data, run->opt.reference, &o, &out);
+        report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
+    }
+    int status = report_run(run, points, &o, runs_ms, &out);
+
+    free(runs_ms);
+    free(o.epoch_ms);
+    free(o.test_loss);
+    free(o.train_loss);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    Run run;
+    int status = parse_flags(argc, argv, &run);
+    if (status >= 0) return status;
+    if (check_device(&run) != EXIT_OK) return EXIT_CUDA;
+
+    char err[1024];
     RegressionSet set;
-    if (regression_generate(opt.points, opt.seed, &set, err, sizeof(err)) != 0) {
+    if (regression_generate(run.opt.points, run.opt.seed, &set, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_HOST_MEMORY;  // the only way generation fails once --points is valid
     }
     RegressionData data = regression_data_view(&set);
-    RegressionConfig cfg = {
-        .epochs = opt.epochs, .lr = opt.lr, .log_every = LOG_EVERY, .breakdown = opt.breakdown, .variant = variant};
 
-    if (opt.export_dir) {
-        int status = export_regression(opt.export_dir, &cfg, &set, &data, opt.seed, opt.quiet);
-        regression_free(&set);
-        if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
-        return status;
-    }
-
-    // ------------------------------------------------------------------------
-    // warm-up (GPU only: handles, module loading, clocks), then the timed runs
-
-    int n_logged = regression_logged_count(cfg.epochs, cfg.log_every);
-    float *train_loss = alloc_or_die((size_t)n_logged, sizeof(float), "the loss curve");
-    float *test_loss = alloc_or_die((size_t)n_logged, sizeof(float), "the loss curve");
-    double *epoch_ms = alloc_or_die((size_t)cfg.epochs, sizeof(double), "epoch times");
-    double *runs_ms = alloc_or_die((size_t)opt.repeat * 5, sizeof(double), "run times");
-    double *e2e_ms = runs_ms, *loop_ms = runs_ms + opt.repeat, *h2d_ms = runs_ms + 2 * opt.repeat,
-           *per_epoch_ms = runs_ms + 3 * opt.repeat, *setup_ms = runs_ms + 4 * opt.repeat;
-    RegressionResult out;
-
-    RegressionConfig warmup_cfg = cfg;
-    warmup_cfg.epochs = 1;
-    for (int i = 0; !opt.reference && i < opt.warmup; i++)
-        train_once(&warmup_cfg, &data, 0, train_loss, test_loss, epoch_ms, &out);
-    for (int r = 0; r < opt.repeat; r++) {
-        train_once(&cfg, &data, opt.reference, train_loss, test_loss, epoch_ms, &out);
-        e2e_ms[r] = out.timing.e2e_ms;
-        loop_ms[r] = out.timing.loop_ms;
-        h2d_ms[r] = out.timing.h2d_ms;
-        setup_ms[r] = out.timing.setup_ms;
-        per_epoch_ms[r] = median(epoch_ms, cfg.epochs);
-    }
-
-    // ------------------------------------------------------------------------
-    // report: progress from the last run's arrays (the trainer never syncs to print), then the row
-
-    int *logged_epoch = alloc_or_die((size_t)n_logged, sizeof(int), "the loss curve");
-    for (int e = 0, i = 0; e < cfg.epochs; e++)
-        if (regression_epoch_logged(e, cfg.epochs, cfg.log_every)) logged_epoch[i++] = e;
-    // the epochs up to the first that diverged, if one did: none after the error line
-    const char *bad = NULL;
-    char bad_text[128];
-    int bad_epoch = first_bad_epoch(&cfg, &out, &bad, bad_text, sizeof(bad_text));
-    if (!opt.quiet)
-        for (int i = 0; i < n_logged && (bad_epoch < 0 || logged_epoch[i] <= bad_epoch); i++)
-            printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], train_loss[i], test_loss[i]);
-    int status = report_training_outcome(bad_epoch, bad, &out.timing, opt.quiet, opt.breakdown);
-    if (status != EXIT_OK) goto done;
-
-    ResultRow row;
-    result_row_init(&row);
-    result_row_name(&row, opt.reference, STAGE_NAME, "regression", REGRESSION_VARIANTS[variant], "fp32");
-    row.points = set.n;
-    row.epochs = cfg.epochs;
-    row.lr = cfg.lr;
-    result_row_set_measurements(&row, &device, e2e_ms, loop_ms, h2d_ms, per_epoch_ms, opt.repeat);
-    result_row_set_repeats(&row, setup_ms, e2e_ms, loop_ms, per_epoch_ms, opt.repeat);
-    row.train_loss = train_loss[n_logged - 1];
-    row.test_loss = out.final_test_loss;
-    row.w = out.w;
-    row.b = out.b;
-    report_print(&row, stdout);
-
-    if (opt.csv_path && report_append_csv(&row, opt.csv_path, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: --csv: %s\n", err);
-        status = EXIT_USAGE;
-    }
-    // the test-loss series ends with the loss of the trained parameters, after the last epoch
-    if (opt.curve_path && status == EXIT_OK) {
-        float final_test_loss = out.final_test_loss;
-        int final_epoch = cfg.epochs;
-        const CurveSeries series[] = {
-            {"train_loss", train_loss, logged_epoch, 0, n_logged},
-            {"test_loss", test_loss, logged_epoch, 0, n_logged},
-            {"test_loss", &final_test_loss, &final_epoch, 0, 1},
-        };
-        if (report_append_curves(opt.curve_path, &row, series, 3, err, sizeof(err)) != 0) {
-            fprintf(stderr, "error: --curve: %s\n", err);
-            status = EXIT_USAGE;
-        }
-    }
-
-done:
-    free(logged_epoch);
-    free(runs_ms);
-    free(epoch_ms);
-    free(test_loss);
-    free(train_loss);
+    if (run.opt.export_dir)
+        status = export_regression(run.opt.export_dir, &run.cfg, &set, &data, run.opt.seed, run.opt.quiet);
+    else
+        status = train_and_report(&run, &data, set.n);
     regression_free(&set);
     // the result line too: a full disk or /dev/full on stdout is a failed run, not exit 0
-    if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
-    return status;
+    return report_exit_status(status);
 }

@@ -1,5 +1,6 @@
 // common/report.c: result rows for humans (stdout) and for tools (CSV), plus the drivers' other
-// outputs: --curve rows, the --breakdown table and the --export files (see report.h).
+// outputs: --curve rows, the --breakdown table and the --export files, and the figures of their timed
+// runs (see report.h).
 //
 // The CSV is the only source of every table and plot in this repository, so it is written with
 // enough digits to be re-read exactly and quoted wherever a field holds a comma ("1024,1024").
@@ -457,6 +458,11 @@ int report_flush_stdout(void) {
     return 0;
 }
 
+int report_exit_status(int status) {
+    if (report_flush_stdout() != 0 && status == EXIT_OK) status = EXIT_USAGE;
+    return status;
+}
+
 // ----------------------------------------------------------------------------
 // statistics
 
@@ -579,4 +585,34 @@ void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const
     row->loop_ms = median(loop_ms, runs);
     row->h2d_ms = median(h2d_ms, runs);
     row->ms_per_epoch = median(per_epoch_ms, runs);
+}
+
+// The block's rows, in order: e2e, loop, h2d, median epoch, setup; each `runs` long.
+void report_record_run(double *runs_ms, int runs, int run, const TrainTiming *timing, int epochs) {
+    runs_ms[run] = timing->e2e_ms;
+    runs_ms[runs + run] = timing->loop_ms;
+    runs_ms[2 * runs + run] = timing->h2d_ms;
+    runs_ms[3 * runs + run] = median(timing->epoch_ms, epochs);
+    runs_ms[4 * runs + run] = timing->setup_ms;
+}
+
+void result_row_set_runs(ResultRow *row, const DeviceInfo *device, const double *runs_ms, int runs) {
+    const double *e2e_ms = runs_ms, *loop_ms = runs_ms + runs, *h2d_ms = runs_ms + 2 * runs,
+                 *per_epoch_ms = runs_ms + 3 * runs, *setup_ms = runs_ms + 4 * runs;
+    result_row_set_measurements(row, device, e2e_ms, loop_ms, h2d_ms, per_epoch_ms, runs);
+    result_row_set_repeats(row, setup_ms, e2e_ms, loop_ms, per_epoch_ms, runs);
+}
+
+int report_append_outputs(const ResultRow *row, const char *csv_path, const char *curve_path,
+                          const CurveSeries *series, int n_series) {
+    char err[1024];
+    if (csv_path && report_append_csv(row, csv_path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --csv: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (curve_path && report_append_curves(curve_path, row, series, n_series, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: --curve: %s\n", err);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
 }

@@ -76,6 +76,9 @@ void report_csv_real(FILE *f, const char *format, double value);
 // Flushes stdout: -1, after one error line on stderr, when the results could not be written there
 // (a full disk, /dev/full, a closed pipe's error).
 int report_flush_stdout(void);
+// A driver's exit status, stdout flushed last: a failed flush turns EXIT_OK into EXIT_USAGE, so that a
+// result line lost to a full disk or /dev/full is a failed run.
+int report_exit_status(int status);
 
 // The statistics of timed runs, for the drivers and the ladders alike.
 double median(const double *values, int n);  // of a copy; NaN when n == 0
@@ -107,6 +110,13 @@ void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const
 // the runs' median epochs (their medians come from result_row_set_measurements). NULL setup_ms: none.
 void result_row_set_repeats(ResultRow *row, const double *setup_ms, const double *e2e_ms, const double *loop_ms,
                             const double *per_epoch_ms, int runs);
+// The drivers' timed runs in one block of REPORT_RUN_FIGURES x runs doubles that the caller allocates:
+// report_record_run keeps run `run`'s e2e, loop, h2d and setup times and its median epoch (of
+// timing->epoch_ms[0..epochs)); result_row_set_runs gives the row their device, medians and spread
+// (result_row_set_measurements and result_row_set_repeats).
+#define REPORT_RUN_FIGURES 5
+void report_record_run(double *runs_ms, int runs, int run, const TrainTiming *timing, int epochs);
+void result_row_set_runs(ResultRow *row, const DeviceInfo *device, const double *runs_ms, int runs);
 // The columns that name a run: stage (cpu-reference for the reference), trainer, variant and precision
 // (empty and fp64 for the reference), and threads (1 for the single-threaded reference).
 void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,
@@ -115,6 +125,11 @@ void result_row_name(ResultRow *row, int reference, const char *stage, const cha
 // "Inf", or the value past the growth limit of divergence.h): one error line on stderr, and EXIT_DIVERGED. Otherwise the untimed setup time
 // (unless quiet) and, with breakdown, the phase table; EXIT_OK.
 int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *timing, int quiet, int breakdown);
+// The row of a run that trained, appended to --csv and then to --curve with its series (either path may
+// be NULL): EXIT_OK, or one error line ("error: --csv: ...", "error: --curve: ...") and EXIT_USAGE; a
+// --csv that fails leaves --curve alone.
+int report_append_outputs(const ResultRow *row, const char *csv_path, const char *curve_path,
+                          const CurveSeries *series, int n_series);
 // --export: writes bytes to dir/name, creating dir (and its parents) first; whole or not at all.
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len);
 

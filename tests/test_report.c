@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "exit_codes.h"
 #include "provenance.h"
 #include "report.h"
 
@@ -284,6 +285,51 @@ Test(report, repeats_median_min_max) {
     cr_assert_float_eq(row.e2e_max_ms, 130.0, 0.0);
 }
 
+// The drivers' timed runs: each run's figures in its place in the block, the row's medians and spread from them.
+Test(report, runs_recorded_into_the_row) {
+    ResultRow row = mnist_row();
+    DeviceInfo device;
+    memset(&device, 0, sizeof(device));
+    snprintf(device.name, sizeof(device.name), "Test GPU");
+    double epochs[3][2] = {{10.0, 14.0}, {9.0, 11.0}, {12.0, 12.0}};
+    const double e2e[] = {130.0, 150.0, 140.0}, setup[] = {50.0, 70.0, 60.0};
+    double runs_ms[REPORT_RUN_FIGURES * 3];
+    for (int r = 0; r < 3; r++) {
+        TrainTiming timing = {.e2e_ms = e2e[r], .loop_ms = e2e[r] - 20.0, .h2d_ms = 5.0 + r, .setup_ms = setup[r],
+                              .epoch_ms = epochs[r]};
+        report_record_run(runs_ms, 3, r, &timing, 2);
+    }
+    result_row_set_runs(&row, &device, runs_ms, 3);
+    cr_assert_str_eq(row.device, "Test GPU");
+    cr_assert_eq(row.repeats, 3);
+    cr_assert_float_eq(row.e2e_ms, 140.0, 0.0);
+    cr_assert_float_eq(row.loop_ms, 120.0, 0.0);
+    cr_assert_float_eq(row.h2d_ms, 6.0, 0.0);
+    cr_assert_float_eq(row.ms_per_epoch, 12.0, 0.0);  // the median of the runs' medians 12, 10, 12
+    cr_assert_float_eq(row.epoch_min_ms, 10.0, 0.0);
+    cr_assert_float_eq(row.setup_ms, 60.0, 0.0);
+    cr_assert_float_eq(row.setup_max_ms, 70.0, 0.0);
+    cr_assert_float_eq(row.e2e_min_ms, 130.0, 0.0);
+}
+
+// --csv first, then --curve; a --csv that fails leaves the curve file unwritten.
+Test(report, outputs_csv_then_curve) {
+    ResultRow row = mnist_row();
+    const float values[] = {2.5f, 1.5f};
+    const CurveSeries series[] = {{"test_loss", values, NULL, 1, 2}};
+    char curve[160];
+    snprintf(curve, sizeof(curve), "%s/curve.csv", dir);
+    cr_assert_eq(report_append_outputs(&row, csv_path, curve, series, 1), EXIT_OK);
+    char lines[8][1024];
+    cr_assert_eq(read_lines(csv_path, lines), 2);
+    cr_assert_eq(read_lines(curve, lines), 3);
+    cr_assert_eq(report_append_outputs(&row, NULL, NULL, series, 1), EXIT_OK);
+    remove(curve);
+    cr_assert_not_null(freopen("/dev/null", "w", stderr));  // the error line it prints
+    cr_assert_eq(report_append_outputs(&row, dir, curve, series, 1), EXIT_USAGE, "a directory took a result row");
+    cr_assert_eq(access(curve, F_OK), -1, "the curve was written after the --csv failed");
+}
+
 Test(report, new_columns_by_name) {
     ResultRow row = mnist_row();
     const double setup[] = {49.5, 78.25};
@@ -530,6 +576,15 @@ Test(report, stdout_write_errors_are_reported) {
     cr_assert_not_null(freopen("/dev/full", "w", stdout));
     printf("a result line\n");
     cr_assert_eq(report_flush_stdout(), -1, "a result lost to a full disk counted as written");
+}
+
+Test(report, exit_status_after_a_lost_result) {
+    cr_assert_not_null(freopen("/dev/null", "w", stderr));
+    cr_assert_not_null(freopen("/dev/full", "w", stdout));
+    printf("a result line\n");
+    cr_assert_eq(report_exit_status(EXIT_DIVERGED), EXIT_DIVERGED, "a failure kept its own code");
+    printf("another\n");
+    cr_assert_eq(report_exit_status(EXIT_OK), EXIT_USAGE, "a result lost to a full disk exited 0");
 }
 
 // ----------------------------------------------------------------------------
