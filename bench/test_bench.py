@@ -920,8 +920,9 @@ class MakefileCommitTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.tmp)
 
     # The make that runs this suite (make test GIT_COMMIT_ID=...) passes its command-line variables down in
-    # MAKEFLAGS, where they would override the tree's own answer: drop them.
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    # MAKEFLAGS, where they would override the tree's own answer: drop them, and SANITIZE (make test
+    # SANITIZE=1 exports it), which would send the copy's make to build-asan/ instead of build/.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "SANITIZE")}
     env.update(GIT_COMMIT_ID="", GIT_DIRTY="")
 
     def info(self, tree, *args):
