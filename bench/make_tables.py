@@ -4,7 +4,9 @@
 Every number in a table comes from one result row (common/report.h schema); each table names the CSV
 file and the device it comes from. The tables go between markers, and nothing outside them changes:
 
-  README.md        <!-- ladder:regression begin --> ... <!-- ladder:regression end -->
+  README.md        <!-- ladder:headline begin --> ... <!-- ladder:headline end -->  (one line per stage: its idea,
+                   regression e2e ms, MNIST --hidden 128 ms/epoch, step speedups, × PyTorch's best)
+  docs/RESULTS.md  <!-- ladder:regression begin --> ... <!-- ladder:regression end -->
                    <!-- ladder:mnist begin --> ... <!-- ladder:mnist end -->     (one table per --hidden)
   NN-*/README.md   <!-- results:stageNN begin --> ... <!-- results:stageNN end -->  (stage NN vs the one before,
                    then its variants table where it has other variants or precisions; 01-vector-add: its
@@ -12,8 +14,8 @@ file and the device it comes from. The tables go between markers, and nothing ou
   NN-*/README.md   <!-- steps:stageNN begin --> ... <!-- steps:stageNN end -->  (stage NN and the one before:
                    regression loop ms, µs per epoch, e2e − loop; MNIST µs per step per --hidden, and the µs
                    saved per step; the figures the stage's prose reasons with)
-  07-*/README.md   <!-- targets:stage07 begin --> ... <!-- targets:stage07 end -->  (the issue's targets for
-                   stage 07 against its measured rows)
+  07-*/README.md   <!-- targets:stage07 begin --> ... <!-- targets:stage07 end -->  (stage 07's targets
+                   against its measured rows)
   08-*/README.md   <!-- targets:stage08 begin --> ... <!-- targets:stage08 end -->  (stage 08's targets: ms/epoch,
                    against PyTorch cuda-graph and against stage 07, same run)
   08-*/README.md   <!-- sweep:stage08 begin --> ... <!-- sweep:stage08 end -->  (the persistent sweep: one hidden
@@ -23,7 +25,7 @@ file and the device it comes from. The tables go between markers, and nothing ou
   NN-*/README.md   <!-- outcome:stageNN begin --> ... <!-- outcome:stageNN end -->  (the stage's predictions,
                    read from its <!-- predictions begin --> ... <!-- predictions end --> table, against
                    the measured rows: hit or miss, and measured ÷ predicted)
-  README.md        <!-- sanitize:summary begin --> ... <!-- sanitize:summary end -->  (the compute-sanitizer
+  docs/RESULTS.md  <!-- sanitize:summary begin --> ... <!-- sanitize:summary end -->  (the compute-sanitizer
                    table of the last full `make sanitize`, results/<gpu>-sanitize.txt, as it printed it)
   NN-*/README.md   <!-- sanitize:stageNN begin --> ... <!-- sanitize:stageNN end -->  (that table's rows
                    of stage NN)
@@ -198,6 +200,97 @@ def ladder_block(datasets, trainer, stage_names=None, known=None):
     notes = [FOOTNOTE_TIMES, FOOTNOTE_SETUP, FOOTNOTE_GBS if trainer == "regression" else FOOTNOTE_GFLOPS,
              FOOTNOTE_GENERATED]
     return "\n\n".join(parts + ["<sub>" + " ".join(notes) + "</sub>"])
+
+
+# ----------------------------------------------------------------------------
+# the top README's headline: one line per stage, the ladder's figures of two configurations
+
+HEADLINE_CONFIGS = (rc.Config("regression"), rc.Config("mnist", "128"))
+BASELINE_STAGE, BASELINE_IDEA = "02", "the naive first version"  # the first trainer stage brings no idea
+STAGE_IDEAS = os.path.join("common", "stage_ideas.tsv")
+
+
+def stage_ideas(root):
+    """{stage: idea in a few words}: the idea field of common/stage_ideas.tsv up to its first colon ("kernel
+    fusion"), and BASELINE_IDEA for BASELINE_STAGE; only the baseline when the file is missing."""
+    ideas = {BASELINE_STAGE: BASELINE_IDEA}
+    path = os.path.join(root, STAGE_IDEAS)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                fields = line.rstrip("\n").split("\t")
+                if line.startswith("#") or len(fields) < 3:
+                    continue
+                ideas[fields[0]] = fields[2].split(":")[0].strip()
+    return ideas
+
+
+def pytorch_best(entries):
+    """The fastest PyTorch entry at fp32 (e2e) that ran the configuration's epochs, or None."""
+    found = [e for e in entries if e.kind == "pytorch" and e.comparable and e.e2e and e.precision == "fp32"]
+    return min(found, key=lambda e: e.e2e) if found else None
+
+
+def headline_lines(rows, ideas=None, defaults=None):
+    """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table: per ladder stage (fp32, default
+    variant) of either HEADLINE_CONFIGS: stage, idea, then per configuration its figure (regression: e2e ms;
+    MNIST: ms/epoch), step speedup (e2e) as ladder_lines computes it, and × PyTorch's best: the e2e of
+    pytorch_best ÷ this stage's e2e (above 1: the stage is faster). — where a stage has no row."""
+    ideas = ideas or {}
+    per_config, shown, best = [], [], {}
+    for config in HEADLINE_CONFIGS:
+        entries = rc.select_entries(rows, config, defaults)
+        cells = dict(zip(entries, ladder_lines(entries)))
+        rungs = {e.stage: (e, cells[e]) for e in entries if e.is_ladder_stage and e.comparable and e.e2e}
+        best[config.trainer] = pytorch_best(entries)
+        per_config.append((config, rungs, best[config.trainer]))
+    lines = []
+    for stage in sorted({stage for _, rungs, _ in per_config for stage in rungs}):
+        line = [stage, ideas.get(stage, NOT_COMPARED)]
+        for config, rungs, fastest in per_config:
+            if stage not in rungs:
+                line += [NOT_COMPARED] * 3
+                continue
+            entry, cells = rungs[stage]
+            figure = entry.e2e if config.trainer == "regression" else entry.ms_per_epoch
+            line += [fmt_3(figure), cells[8], fmt_times(rc.ratio(fastest.e2e, entry.e2e) if fastest else None)]
+            shown.append(entry.row)
+        lines.append(line)
+    shown += [e.row for e in best.values() if e is not None]
+    return lines, shown, best
+
+
+def headline_block(datasets, stage_names=None, known=None, ideas=None):
+    """The text between the ladder:headline markers of the top README: per results file, one line per stage
+    (headline_lines), then which PyTorch mode was the best."""
+    if not datasets:
+        return NO_RESULTS
+    header = ["stage", "idea", "regression e2e ms", "step speedup (e2e)", "× PyTorch's best",
+              "MNIST --hidden 128 ms/epoch", "step speedup (e2e)", "× PyTorch's best"]
+    parts = []
+    for source, rows in datasets:
+        lines, shown, best = headline_lines(rows, ideas, rc.variant_defaults(rows, known))
+        if not lines:
+            parts.append(f"No stage rows in `{source}` yet.")
+            continue
+        for line in lines:
+            line[0] = (stage_names or {}).get(line[0], line[0])
+        named = "; ".join(f"{short_name(c)} `{best[c.trainer].row['variant']}`, {fmt_3(best[c.trainer].e2e)} ms e2e"
+                          for c in HEADLINE_CONFIGS if best[c.trainer] is not None)
+        title = " · ".join(f"{short_name(c)}{'' if c.trainer == 'regression' else f', batch {rc.MNIST_BATCH}'}, "
+                           f"{c.epochs} epochs" for c in HEADLINE_CONFIGS)
+        parts.append(f"**Every stage: {title}**  \n"
+                     f"{source_line(shown, rc.device_of(rows), source)}\n\n"
+                     f"{runs_note(shown, f'the headline table of {source}')}"
+                     f"{markdown_table(header, [':--', ':--'] + ['--:'] * 6, lines)}\n\n"
+                     f"PyTorch's best (its fastest fp32 mode): {named or 'no PyTorch rows'}.")
+    note = ("Each stage in its default variant at fp32, newest rows. e2e: from the training data in host memory to "
+            "the trained parameters back in host memory; ms/epoch: the median epoch (docs/DESIGN.md, \"Timing\"). "
+            "step speedup: the stage before's e2e ÷ this stage's (the stage it compares with is named when one is "
+            "missing); × PyTorch's best: the e2e of PyTorch's fastest fp32 mode on the same configuration ÷ this "
+            "stage's e2e (above 1: the stage is faster). Every column, precision and PyTorch mode: the ladder "
+            "tables of docs/RESULTS.md. " + FOOTNOTE_GENERATED)
+    return "\n\n".join(parts + [f"<sub>{note}</sub>"])
 
 
 # ----------------------------------------------------------------------------
@@ -868,18 +961,26 @@ def load_datasets(results_dir, root):
     return datasets
 
 
+RESULTS_DOC = os.path.join("docs", "RESULTS.md")  # the ladder tables and the sanitizer table
+
+
 def all_blocks(datasets, root, results_dir):
-    """{file: {marker name: content}} for the top README and every stage README."""
+    """{file: {marker name: content}} for the top README, docs/RESULTS.md, every stage README and TEACHING.md."""
     dirs = rc.stage_dirs(root)
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
     summaries = sanitize_summaries(results_dir)
     ladder_sets = kernel_ladders.load(results_dir, root)
-    files = {os.path.join(root, "README.md"): {
-        "ladder:regression": ladder_block(datasets, "regression", names, known),
-        "ladder:mnist": ladder_block(datasets, "mnist", names, known),
-        "sanitize:summary": sanitize_block(summaries, results_dir),
-    }}
+    files = {
+        os.path.join(root, "README.md"): {
+            "ladder:headline": headline_block(datasets, names, known, stage_ideas(root)),
+        },
+        os.path.join(root, RESULTS_DOC): {
+            "ladder:regression": ladder_block(datasets, "regression", names, known),
+            "ladder:mnist": ladder_block(datasets, "mnist", names, known),
+            "sanitize:summary": sanitize_block(summaries, results_dir),
+        },
+    }
     for nn, d in dirs.items():
         block = vector_add_block(datasets) if nn == "01" else stage_block(datasets, nn, names, known)
         files[os.path.join(root, d, "README.md")] = {f"results:stage{nn}": block,

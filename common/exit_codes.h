@@ -1,6 +1,6 @@
 // common/exit_codes.h: the exit codes every program of this repository uses.
-// A failure prints one line on stderr ("error: ...") and exits with one of these; README.md,
-// "When something goes wrong", lists the messages. tests/cli_smoke.sh checks one case of each.
+// A failure prints one line on stderr ("error: ...") and exits with one of these; docs/DESIGN.md,
+// "Exit codes and error lines", lists the messages. tests/cli_smoke.sh checks one case of each.
 #ifndef EXIT_CODES_H
 #define EXIT_CODES_H
 
