@@ -1,7 +1,7 @@
 // common/staging.h: uploads from pageable host memory through a ring of pinned slots, stage 05's upload.
 // The copy engine reads only pinned memory, so the host copies a chunk into a pinned slot and the copy engine
 // drains it while the host fills the next; one core copies slower than PCIe moves, so a pool of host threads
-// fills each slot (05-streams/upload_ladder.cu measures every step of this). Used by the trainers of 05-07.
+// fills each slot (05-streams/upload_ladder.cu measures every step of this). Used by the trainers of 05-08.
 #ifndef STAGING_H
 #define STAGING_H
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/run_all.sh test|check BUILD "STAGES" ["LADDER_TESTS"]: the suites of `make test` or `make check`, one line
 # each, and one closing tally line. A suite's whole output is shown only when it fails (VERBOSE=1: always).
-#   test:  the CPU suites, the command-line contract, citations, history, the bench tables, the profile summary, and
+#   test:  the CPU suites, the command-line contract, citations, history, README words, the bench tables, the profile summary, and
 #          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU
 #          suites run one after another, beside the others (the output is shown in order);
 #   check: the slow smoke suites of the tools: try, prompts, exercises, sanitize's verdicts, the mutants; one at
@@ -79,6 +79,7 @@ if [ "$mode" = test ]; then
     suite "command-line contract (stage $last_stage)" cli bash tests/cli_smoke.sh "$build/$last_stage"
     suite "citations (every path a comment or README cites exists)" citations bash tests/citations.sh
     suite "prose describes the code as it is (no issue numbers, no change log)" history bash tests/history_smoke.sh
+    suite "READMEs short enough to read (words of prose)" words bash tests/readme_words.sh
     if command -v python3 >/dev/null; then
         suite "bench table generator (Python, stdlib only)" unittest python3 -m unittest discover -s bench -p 'test_*.py'
     else
