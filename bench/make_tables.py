@@ -265,8 +265,8 @@ def headline_block(datasets, stage_names=None, known=None, ideas=None):
     (headline_lines), then which PyTorch mode was the best."""
     if not datasets:
         return NO_RESULTS
-    header = ["stage", "idea", "regression e2e ms", "step speedup (e2e)", "× PyTorch's best",
-              "MNIST --hidden 128 ms/epoch", "step speedup (e2e)", "× PyTorch's best"]
+    header = ["stage", "idea", "regression e2e ms", "step speedup (e2e)", "× PyTorch's best (e2e)",
+              "MNIST --hidden 128 ms/epoch", "step speedup (e2e)", "× PyTorch's best (e2e)"]
     parts = []
     for source, rows in datasets:
         lines, shown, best = headline_lines(rows, ideas, rc.variant_defaults(rows, known))
