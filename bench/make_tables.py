@@ -1145,9 +1145,10 @@ def provenance_suffix(rows):
     torches = sorted({row["torch"] for row in rows if row.get("torch")})
     if torches:
         text += f" · torch {', '.join(torches)}"
-    threads = [(row, row["threads"]) for row in rows if row.get("threads")]
+    # one entry per kind of CPU row (the CPU reference's rows of several configurations say it once)
+    threads = list(dict.fromkeys(f"{describe_row(row)} {row['threads']}" for row in rows if row.get("threads")))
     if threads:
-        text += " · CPU threads: " + ", ".join(f"{describe_row(row)} {n}" for row, n in threads)
+        text += " · CPU threads: " + ", ".join(threads)
     return text
 
 

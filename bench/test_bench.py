@@ -1146,6 +1146,9 @@ class SetupWallSpreadTest(unittest.TestCase):
         line = make_tables.source_line(rows, "GPU", "x.csv")
         self.assertEqual(line, "GPU · `x.csv` · commit c16 · run `run-1` · torch 2.9.0 · CPU threads: PyTorch cpu 16, "
                                "CPU reference 1")
+        # the CPU reference's rows of several configurations name its threads once
+        again = rows + [dict(timed_row("cpu-reference", threads=1), precision="fp64", hidden="128")]
+        self.assertTrue(make_tables.source_line(again, "GPU", "x.csv").endswith("PyTorch cpu 16, CPU reference 1"))
         rows[0]["dirty"] = "1"
         self.assertIn("**built with uncommitted changes**", make_tables.source_line(rows, "GPU", "x.csv"))
 
