@@ -1205,8 +1205,7 @@ def payback(before, this):
                this.setup, this.e2e, this.ms_per_epoch, this.epochs)
     if any(v is None for v in figures):
         return None, None
-    fixed_before = before.setup + before.e2e - before.epochs * before.ms_per_epoch
-    fixed_this = this.setup + this.e2e - this.epochs * this.ms_per_epoch
+    fixed_before, fixed_this = fixed_cost(before), fixed_cost(this)
     extra, saving = fixed_this - fixed_before, before.ms_per_epoch - this.ms_per_epoch
     if extra <= 0 and saving >= 0:
         return 0, "at once"
@@ -1215,12 +1214,19 @@ def payback(before, this):
     return math.ceil(extra / saving), "after"
 
 
+def fixed_cost(r):
+    """What a run costs besides its epochs: setup + e2e − epochs × ms/epoch (setup, uploads, downloads)."""
+    return r.setup + r.e2e - r.epochs * r.ms_per_epoch
+
+
 def payback_sentence(config, before, this, stage_names=None):
     epochs, kind = payback(before, this)
     if kind is None:
         return None
-    text = (f"{short_name(config)}, against {before.label(stage_names)}: setup {fmt_setup(this.setup)} ms against "
-            f"{fmt_setup(before.setup)} ms, {fmt_3(this.ms_per_epoch)} against {fmt_3(before.ms_per_epoch)} ms an "
+    # the fixed costs are what the break-even compares, so the sentence shows them (setup alone can mislead)
+    text = (f"{short_name(config)}, against {before.label(stage_names)}: fixed cost {fmt_3(fixed_cost(this))} ms "
+            f"against {fmt_3(fixed_cost(before))} ms (setup {fmt_setup(this.setup)} against "
+            f"{fmt_setup(before.setup)}), {fmt_3(this.ms_per_epoch)} against {fmt_3(before.ms_per_epoch)} ms an "
             "epoch: ")
     if kind == "at once":
         text += "its setup pays back at once (ahead from the first epoch)"
