@@ -324,8 +324,7 @@ stage-diff:
 	else for f in regression.cu mnist.cu; do \
 	    diff -u --label $(call stage_dir,$(PREV))/$$f --label $(call stage_dir,$(NN))/$$f \
 	        $(call stage_dir,$(PREV))/$$f $(call stage_dir,$(NN))/$$f; done; \
-	    sh common/stage_common.sh $(call stage_dir,$(PREV)) >$(BUILD)/.diff-prev-common; \
-	    for f in $$(sh common/stage_common.sh $(call stage_dir,$(NN)) | grep -vxF -f $(BUILD)/.diff-prev-common); do \
+	    for f in $$(sh common/stage_common.sh $(call stage_dir,$(NN)) $(call stage_dir,$(PREV))); do \
 	        diff -u --label /dev/null --label $$f /dev/null $$f; done; fi; true
 
 stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
