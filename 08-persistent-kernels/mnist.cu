@@ -1,26 +1,26 @@
 // Stage 08, MNIST: stage 07's trainer plus a persistent kernel. --variant persistent (default) runs a whole epoch
-// of steps in one launch: each block keeps its slice of the weights in shared memory for the whole epoch, copies
-// its batch from the resident pixel bytes itself, and the steps meet at cluster and grid barriers instead of
-// kernel boundaries. It covers fp32 with at most one hidden layer that fits the grid (persistent_layout); every
-// other configuration, and --variant epoch-graph or step-graph, runs stage 07's graphs.
+// of steps in one cooperative launch: each block keeps its slice of the weights in shared memory for the whole
+// epoch, reads its batch from the resident pixel bytes itself, and the phases of a step meet at grid barriers
+// instead of kernel boundaries. It covers fp32 with at most one hidden layer (persistent_layout); every other
+// configuration, and --variant epoch-graph or step-graph, runs stage 07's graphs.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cuda_pipeline_primitives.h>  // __pipeline_memcpy_async: copies into shared memory that run on their own
+#include <cooperative_groups.h>  // stage 08: the grid barrier, grid.sync()
 #include <cuda_runtime.h>
 #include <cublasLt.h>  // before check.h, which defines cublasCheck and cudnnCheck only for headers included
 #include <cudnn.h>
 
 #include "check.h"
-#include "gates.h"  // stage 08: the persistent kernel needs clusters, on the GPU and in this build
 #include "host.h"
 #include "staging.h"
 #include "lt_matmul.h"
-#include "persistent.cuh"  // stage 08: cluster launches, grid and cluster barriers
 #include "timing.h"
 #include "trainer.h"
+
+namespace cg = cooperative_groups;
 
 const char *const MNIST_VARIANTS[] = {"persistent", "epoch-graph", "step-graph", NULL};
 #define VARIANT_PERSISTENT 0  // index of "persistent" above
@@ -188,380 +188,172 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 //
 // The network is 784 -> [hidden] -> 10. A step's work splits by the last layer's inputs, its features: the pixels
 // without a hidden layer, the hidden units with one. Block g owns features [g * slice, g * slice + slice) and every
-// weight that touches them, in shared memory for the whole epoch. The blocks come in thread-block clusters, whose
-// blocks read each other's shared memory and meet at a hardware barrier. A step (README, "What changes"):
-//     A  each block: its features' values and its share of every logit -- cluster barrier
-//     B  block r: its rows' logits, the cluster's shares summed block by block (with several clusters, then the
-//        clusters' sums, after a grid barrier); softmax, loss, dlogits -- cluster barrier
-//     C  each block: the batch's dlogits from the cluster, the gradients of its weights, applied in place
-// The next step's batch is copied in during the step. Weights' sums run in a fixed order: they repeat bit for bit.
+// weight that touches them, in its shared memory for the whole epoch; each block keeps its own copy of b_last. A
+// step is three phases, and where stage 07 ends a kernel the blocks meet at a grid barrier (picture.svg):
+//     A  each block: its features' values for the batch, and its share of every logit -> partial (global)
+//     B  each row's logits, the blocks' shares summed; softmax, loss and dlogits -> dlogits (global)
+//     C  each block: the whole batch's dlogits, the gradients of its weights, applied in place
+// A cooperative launch puts every block on the GPU at once, which a grid barrier needs: a block waiting there for
+// one that never got an SM would wait forever. Every sum runs in a fixed order, so a run repeats bit for bit.
 
 #define PERSISTENT_THREADS 512
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
-#define ROW_THREADS 4                                            // phase A: the threads that share a row
-#define PERSISTENT_MAX_BATCH (PERSISTENT_THREADS / ROW_THREADS)  // phase A: 4 threads a row, one pass
-#define PERSISTENT_MAX_UNITS 8      // hidden units a block owns, at most (mlp_epoch_kernel's UNITS: 1, 2, 4 or 8)
-#define GRADIENT_GROUPS 8           // W_last's gradient: partial sums per weight, at most, added in a fixed order
-#define PERSISTENT_MAX_CLUSTER 16   // blocks a cluster, at most (16 is past the portable 8: asked for)
-#define PERSISTENT_MIN_CLUSTER 8    // so that a block's rows of the batch fit its warps (128 / 8 = 16)
-#define PERSISTENT_MAX_CLUSTERS 16  // clusters a grid, at most
+#define PIXEL_SLICE 32  // pixels a block owns without a hidden layer: 25 blocks, few shares to sum in phase B
 #define PIXELS 784
-#define WORDS (PIXELS / 4)          // a row's pixels as 4-byte words
-#define QUARTER_WORDS (WORDS / ROW_THREADS)  // 49: phase A's words per thread with a hidden layer
 #define CLASSES 10
-#define CLASSES_PADDED 12           // a row of 10 classes padded to 3 float4 loads
 
 typedef struct {
-    float *params;          // packed as trainer.h: each block reads its slices at the start, writes them at the end
-    float *partial;         // (2, clusters, batch, CLASSES) each cluster's sums of the logits, by step parity
+    float *params;          // packed as trainer.h: read into shared memory at the start, written back at the end
+    float *partial;         // (batch, blocks, CLASSES) each block's share of every logit
+    float *dlogits;         // (batch, CLASSES) this step's dloss/dlogits
     float *loss_sum;        // (steps,) this epoch's summed cross-entropy per step (zeroed)
-    unsigned int *arrived;  // (1,) the grid barrier's counter (zeroed)
     const uint8_t *pixels;  // (n_train, PIXELS) the training images' bytes
     const uint8_t *labels;  // (n_train,)
     const int32_t *rows;    // (steps * batch,) this epoch's batch order
-    int hidden, slice, steps, batch, cluster_size, buffers;  // buffers: 2 when the next batch is copied early
+    int hidden, slice, steps, batch;
     float lr;
 } EpochArgs;
 
-// Where each region of the kernel's dynamic shared memory starts, in floats (each a multiple of 16 bytes), in
-// mlp_epoch_kernel's order; bytes: the whole.
-typedef struct {
-    int share, my_logit, dlogit, w_last, b_last, value, dvalue, scratch, pixel_value, batch_row, labels, b0, w0, pixels;
-    size_t bytes;
-} SharedLayout;
-
-// Rows the kernel's loops run over: the batch, padded to 8 with rows of zeros (no bounds checks in phase C).
-static __host__ __device__ int padded_rows(int batch) { return round_up(batch, 8); }
-static __host__ __device__ int persistent_row_bytes(const EpochArgs *a) { return a->hidden ? PIXELS : a->slice; }
-static __host__ __device__ int persistent_rows_per_block(const EpochArgs *a) {
-    return (a->batch + a->cluster_size - 1) / a->cluster_size;
+// The kernel's dynamic shared memory, in mlp_epoch_kernel's order.
+static size_t persistent_shared_bytes(const EpochArgs *a) {
+    size_t floats = 256 + a->batch + a->slice * CLASSES + CLASSES + (size_t)a->batch * (a->slice + CLASSES);
+    if (a->hidden) floats += (size_t)a->batch * a->slice + a->slice + (size_t)a->slice * PIXELS;
+    return floats * sizeof(float);
 }
 
-static __host__ __device__ SharedLayout persistent_shared_layout(const EpochArgs *a) {
-    int batch = a->batch, slice = a->slice, rows = padded_rows(batch), rows_per_block = persistent_rows_per_block(a);
-    SharedLayout s;
-    int at = 0;
-    s.share = at, at += round_up(batch * CLASSES, 4);                   // (batch, CLASSES)
-    s.my_logit = at, at += round_up(rows_per_block * CLASSES, 4);       // (rows_per_block, CLASSES)
-    s.dlogit = at, at += batch * CLASSES_PADDED;                        // (batch, CLASSES_PADDED)
-    s.w_last = at, at += slice * CLASSES_PADDED;                        // (slice, CLASSES_PADDED)
-    s.b_last = at, at += CLASSES_PADDED;                                // (CLASSES_PADDED,)
-    s.value = at, at += round_up(batch * slice, 4);                     // (batch, slice)
-    s.dvalue = at, at += a->hidden ? rows * slice : 0;                  // (rows, slice)
-    s.scratch = at, at += GRADIENT_GROUPS * slice * CLASSES_PADDED;     // (GRADIENT_GROUPS, slice, CLASSES_PADDED)
-    s.pixel_value = at, at += 256;                                      // (256,)
-    s.batch_row = at, at += 2 * round_up(batch, 4);                     // int32 (2, batch)
-    s.labels = at, at += round_up(a->steps * rows_per_block, 16) / 4;  // uint8 (steps, rows_per_block)
-    s.b0 = at, at += a->hidden ? round_up(slice, 4) : 0;               // (slice,)
-    s.w0 = at, at += a->hidden ? slice * PIXELS : 0;                    // (slice, PIXELS)
-    s.pixels = at;                                                      // uint8 (buffers, rows, row_bytes)
-    s.bytes = (size_t)at * sizeof(float) + (size_t)a->buffers * rows * persistent_row_bytes(a);
-    return s;
-}
-
-// row[j] for j < CLASSES from a CLASSES_PADDED row in shared memory: three 16-byte loads.
-__device__ __forceinline__ void load_classes(float *out, const float *row) {
-    float4 a = *(const float4 *)row, b = *(const float4 *)(row + 4), c = *(const float4 *)(row + 8);
-    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x;
-    out[5] = b.y, out[6] = b.z, out[7] = b.w, out[8] = c.x, out[9] = c.y;
-}
-
-// Starts copying a batch's pixels into shared memory x: my bytes of each row (all 784 with a hidden layer, my
-// slice without), asynchronously, waited for with __pipeline_wait_prior(0). batch_row: the batch's rows of the
-// training set, in shared memory. owned: my features (a multiple of 4).
-__device__ void copy_batch_pixels(const EpochArgs *a, int owned, uint8_t *x, const int32_t *batch_row) {
-    // 4 threads a row; 16-byte copies of whole rows with a hidden layer, 4-byte copies of my pixels without (my
-    // first pixel and PIXELS are multiples of 4)
-    int i = threadIdx.x / ROW_THREADS, c0 = threadIdx.x % ROW_THREADS, row_bytes = persistent_row_bytes(a);
-    if (i < a->batch) {
-        const uint8_t *src = a->pixels + (int64_t)batch_row[i] * PIXELS;
-        uint8_t *dst = x + i * row_bytes;
-        if (a->hidden) {
-            for (int c = c0; c < PIXELS / 16; c += ROW_THREADS) __pipeline_memcpy_async(dst + 16 * c, src + 16 * c, 16);
-        } else {
-            src += blockIdx.x * a->slice;
-            for (int c = c0; c < owned / 4; c += ROW_THREADS) __pipeline_memcpy_async(dst + 4 * c, src + 4 * c, 4);
-        }
-    }
-    __pipeline_commit();
-}
-
-// One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one launch of
-// clusters of a.cluster_size blocks of PERSISTENT_THREADS threads, one block an SM. UNITS: the hidden units a block
-// owns (a.slice with a hidden layer), so that their sums stay in registers. Dynamic shared memory:
-// persistent_shared_layout(&a).bytes. Built for every architecture, launched only where the GPU and the code this
-// build carries have clusters (persistent_layout; common/gates.h).
-template <int UNITS>
-__global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochArgs a) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-    extern __shared__ __align__(16) float shared[];
-    int hidden = a.hidden, slice = a.slice, batch = a.batch, cluster_size = a.cluster_size;
-    int features = hidden ? hidden : PIXELS, first = blockIdx.x * slice;
-    int owned = max(0, min(slice, features - first));
-    int rank = (int)__clusterRelativeBlockRank(), cluster = (int)__clusterIdx().x;
-    int clusters = gridDim.x / cluster_size, rows = padded_rows(batch);
-    int rows_per_block = persistent_rows_per_block(&a), row0 = rank * rows_per_block;
-    int my_rows = max(0, min(rows_per_block, batch - row0));
+// One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one cooperative
+// launch of PERSISTENT_THREADS threads a block, with persistent_shared_bytes(&a) of dynamic shared memory.
+__global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs a) {
+    cg::grid_group grid = cg::this_grid();
+    extern __shared__ float shared[];
+    int hidden = a.hidden, slice = a.slice, batch = a.batch, blocks = gridDim.x;
+    int features = hidden ? hidden : PIXELS, first = blockIdx.x * slice, owned = max(0, min(slice, features - first));
+    int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
     float *w_last = a.params + (hidden ? (int64_t)PIXELS * hidden + hidden : 0);  // (features, CLASSES)
     float *b_last = w_last + (int64_t)features * CLASSES;                         // (CLASSES,)
     float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;              // hidden: (PIXELS, hidden), (hidden,)
-    SharedLayout layout = persistent_shared_layout(&a);
-    float *share = shared + layout.share;        // my share of every logit: the cluster reads it
-    float *my_logit = shared + layout.my_logit;  // my rows' logits, then their dlogits: the cluster reads them
-    float *dlogit = shared + layout.dlogit;      // this step's dlogits, every row
-    float *my_w_last = shared + layout.w_last;   // W_last's rows I own
-    float *my_b_last = shared + layout.b_last;   // my copy of b_last
-    float *value = shared + layout.value;        // my features' values for the batch
-    float *dvalue = shared + layout.dvalue;      // hidden: dloss/dvalue, rows past the batch 0
-    float *scratch = shared + layout.scratch;    // W_last's gradient, partial sums
-    float *pixel_value = shared + layout.pixel_value;  // (256,) mnist_pixel_value of every byte
-    int32_t *batch_row = (int32_t *)(shared + layout.batch_row);  // each step's rows, by step parity
-    uint8_t *my_labels = (uint8_t *)(shared + layout.labels);     // [step][r]: the label of my row r of step
-    float *my_b0 = shared + layout.b0, *my_w0 = shared + layout.w0;  // hidden: my units' b0 and W0 columns
-    uint8_t *pixels = (uint8_t *)(shared + layout.pixels);          // rows past the batch 0
-    int row_bytes = persistent_row_bytes(&a), tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
-    float lr = a.lr, lr_255 = a.lr / 255.0f;
+    float *pixel_value = shared;                           // (256,) mnist_pixel_value of every byte
+    int32_t *batch_row = (int32_t *)(pixel_value + 256);  // (batch,) this step's rows of the training set
+    float *my_w_last = (float *)(batch_row + batch);      // (slice, CLASSES) W_last's rows I own
+    float *my_b_last = my_w_last + slice * CLASSES;       // (CLASSES,) my copy of b_last
+    float *value = my_b_last + CLASSES;                   // (batch, slice) my features' values
+    float *dlogit = value + batch * slice;                // (batch, CLASSES) this step's dlogits
+    float *dvalue = dlogit + batch * CLASSES;             // hidden: (batch, slice) dloss/dvalue
+    float *my_b0 = dvalue + batch * slice;                // hidden: (slice,) b0's entries I own
+    float *my_w0 = my_b0 + slice;                         // hidden: (slice, PIXELS) W0's columns I own, one a row
 
-    // my weights, my rows' labels for the whole epoch, step 0's rows; zeros where loops read past the batch
+    // my weights into shared memory, zeros for the features past the last
     for (int v = tid; v < 256; v += PERSISTENT_THREADS) pixel_value[v] = mnist_pixel_value((uint8_t)v);
-    for (int e = tid; e < slice * CLASSES_PADDED; e += PERSISTENT_THREADS) {
-        int f = e / CLASSES_PADDED, j = e % CLASSES_PADDED;
-        my_w_last[e] = f < owned && j < CLASSES ? w_last[(int64_t)(first + f) * CLASSES + j] : 0.0f;
-    }
-    for (int j = tid; j < CLASSES_PADDED; j += PERSISTENT_THREADS) my_b_last[j] = j < CLASSES ? b_last[j] : 0.0f;
-    for (int e = tid; e < batch * CLASSES_PADDED; e += PERSISTENT_THREADS) dlogit[e] = 0.0f;
+    for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)
+        my_w_last[e] = e / CLASSES < owned ? w_last[(int64_t)first * CLASSES + e] : 0.0f;
+    for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) my_b_last[j] = b_last[j];
     if (hidden) {
         for (int f = tid; f < slice; f += PERSISTENT_THREADS) my_b0[f] = f < owned ? b0[first + f] : 0.0f;
         for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS) {
             int f = e / PIXELS, k = e % PIXELS;
             my_w0[e] = f < owned ? w0[(int64_t)k * hidden + first + f] : 0.0f;
         }
-        for (int e = tid; e < rows * slice; e += PERSISTENT_THREADS) dvalue[e] = 0.0f;
     }
-    for (int e = tid; e < a.buffers * rows * row_bytes / 4; e += PERSISTENT_THREADS) ((uint32_t *)pixels)[e] = 0;
-    for (int e = tid; e < a.steps * rows_per_block; e += PERSISTENT_THREADS) {
-        int step = e / rows_per_block, r = e % rows_per_block;
-        my_labels[e] = r < my_rows ? a.labels[a.rows[(int64_t)step * batch + row0 + r]] : 0;
-    }
-    for (int i = tid; i < batch; i += PERSISTENT_THREADS) batch_row[i] = a.rows[i];
-    __syncthreads();
-    copy_batch_pixels(&a, owned, pixels, batch_row);
 
-    unsigned int barriers = 0;
     for (int step = 0; step < a.steps; step++) {
-        int parity = step & 1, next = parity ^ 1, more = step + 1 < a.steps;
-        uint8_t *x = pixels + (a.buffers == 2 ? parity : 0) * rows * row_bytes;  // (rows, row_bytes)
-        int32_t *next_rows = batch_row + next * round_up(batch, 4);
-        __pipeline_wait_prior(0);  // this step's pixels
+        for (int i = tid; i < batch; i += PERSISTENT_THREADS) batch_row[i] = a.rows[(int64_t)step * batch + i];
         __syncthreads();
-        if (more)  // the next step's rows, waited for after phase A
-            for (int i = tid; i < batch; i += PERSISTENT_THREADS)
-                __pipeline_memcpy_async(next_rows + i, a.rows + (int64_t)(step + 1) * batch + i, 4);
-        __pipeline_commit();
 
-        // A: my features' values and my share of every logit, 4 threads a row
-        int i = tid / ROW_THREADS, q = tid % ROW_THREADS;
-        float logit[CLASSES];
-        for (int j = 0; j < CLASSES; j++) logit[j] = 0.0f;
-        if (hidden) {
-            // my units over a quarter of the row's words each (even and odd words in separate sums, so that
-            // two chains of multiply-adds run at once), then the 4 quarters added
-            float sum[UNITS], sum_odd[UNITS];
-            for (int f = 0; f < UNITS; f++) sum[f] = sum_odd[f] = 0.0f;
-            if (i < batch) {
-                const uint32_t *row_words = (const uint32_t *)(x + i * PIXELS) + q * QUARTER_WORDS;
-                const float *w0_words = my_w0 + 4 * q * QUARTER_WORDS;
-                for (int k = 0; k < QUARTER_WORDS; k += 2) {
-                    uint32_t even = row_words[k], odd = k + 1 < QUARTER_WORDS ? row_words[k + 1] : 0u;
-                    for (int f = 0; f < UNITS; f++) {
-                        float4 w = *(const float4 *)(w0_words + f * PIXELS + 4 * k);
-                        sum[f] = fmaf(byte_value(even, 3), w.w, fmaf(byte_value(even, 2), w.z,
-                                 fmaf(byte_value(even, 1), w.y, fmaf(byte_value(even, 0), w.x, sum[f]))));
-                        if (k + 1 < QUARTER_WORDS) {
-                            float4 v = *(const float4 *)(w0_words + f * PIXELS + 4 * (k + 1));
-                            sum_odd[f] = fmaf(byte_value(odd, 3), v.w, fmaf(byte_value(odd, 2), v.z,
-                                         fmaf(byte_value(odd, 1), v.y, fmaf(byte_value(odd, 0), v.x, sum_odd[f]))));
-                        }
-                    }
-                }
+        // A: my features' values, then my share of every logit
+        if (hidden) {  // warp by (row, unit), lanes over the pixels; then the warp's sum
+            for (int p = warp; p < batch * slice; p += PERSISTENT_WARPS) {
+                int i = p / slice, f = p % slice;
+                const uint8_t *x = a.pixels + (int64_t)batch_row[i] * PIXELS;
+                float z = 0.0f;
+                for (int k = lane; k < PIXELS; k += WARP_SIZE) z = fmaf(pixel_value[x[k]], my_w0[f * PIXELS + k], z);
+                z = warp_sum(z) + my_b0[f];
+                if (lane == 0) value[p] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
             }
-            for (int f = 0; f < UNITS; f++) {
-                float z = group_sum(sum[f] + sum_odd[f], ROW_THREADS) / 255.0f + my_b0[f];
-                if (q == 0 && i < batch) value[i * UNITS + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
-            }
-            __syncwarp();  // a row's 4 threads are in one warp
-            if (i < batch) {
-                for (int f = q; f < UNITS; f += ROW_THREADS) {
-                    float v = value[i * UNITS + f], w[CLASSES];
-                    load_classes(w, my_w_last + f * CLASSES_PADDED);
-                    for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(v, w[j], logit[j]);
-                }
-            }
-        } else if (i < batch) {  // my pixels, every 4th of them each
-            for (int f = q; f < slice; f += ROW_THREADS) {
-                float v = f < owned ? pixel_value[x[i * row_bytes + f]] : 0.0f, w[CLASSES];
-                value[i * slice + f] = v;
-                load_classes(w, my_w_last + f * CLASSES_PADDED);
-                for (int j = 0; j < CLASSES; j++) logit[j] = fmaf(v, w[j], logit[j]);
+        } else {  // my pixels' values
+            for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
+                int i = p / slice, f = p % slice;
+                value[p] = f < owned ? pixel_value[a.pixels[(int64_t)batch_row[i] * PIXELS + first + f]] : 0.0f;
             }
         }
-        for (int j = 0; j < CLASSES; j++) logit[j] = group_sum(logit[j], ROW_THREADS);
-        if (q == 0 && i < batch)
-            for (int j = 0; j < CLASSES; j++) share[i * CLASSES + j] = logit[j];
-        __pipeline_wait_prior(0);  // the next step's rows
         __syncthreads();
-        // the next step's batch, copied while the cluster meets (its buffer was last read in the previous step)
-        if (a.buffers == 2 && more) copy_batch_pixels(&a, owned, pixels + next * rows * row_bytes, next_rows);
-        cluster_barrier();
+        for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) {
+            int i = e / CLASSES, j = e % CLASSES;
+            float sum = 0.0f;
+            for (int f = 0; f < slice; f++) sum = fmaf(value[i * slice + f], my_w_last[f * CLASSES + j], sum);
+            __stcg(a.partial + ((int64_t)i * blocks + blockIdx.x) * CLASSES + j, sum);  // to L2: others read it
+        }
+        grid.sync();
 
-        // B: warp r takes my row r, lane j its logit j: the cluster's shares, then (several clusters) the clusters'
-        // sums in global memory (read past L1: other SMs wrote them), then softmax, loss and dlogits
-        int has_row = warp < my_rows, row = row0 + warp;  // my rows fit my warps (PERSISTENT_MIN_CLUSTER)
-        float logit_sum = 0.0f;
-        // EXERCISE(cluster-sum) begin: if has_row and lane < CLASSES, read share[row * CLASSES + lane] of every
-        //: block k < cluster_size of the cluster through __cluster_map_shared_rank(share, k), every load before
-        //: the first add, then add them into logit_sum in rank order (the same order every run)
-        if (has_row && lane < CLASSES) {
-            float part[PERSISTENT_MAX_CLUSTER];
-#pragma unroll
-            for (int k = 0; k < PERSISTENT_MAX_CLUSTER; k++)
-                if (k < cluster_size)
-                    part[k] = ((const float *)__cluster_map_shared_rank(share, k))[row * CLASSES + lane];
-#pragma unroll
-            for (int k = 0; k < PERSISTENT_MAX_CLUSTER; k++)
-                if (k < cluster_size) logit_sum += part[k];
-        }
-        // EXERCISE end
-        if (clusters > 1) {
-            float *sums = a.partial + (int64_t)parity * clusters * batch * CLASSES;  // (clusters, batch, CLASSES)
-            if (has_row && lane < CLASSES) __stcg(sums + ((int64_t)cluster * batch + row) * CLASSES + lane, logit_sum);
-            grid_barrier(a.arrived, ++barriers * gridDim.x);
-            if (has_row && lane < CLASSES) {
-                float part[PERSISTENT_MAX_CLUSTERS];
-#pragma unroll
-                for (int c = 0; c < PERSISTENT_MAX_CLUSTERS; c++)
-                    if (c < clusters) part[c] = __ldcg(sums + ((int64_t)c * batch + row) * CLASSES + lane);
-                logit_sum = 0.0f;
-#pragma unroll
-                for (int c = 0; c < PERSISTENT_MAX_CLUSTERS; c++)
-                    if (c < clusters) logit_sum += part[c];
-            }
-        }
-        if (has_row) {
-            float z = lane < CLASSES ? logit_sum + my_b_last[lane] : -INFINITY, max = z;
+        // B: a warp a row. Lane 10 q + j adds logit j's shares from blocks q, q + 3, ... (a row's shares are
+        // contiguous: the warp's loads coalesce); the three parts are added in order, lane j ends with logit j
+        for (int i = blockIdx.x * PERSISTENT_WARPS + warp; i < batch; i += blocks * PERSISTENT_WARPS) {
+            const float *shares = a.partial + (int64_t)i * blocks * CLASSES;
+            float part = 0.0f;
+            // EXERCISE(share-sum) begin: lanes below 3 * CLASSES add into part the floats lane, lane + 30, ... of
+            //: the row's blocks * CLASSES shares, read with __ldcg (other blocks wrote them: past L1, from L2)
+            if (lane < 3 * CLASSES)
+                for (int e = lane; e < blocks * CLASSES; e += 3 * CLASSES) part += __ldcg(shares + e);
+            // EXERCISE end
+            int j = lane % CLASSES;
+            float z = __shfl_sync(0xffffffff, part, j) + __shfl_sync(0xffffffff, part, j + CLASSES) +
+                      __shfl_sync(0xffffffff, part, j + 2 * CLASSES);
+            z = lane < CLASSES ? z + my_b_last[lane] : -INFINITY;
+            float max = z;
             int argmax = lane;
             warp_argmax(&max, &argmax);
             float e = lane < CLASSES ? expf(z - max) : 0.0f, sum = warp_sum(e);
-            int label = my_labels[step * rows_per_block + warp];
+            int label = a.labels[batch_row[i]];
             float label_logit = __shfl_sync(0xffffffff, z, label);
-            if (lane < CLASSES)
-                my_logit[warp * CLASSES + lane] = (e / sum - (lane == label ? 1.0f : 0.0f)) / (float)batch;
-            // from the logits, not from p: log of a probability that underflowed to 0 would be -inf (every
-            // cluster computes every row's dlogits, cluster 0 alone adds the loss)
-            if (lane == 0 && cluster == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
+            if (lane < CLASSES) __stcg(a.dlogits + i * CLASSES + lane, (e / sum - (lane == label)) / (float)batch);
+            // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+            if (lane == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
         }
-        cluster_barrier();
+        grid.sync();
 
-        // C: the batch's dlogits from the cluster (row i is block i / rows_per_block's), every load before the
-        // first store, then my gradients, every one from the weights before this step's update
-        {
-            float v[3];  // batch * CLASSES <= 3 * PERSISTENT_THREADS
-            for (int k = 0; k < 3; k++) {
-                int e = tid + k * PERSISTENT_THREADS, owner = e / CLASSES / rows_per_block;
-                if (e < batch * CLASSES)
-                    v[k] = ((const float *)__cluster_map_shared_rank(my_logit, owner))[e - owner * rows_per_block *
-                                                                                        CLASSES];
-            }
-            for (int k = 0; k < 3; k++) {
-                int e = tid + k * PERSISTENT_THREADS;
-                if (e < batch * CLASSES) dlogit[e / CLASSES * CLASSES_PADDED + e % CLASSES] = v[k];
-            }
-        }
+        // C: the batch's dlogits, then my gradients, every one from the weights before this step's update
+        for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) dlogit[e] = __ldcg(a.dlogits + e);
         __syncthreads();
-        if (hidden) {  // dvalue: through W_last and the ReLU
-            for (int e = tid; e < batch * UNITS; e += PERSISTENT_THREADS) {
-                int r = e / UNITS, f = e % UNITS;
-                float d[CLASSES], w[CLASSES], sum = 0.0f;
-                load_classes(d, dlogit + r * CLASSES_PADDED);
-                load_classes(w, my_w_last + f * CLASSES_PADDED);
-                for (int j = 0; j < CLASSES; j++) sum = fmaf(d[j], w[j], sum);
-                dvalue[e] = value[e] > 0.0f ? sum : 0.0f;
+        if (hidden) {  // dvalue: back through W_last and the ReLU
+            for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
+                int i = p / slice, f = p % slice;
+                float sum = 0.0f;
+                for (int j = 0; j < CLASSES; j++) sum = fmaf(dlogit[i * CLASSES + j], my_w_last[f * CLASSES + j], sum);
+                dvalue[p] = value[p] > 0.0f ? sum : 0.0f;
             }
         }
-        // W_last's gradient: `groups` threads a feature, each over every groups-th row
-        int groups = min(GRADIENT_GROUPS, PERSISTENT_THREADS / slice);
-        {
-            int f = tid / groups, g = tid % groups;
-            if (f < slice) {
-                float sum[CLASSES];
-                for (int j = 0; j < CLASSES; j++) sum[j] = 0.0f;
-                for (int r = g; r < batch; r += groups) {
-                    float v = value[r * slice + f], d[CLASSES];
-                    load_classes(d, dlogit + r * CLASSES_PADDED);
-                    for (int j = 0; j < CLASSES; j++) sum[j] = fmaf(v, d[j], sum[j]);
-                }
-                for (int j = 0; j < CLASSES; j++) scratch[(g * slice + f) * CLASSES_PADDED + j] = sum[j];
-            }
-        }
-        // b_last's gradient, in every block alike: warp j sums column j
-        float bias_gradient = 0.0f;
-        if (warp < CLASSES) {
-            for (int r = lane; r < batch; r += WARP_SIZE) bias_gradient += dlogit[r * CLASSES_PADDED + warp];
-            bias_gradient = warp_sum(bias_gradient);
-        }
-        __syncthreads();  // scratch written, dvalue read W_last
+        __syncthreads();  // dvalue has read W_last
         for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS) {
             int f = e / CLASSES, j = e % CLASSES;
             float sum = 0.0f;
-            for (int g = 0; g < groups; g++) sum += scratch[(g * slice + f) * CLASSES_PADDED + j];
-            my_w_last[f * CLASSES_PADDED + j] -= lr * sum;
+            for (int i = 0; i < batch; i++) sum = fmaf(value[i * slice + f], dlogit[i * CLASSES + j], sum);
+            my_w_last[e] -= a.lr * sum;
         }
-        if (warp < CLASSES && lane == 0) my_b_last[warp] -= lr * bias_gradient;
+        if (warp < CLASSES) {  // b_last: warp j sums column j, in the same order in every block
+            float sum = 0.0f;
+            for (int i = lane; i < batch; i += WARP_SIZE) sum += dlogit[i * CLASSES + warp];
+            sum = warp_sum(sum);
+            if (lane == 0) my_b_last[warp] -= a.lr * sum;
+        }
         if (hidden) {
-            // b0's gradient: warp f sums unit f's column of dvalue
-            for (int f = warp; f < UNITS; f += PERSISTENT_WARPS) {
+            for (int f = warp; f < slice; f += PERSISTENT_WARPS) {  // b0: warp f sums unit f's dvalues
                 float sum = 0.0f;
-                for (int r = lane; r < batch; r += WARP_SIZE) sum += dvalue[r * UNITS + f];
+                for (int i = lane; i < batch; i += WARP_SIZE) sum += dvalue[i * slice + f];
                 sum = warp_sum(sum);
-                if (lane == 0) my_b0[f] -= lr * sum;
+                if (lane == 0) my_b0[f] -= a.lr * sum;
             }
-            // W0's gradient: 2 threads a word (4 pixels), over alternate runs of 4 rows (4 rows apart, their words
-            // fall 16 banks apart), every load of a run before its multiply-adds; then the pair's sums added
-            int w = tid / 2, half = tid % 2;
-            float sum[UNITS][4];
-            for (int f = 0; f < UNITS; f++)
-                for (int b = 0; b < 4; b++) sum[f][b] = 0.0f;
-            if (w < WORDS) {
-                for (int run = 4 * half; run < rows; run += 8) {
-                    uint32_t four[4];
-                    float d[4][UNITS];
-                    for (int r = 0; r < 4; r++) {
-                        four[r] = ((const uint32_t *)(x + (run + r) * PIXELS))[w];
-                        for (int f = 0; f < UNITS; f++) d[r][f] = dvalue[(run + r) * UNITS + f];
-                    }
-                    for (int r = 0; r < 4; r++) {
-                        float xb[4] = {byte_value(four[r], 0), byte_value(four[r], 1), byte_value(four[r], 2),
-                                       byte_value(four[r], 3)};
-                        for (int f = 0; f < UNITS; f++)
-                            for (int b = 0; b < 4; b++) sum[f][b] = fmaf(xb[b], d[r][f], sum[f][b]);
-                    }
-                }
-            }
-            for (int f = 0; f < UNITS; f++) {
-                for (int b = 0; b < 4; b++) {
-                    float total = sum[f][b] + __shfl_xor_sync(0xffffffff, sum[f][b], 1);
-                    if (w < WORDS && half == 0) my_w0[f * PIXELS + 4 * w + b] -= lr_255 * total;
-                }
+            for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS) {  // W0: a thread a weight
+                int f = e / PIXELS, k = e % PIXELS;
+                float sum = 0.0f;
+                for (int i = 0; i < batch; i++)
+                    sum = fmaf(pixel_value[a.pixels[(int64_t)batch_row[i] * PIXELS + k]], dvalue[i * slice + f], sum);
+                my_w0[e] -= a.lr * sum;
             }
         }
-        __syncthreads();
-        if (a.buffers == 1 && more) copy_batch_pixels(&a, owned, pixels, next_rows);
+        __syncthreads();  // the next step overwrites batch_row, value and dlogit
     }
 
-    // no block leaves while the cluster may still read its shared memory; then the epoch's weights go back
-    cluster_barrier();
-    for (int e = tid; e < owned * CLASSES; e += PERSISTENT_THREADS)
-        w_last[(int64_t)first * CLASSES + e] = my_w_last[e / CLASSES * CLASSES_PADDED + e % CLASSES];
+    // the epoch's weights go back
+    for (int e = tid; e < owned * CLASSES; e += PERSISTENT_THREADS) w_last[(int64_t)first * CLASSES + e] = my_w_last[e];
     if (blockIdx.x == 0)
         for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) b_last[j] = my_b_last[j];
     if (hidden) {
@@ -571,113 +363,57 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochA
             w0[(int64_t)k * hidden + first + f] = my_w0[e];
         }
     }
-#else
-    __trap();  // compiled for an architecture without clusters: persistent_layout never launches this
-#endif
-}
-
-// The persistent kernel's dynamic shared memory.
-static size_t persistent_shared_bytes(const EpochArgs *a) { return persistent_shared_layout(a).bytes; }
-
-// mlp_epoch_kernel for a block that owns `units` hidden units (1, 2, 4 or 8; 1 without a hidden layer).
-static const void *persistent_kernel(int units) {
-    switch (units) {
-    case 1: return (const void *)mlp_epoch_kernel<1>;
-    case 2: return (const void *)mlp_epoch_kernel<2>;
-    case 4: return (const void *)mlp_epoch_kernel<4>;
-    default: return (const void *)mlp_epoch_kernel<8>;
-    }
 }
 
 typedef struct {
     EpochArgs args;  // all but the per-epoch pointers
-    const void *kernel;
     int blocks;
     size_t shared_bytes;
 } PersistentLayout;
 
 // Where the persistent kernel cannot run: with --variant persistent named, one error line and EXIT_CUDA; else 0
 // (stage 07's epoch graph runs) and, once a process, one note.
-static int persistent_unavailable(const MnistConfig *cfg, const char *needs, const char *why) {
+static int persistent_unavailable(const MnistConfig *cfg, const char *why) {
     static int noted = 0;
     if (cfg->variant_given) {
-        fprintf(stderr, "error: --variant persistent needs %s: %s; --variant epoch-graph runs here\n", needs, why);
+        fprintf(stderr, "error: --variant persistent cannot run here: %s; --variant epoch-graph runs here\n", why);
         exit(EXIT_CUDA);
     }
-    if (!noted) fprintf(stderr, "note: the persistent kernel needs %s: %s; stage 07's epoch graph runs instead\n", needs, why);
+    if (!noted) fprintf(stderr, "note: the persistent kernel cannot run here: %s; stage 07's epoch graph runs instead\n", why);
     noted = 1;
     return 0;
 }
 
 // The persistent kernel's launch for cfg on this GPU, in *layout; 0 where stage 07's graphs run instead: not fp32,
-// more than one hidden layer, a batch past PERSISTENT_MAX_BATCH, or more hidden units than the blocks the GPU
-// runs at once can own (PERSISTENT_MAX_UNITS each). Without a hidden layer one cluster holds the model: 16 blocks
-// where the GPU places clusters that large, else 8. With one, the cluster size (16 or 8) that puts the most blocks
-// on the GPU at once (up to PERSISTENT_MAX_CLUSTERS clusters), up to a block a unit. Every block asks for more
-// than half an SM's shared memory, so that no two share an SM. A GPU without thread-block clusters (or a build
-// whose kernel lacks them), or that cannot hold the layout, runs stage 07's epoch graph with one note; with
-// --variant persistent named, one error line and EXIT_CUDA. steps: the epoch's (the labels of a block's rows for
-// all of them stay in its shared memory).
+// or more than one hidden layer (quietly), or (with one note) a GPU without cooperative launches or too small to
+// hold every block at once. Each block owns PIXEL_SLICE pixels without a hidden layer; with one, the fewest units
+// (1, 2, 4, ...) that let every block of the grid be resident at once.
 static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout *layout) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
-    if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2 || cfg->batch > PERSISTENT_MAX_BATCH) return 0;
-    int device, max_shared, sm_shared;
-    char why[160];
-    if (!feature_available(FEATURE_CLUSTERS, persistent_kernel(1), why, sizeof(why)))
-        return persistent_unavailable(cfg, feature_description(FEATURE_CLUSTERS), why);
+    if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2) return 0;
+    int device, cooperative, sms, max_shared, per_sm;
     cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+    if (!cooperative) return persistent_unavailable(cfg, "this GPU has no cooperative launches");
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     cudaCheck(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaCheck(cudaDeviceGetAttribute(&sm_shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    for (int units = 1; units <= PERSISTENT_MAX_UNITS; units *= 2) {
-        const void *kernel = persistent_kernel(units);
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
-    }
+    cudaCheck(cudaFuncSetAttribute(mlp_epoch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
     memset(layout, 0, sizeof(*layout));
     EpochArgs *a = &layout->args;
     a->hidden = hidden;
-    a->batch = cfg->batch;
+    a->slice = hidden ? 1 : PIXEL_SLICE;
     a->steps = steps;
+    a->batch = cfg->batch;
     a->lr = cfg->lr;
-    size_t least = (size_t)sm_shared / 2 + 1;
-    int best_blocks = 0, best_size = 0;
-    for (int size = PERSISTENT_MAX_CLUSTER; size >= PERSISTENT_MIN_CLUSTER; size /= 2) {
-        a->cluster_size = size;
-        a->slice = hidden ? 1 : round_up((PIXELS + size - 1) / size, 4);
-        a->buffers = 1;
-        size_t bytes = persistent_shared_bytes(a);
-        int wanted = hidden ? (hidden + size - 1) / size : 1;
-        int fit = max_active_clusters(persistent_kernel(1), PERSISTENT_THREADS, size, bytes > least ? bytes : least);
-        if (fit > PERSISTENT_MAX_CLUSTERS) fit = PERSISTENT_MAX_CLUSTERS;
-        int blocks = (wanted < fit ? wanted : fit) * size;
-        if (blocks > best_blocks) {
-            best_blocks = blocks;
-            best_size = size;
-        }
-        if (!hidden && blocks > 0) break;  // the largest cluster that fits
+    for (;; a->slice *= 2) {
+        layout->blocks = ((hidden ? hidden : PIXELS) + a->slice - 1) / a->slice;
+        layout->shared_bytes = persistent_shared_bytes(a);
+        if (layout->shared_bytes > (size_t)max_shared)
+            return persistent_unavailable(cfg, "a block's slice of the weights does not fit its shared memory");
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mlp_epoch_kernel, PERSISTENT_THREADS,
+                                                                layout->shared_bytes));
+        if (layout->blocks <= sms * per_sm) return 1;
     }
-    if (best_blocks == 0) {
-        snprintf(why, sizeof(why), "this GPU runs none of %d blocks of %d threads with %zu bytes of shared memory each",
-                 PERSISTENT_MIN_CLUSTER, PERSISTENT_THREADS, persistent_shared_bytes(a));
-        return persistent_unavailable(cfg, "a cluster it can place", why);
-    }
-    a->cluster_size = best_size;
-    if (hidden) {
-        a->slice = 1;
-        while (a->slice * best_blocks < hidden) a->slice *= 2;
-        if (a->slice > PERSISTENT_MAX_UNITS) return 0;
-        int owners = (hidden + a->slice - 1) / a->slice;  // blocks that own a unit
-        best_blocks = (owners + best_size - 1) / best_size * best_size;
-    } else {
-        a->slice = round_up((PIXELS + best_size - 1) / best_size, 4);
-    }
-    layout->kernel = persistent_kernel(hidden ? a->slice : 1);
-    layout->blocks = best_blocks;
-    for (a->buffers = 2; a->buffers > 1 && persistent_shared_bytes(a) > (size_t)max_shared; a->buffers--) {
-    }
-    layout->shared_bytes = persistent_shared_bytes(a);
-    if (layout->shared_bytes < least) layout->shared_bytes = least;
-    return layout->shared_bytes <= (size_t)max_shared;
 }
 
 // ----------------------------------------------------------------------------
@@ -802,8 +538,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     PersistentLayout persistent;  // the persistent kernel's launch, where it applies
     int persistent_blocks =
         cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, steps, &persistent) ? persistent.blocks : 0;
-    float *d_partial = NULL;                  // persistent: (2, clusters, batch, classes) each cluster's logit sums
-    unsigned int *d_arrived = NULL;           // persistent: (epochs,) each epoch's grid barrier counter
+    float *d_partial = NULL;  // persistent: (batch, blocks, classes) each block's share of every logit
     void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream
     // zeroed: the warm-up before the capture reads them before the upload or a gather has written them
     d_params = (float *)device_zeros(n_params * sizeof(float));
@@ -828,11 +563,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaMalloc(&d_test_loss_sum, cfg->epochs * sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_correct, cfg->epochs * sizeof(int)));
     cudaCheck(cudaMalloc(&d_step, sizeof(int)));
-    if (persistent_blocks) {
-        int clusters = persistent_blocks / persistent.args.cluster_size;
-        cudaCheck(cudaMalloc(&d_partial, (size_t)2 * clusters * batch * classes * sizeof(float)));
-        cudaCheck(cudaMalloc(&d_arrived, cfg->epochs * sizeof(unsigned int)));
-    }
+    if (persistent_blocks) cudaCheck(cudaMalloc(&d_partial, (size_t)batch * persistent_blocks * classes * sizeof(float)));
     int *test_correct = (int *)host_malloc(cfg->epochs * sizeof(int), "the test results");  // (epochs,)
     // Non-blocking streams: the legacy default stream would serialize with all three.
     cudaStream_t stream, copy_stream, eval_stream;  // training; uploads; evaluation
@@ -931,7 +662,6 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         cudaCheck(cudaMemsetAsync(d_test_loss_sum, 0, cfg->epochs * sizeof(float), stream));
         cudaCheck(cudaMemsetAsync(d_test_correct, 0, cfg->epochs * sizeof(int), stream));
         cudaCheck(cudaMemsetAsync(d_step, 0, sizeof(int), stream));
-        if (persistent_blocks) cudaCheck(cudaMemsetAsync(d_arrived, 0, cfg->epochs * sizeof(unsigned int), stream));
         cudaCheck(cudaStreamWaitEvent(stream, upload_done, 0));
     }
     train_clock_loop_start(&clock, stream);
@@ -943,17 +673,15 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
             EpochArgs args = persistent.args;
             args.params = d_params;
             args.partial = d_partial;
+            args.dlogits = d_dact[n_layers];
             args.loss_sum = d_loss_sum + (int64_t)epoch * steps;
-            args.arrived = d_arrived + epoch;
             args.pixels = d_pixels;
             args.labels = d_train_labels;
             args.rows = d_order + (int64_t)epoch * n_train;
             void *kernel_args[] = {&args};
-            cudaLaunchAttribute attrs[2];
-            cudaLaunchConfig_t config = cluster_launch_config(persistent_blocks, PERSISTENT_THREADS, args.cluster_size,
-                                                              persistent.shared_bytes, stream, attrs);
             TIMED_PHASE(&clock, PHASE_FORWARD, stream)
-                cudaCheck(cudaLaunchKernelExC(&config, persistent.kernel, kernel_args));
+                cudaCheck(cudaLaunchCooperativeKernel((const void *)mlp_epoch_kernel, persistent_blocks,
+                                                      PERSISTENT_THREADS, kernel_args, persistent.shared_bytes, stream));
         } else if (!use_graph) {
             for (int step = 0; step < steps; step++) train_step(&step_args, &clock, stream);
         } else {
@@ -1032,7 +760,6 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaFree(d_test_correct));
     cudaCheck(cudaFree(d_step));
     cudaCheck(cudaFree(d_partial));
-    cudaCheck(cudaFree(d_arrived));
     if (graph_exec) cudaCheck(cudaGraphExecDestroy(graph_exec));
     free(test_correct);
     cudaCheck(cudaStreamDestroy(stream));

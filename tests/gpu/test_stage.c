@@ -478,9 +478,9 @@ Test(mnist, first_steps_hidden_64_32) { check_mnist_synthetic((const int[]){64, 
 // Three epochs with a batch of 64, 5 steps each and 17 rows left over: per-epoch batch order, skipped
 // remainder, every output of every epoch written; with --breakdown.
 Test(mnist, three_epochs_batch_64_with_remainder) { check_mnist_synthetic((const int[]){32}, 1, 64, 5, 17, 3, 1); }
-// Odd shapes, two epochs of 6 steps and 9 rows left over: a batch of 100, a multiple of neither 8 nor a cluster's
-// blocks (stage 08: in clusters of 16 the last block of each gets no row, and with a hidden layer W0's gradient
-// runs over 4 rows of padding), and 100 hidden units, not a power of two (stage 08's last blocks own no unit).
+// Odd shapes, two epochs of 6 steps and 9 rows left over: a batch of 100, a multiple of neither 8 nor 32 (stage
+// 08: phase B's warps past the batch take no row), and 100 hidden units, not a power of two; without a hidden
+// layer stage 08's last block owns 16 of its 32 pixels.
 Test(mnist, odd_shapes_softmax_regression_batch_100) { check_mnist_synthetic(NULL, 0, 100, 6, 9, 2, 0); }
 Test(mnist, odd_shapes_hidden_100_batch_100) { check_mnist_synthetic((const int[]){100}, 1, 100, 6, 9, 2, 0); }
 

@@ -2,4 +2,4 @@
 # what: persistent kernel: the last layer's bias never takes its update
 # precisions: fp32
 # stages: 08
-s|if (warp < CLASSES \&\& lane == 0) my_b_last\[warp\] -= lr \* bias_gradient;|if (warp < CLASSES \&\& lane == 0) my_b_last[warp] -= 0.0f * lr * bias_gradient;|
+s|if (lane == 0) my_b_last\[warp\] -= a.lr \* sum;|if (lane == 0) my_b_last[warp] -= 0.0f * a.lr * sum;|
