@@ -85,6 +85,12 @@ __device__ __forceinline__ float warp_sum(float value) {
     return value;
 }
 
+// The sum over each group of `width` neighbouring lanes (a power of 2 up to 32), in every lane of the group.
+__device__ __forceinline__ float group_sum(float value, int width) {
+    for (int offset = width / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
 // The largest value over the warp and the lowest index that holds it, in every lane.
 __device__ __forceinline__ void warp_argmax(float *value, int *index) {
     for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
@@ -198,13 +204,15 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 
 #define PERSISTENT_THREADS 512
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
-#define PIXEL_SLICE 32  // pixels a block owns without a hidden layer: 25 blocks, few shares to sum in phase B
+#define PIXEL_SLICE 8  // pixels a block owns without a hidden layer: 98 blocks
+#define ROW_THREADS 4  // phase A with a hidden layer: the threads that share a row, a quarter of its pixels each
+#define WORDS (PIXELS / 4)  // a row's pixels as 4-byte words
 #define PIXELS 784
 #define CLASSES 10
 
 typedef struct {
     float *params;          // packed as trainer.h: read into shared memory at the start, written back at the end
-    float *partial;         // (batch, blocks, CLASSES) each block's share of every logit
+    float *partial;         // (batch, CLASSES, blocks) each block's share of every logit
     float *dlogits;         // (batch, CLASSES) this step's dloss/dlogits
     float *loss_sum;        // (steps,) this epoch's summed cross-entropy per step (zeroed)
     const uint8_t *pixels;  // (n_train, PIXELS) the training images' bytes
@@ -214,9 +222,20 @@ typedef struct {
     float lr;
 } EpochArgs;
 
+// sum over i < n of a[i * a_step] * b[i * b_step], from shared memory: four chains of multiply-adds, so that four
+// loads are in flight at once, added in a fixed order.
+__device__ float strided_dot(const float *a, int a_step, const float *b, int b_step, int n) {
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int c = 0; c < 4; c++) sum[c] = fmaf(a[(i + c) * a_step], b[(i + c) * b_step], sum[c]);
+    for (; i < n; i++) sum[0] = fmaf(a[i * a_step], b[i * b_step], sum[0]);
+    return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
 // The kernel's dynamic shared memory, in mlp_epoch_kernel's order.
 static size_t persistent_shared_bytes(const EpochArgs *a) {
-    size_t floats = 256 + a->batch + a->slice * CLASSES + CLASSES + (size_t)a->batch * (a->slice + CLASSES);
+    size_t floats = (a->hidden ? (size_t)a->batch * WORDS : 0) + 256 + a->batch + a->slice * CLASSES + CLASSES + (size_t)a->batch * (a->slice + CLASSES);
     if (a->hidden) floats += (size_t)a->batch * a->slice + a->slice + (size_t)a->slice * PIXELS;
     return floats * sizeof(float);
 }
@@ -225,14 +244,15 @@ static size_t persistent_shared_bytes(const EpochArgs *a) {
 // launch of PERSISTENT_THREADS threads a block, with persistent_shared_bytes(&a) of dynamic shared memory.
 __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs a) {
     cg::grid_group grid = cg::this_grid();
-    extern __shared__ float shared[];
+    extern __shared__ __align__(16) float shared[];
     int hidden = a.hidden, slice = a.slice, batch = a.batch, blocks = gridDim.x;
     int features = hidden ? hidden : PIXELS, first = blockIdx.x * slice, owned = max(0, min(slice, features - first));
     int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
     float *w_last = a.params + (hidden ? (int64_t)PIXELS * hidden + hidden : 0);  // (features, CLASSES)
     float *b_last = w_last + (int64_t)features * CLASSES;                         // (CLASSES,)
     float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;              // hidden: (PIXELS, hidden), (hidden,)
-    float *pixel_value = shared;                           // (256,) mnist_pixel_value of every byte
+    uint8_t *x = (uint8_t *)shared;                        // hidden: (batch, PIXELS) this step's pixels
+    float *pixel_value = shared + (hidden ? batch * WORDS : 0);  // (256,) mnist_pixel_value of every byte
     int32_t *batch_row = (int32_t *)(pixel_value + 256);  // (batch,) this step's rows of the training set
     float *my_w_last = (float *)(batch_row + batch);      // (slice, CLASSES) W_last's rows I own
     float *my_b_last = my_w_last + slice * CLASSES;       // (CLASSES,) my copy of b_last
@@ -258,16 +278,28 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
     for (int step = 0; step < a.steps; step++) {
         for (int i = tid; i < batch; i += PERSISTENT_THREADS) batch_row[i] = a.rows[(int64_t)step * batch + i];
         __syncthreads();
+        if (hidden)  // the batch's pixels, 16 bytes a copy: phases A and C read each one slice times
+            for (int e = tid; e < batch * PIXELS / 16; e += PERSISTENT_THREADS) {
+                int i = e / (PIXELS / 16), c = e % (PIXELS / 16);
+                ((uint4 *)(x + i * PIXELS))[c] = ((const uint4 *)(a.pixels + (int64_t)batch_row[i] * PIXELS))[c];
+            }
+        __syncthreads();
 
         // A: my features' values, then my share of every logit
-        if (hidden) {  // warp by (row, unit), lanes over the pixels; then the warp's sum
-            for (int p = warp; p < batch * slice; p += PERSISTENT_WARPS) {
-                int i = p / slice, f = p % slice;
-                const uint8_t *x = a.pixels + (int64_t)batch_row[i] * PIXELS;
-                float z = 0.0f;
-                for (int k = lane; k < PIXELS; k += WARP_SIZE) z = fmaf(pixel_value[x[k]], my_w0[f * PIXELS + k], z);
-                z = warp_sum(z) + my_b0[f];
-                if (lane == 0) value[p] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
+        if (hidden) {  // ROW_THREADS threads a row, a quarter of its words each; then their sum
+            // (whole warps: every lane of a warp shuffles, those past the batch on its last row, unwritten)
+            for (int t = tid; t < (batch * ROW_THREADS + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE;
+                 t += PERSISTENT_THREADS) {
+                int i = min(t / ROW_THREADS, batch - 1), q = t % ROW_THREADS, first_word = q * (WORDS / ROW_THREADS);
+                const uint32_t *words = (const uint32_t *)(x + i * PIXELS);
+                for (int f = 0; f < slice; f++) {
+                    float z = 0.0f;
+                    for (int w = first_word; w < first_word + WORDS / ROW_THREADS; w++)
+                        for (int b = 0; b < 4; b++)
+                            z = fmaf(pixel_value[(words[w] >> 8 * b) & 255], my_w0[f * PIXELS + 4 * w + b], z);
+                    z = group_sum(z, ROW_THREADS) + my_b0[f];
+                    if (q == 0 && t / ROW_THREADS < batch) value[i * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
+                }
             }
         } else {  // my pixels' values
             for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
@@ -278,26 +310,31 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         __syncthreads();
         for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) {
             int i = e / CLASSES, j = e % CLASSES;
-            float sum = 0.0f;
-            for (int f = 0; f < slice; f++) sum = fmaf(value[i * slice + f], my_w_last[f * CLASSES + j], sum);
-            __stcg(a.partial + ((int64_t)i * blocks + blockIdx.x) * CLASSES + j, sum);  // to L2: others read it
+            float sum = strided_dot(value + i * slice, 1, my_w_last + j, CLASSES, slice);
+            __stcg(a.partial + ((int64_t)i * CLASSES + j) * blocks + blockIdx.x, sum);  // to L2: others read it
         }
         grid.sync();
 
-        // B: a warp a row. Lane 10 q + j adds logit j's shares from blocks q, q + 3, ... (a row's shares are
-        // contiguous: the warp's loads coalesce); the three parts are added in order, lane j ends with logit j
-        for (int i = blockIdx.x * PERSISTENT_WARPS + warp; i < batch; i += blocks * PERSISTENT_WARPS) {
-            const float *shares = a.partial + (int64_t)i * blocks * CLASSES;
-            float part = 0.0f;
-            // EXERCISE(share-sum) begin: lanes below 3 * CLASSES add into part the floats lane, lane + 30, ... of
-            //: the row's blocks * CLASSES shares, read with __ldcg (other blocks wrote them: past L1, from L2)
-            if (lane < 3 * CLASSES)
-                for (int e = lane; e < blocks * CLASSES; e += 3 * CLASSES) part += __ldcg(shares + e);
+        // B: block g takes rows g, g + blocks, ... A warp a logit: its lanes add the blocks' shares (contiguous, so
+        // the loads coalesce) and the warp's sum; then a warp a row: softmax, loss and dlogits
+        float *row_logit = dlogit;  // (my_rows, CLASSES) my rows' logits, in dlogit's room until phase C
+        int my_rows = (batch - blockIdx.x + blocks - 1) / blocks;
+        for (int q = warp; q < my_rows * CLASSES; q += PERSISTENT_WARPS) {
+            int i = blockIdx.x + q / CLASSES * blocks, j = q % CLASSES;
+            const float *shares = a.partial + ((int64_t)i * CLASSES + j) * blocks;
+            float sum = 0.0f;
+            // EXERCISE(share-sum) begin: the lanes add logit j's shares of row i, shares[0 .. blocks), read with
+            //: __ldcg (other blocks wrote them: past L1, from L2), then sum = the warp's sum of their sums
+#pragma unroll 4
+            for (int g = lane; g < blocks; g += WARP_SIZE) sum += __ldcg(shares + g);
+            sum = warp_sum(sum);
             // EXERCISE end
-            int j = lane % CLASSES;
-            float z = __shfl_sync(0xffffffff, part, j) + __shfl_sync(0xffffffff, part, j + CLASSES) +
-                      __shfl_sync(0xffffffff, part, j + 2 * CLASSES);
-            z = lane < CLASSES ? z + my_b_last[lane] : -INFINITY;
+            if (lane == 0) row_logit[q] = sum + my_b_last[j];
+        }
+        __syncthreads();
+        for (int r = warp; r < my_rows; r += PERSISTENT_WARPS) {
+            int i = blockIdx.x + r * blocks;
+            float z = lane < CLASSES ? row_logit[r * CLASSES + lane] : -INFINITY;
             float max = z;
             int argmax = lane;
             warp_argmax(&max, &argmax);
@@ -316,17 +353,14 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         if (hidden) {  // dvalue: back through W_last and the ReLU
             for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
                 int i = p / slice, f = p % slice;
-                float sum = 0.0f;
-                for (int j = 0; j < CLASSES; j++) sum = fmaf(dlogit[i * CLASSES + j], my_w_last[f * CLASSES + j], sum);
+                float sum = strided_dot(dlogit + i * CLASSES, 1, my_w_last + f * CLASSES, 1, CLASSES);
                 dvalue[p] = value[p] > 0.0f ? sum : 0.0f;
             }
         }
         __syncthreads();  // dvalue has read W_last
         for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS) {
             int f = e / CLASSES, j = e % CLASSES;
-            float sum = 0.0f;
-            for (int i = 0; i < batch; i++) sum = fmaf(value[i * slice + f], dlogit[i * CLASSES + j], sum);
-            my_w_last[e] -= a.lr * sum;
+            my_w_last[e] -= a.lr * strided_dot(value + f, slice, dlogit + j, CLASSES, batch);
         }
         if (warp < CLASSES) {  // b_last: warp j sums column j, in the same order in every block
             float sum = 0.0f;
@@ -341,12 +375,15 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
                 sum = warp_sum(sum);
                 if (lane == 0) my_b0[f] -= a.lr * sum;
             }
-            for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS) {  // W0: a thread a weight
-                int f = e / PIXELS, k = e % PIXELS;
-                float sum = 0.0f;
-                for (int i = 0; i < batch; i++)
-                    sum = fmaf(pixel_value[a.pixels[(int64_t)batch_row[i] * PIXELS + k]], dvalue[i * slice + f], sum);
-                my_w0[e] -= a.lr * sum;
+            for (int e = tid; e < slice * PIXELS / 4; e += PERSISTENT_THREADS) {  // W0: a thread 4 weights
+                int f = e / (PIXELS / 4), w = e % (PIXELS / 4);
+                float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+                for (int i = 0; i < batch; i++) {
+                    uint32_t word = ((const uint32_t *)(x + i * PIXELS))[w];
+                    for (int b = 0; b < 4; b++) sum[b] = fmaf(pixel_value[(word >> 8 * b) & 255], dvalue[i * slice + f], sum[b]);
+                }
+                for (int b = 0; b < 4; b++) my_w0[f * PIXELS + 4 * w + b] -= a.lr * sum[b];
             }
         }
         __syncthreads();  // the next step overwrites batch_row, value and dlogit
@@ -401,7 +438,7 @@ static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout
     memset(layout, 0, sizeof(*layout));
     EpochArgs *a = &layout->args;
     a->hidden = hidden;
-    a->slice = hidden ? 1 : PIXEL_SLICE;
+    a->slice = hidden ? 1 : (getenv("PS") ? atoi(getenv("PS")) : PIXEL_SLICE);
     a->steps = steps;
     a->batch = cfg->batch;
     a->lr = cfg->lr;
@@ -538,7 +575,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     PersistentLayout persistent;  // the persistent kernel's launch, where it applies
     int persistent_blocks =
         cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, steps, &persistent) ? persistent.blocks : 0;
-    float *d_partial = NULL;  // persistent: (batch, blocks, classes) each block's share of every logit
+    float *d_partial = NULL;  // persistent: (batch, classes, blocks) each block's share of every logit
     void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream
     // zeroed: the warm-up before the capture reads them before the upload or a gather has written them
     d_params = (float *)device_zeros(n_params * sizeof(float));

@@ -2,4 +2,4 @@
 # what: persistent kernel: the last layer's weight gradient leaves out the batch's last row
 # precisions: fp32
 # stages: 08
-s|for (int i = 0; i < batch; i++) sum = fmaf(value\[i \* slice + f\], dlogit|for (int i = 0; i < batch - 1; i++) sum = fmaf(value[i * slice + f], dlogit|
+s|my_w_last\[e\] -= a.lr \* strided_dot(value + f, slice, dlogit + j, CLASSES, batch);|my_w_last[e] -= a.lr * strided_dot(value + f, slice, dlogit + j, CLASSES, batch - 1);|
