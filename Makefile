@@ -114,7 +114,7 @@ endif
 endif
 ifeq ($(VERB),ladder)
 ifeq ($(wildcard $(call stage_dir,$(NN))/*_ladder.cu),)
-$(error error: stage $(NN) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-7]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f)))))))
+$(error error: stage $(NN) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-8]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f)))))))
 endif
 ifeq ($(DETECTED_ARCH),)
 $(error no CUDA device found (nvidia-smi lists none): stage $(NN) ladder needs a GPU (make all builds the ladders))
@@ -155,7 +155,7 @@ help:
 	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
 	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
 	@echo "  make stage N prompt    write build/prompt/stageNN-TRAINER.md: a prompt (under 40 KB) to write stage N from N-1"
-	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6): each"
+	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6, 8): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              the quick suites: CPU suites always, GPU suites when a GPU is visible"
 	@echo "  make check             the slow smoke suites of the tools: try, prompts, exercises, sanitize, mutants"
