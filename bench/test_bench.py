@@ -860,6 +860,25 @@ class KernelLadderTest(unittest.TestCase):
         self.assertIn(kernel_ladders.FOOTNOTES["upload"], block)
         self.assertNotIn(kernel_ladders.FOOTNOTE, block)
 
+    def test_persistent_ladder_block(self):
+        """08's ladder: per-step rows of two shapes, the step-graph baseline as the ceiling, its own footnote."""
+        rows = []
+        for shape, ms in (("hidden 0, batch 128, 128 steps", 0.02), ("hidden 128, batch 128, 128 steps", 0.04)):
+            for version, name, scale in ((1, "cooperative", 1.0), (2, "shared-weights", 0.5), (4, "async-copy", 0.25)):
+                values = ["08", "persistent", shape, str(version), name, str(ms * scale), str(ms * scale * 0.9),
+                          str(ms * scale * 1.2), "", "100", "GFLOP/s", "step-graph", str(ms * 2), "50", "20",
+                          "FIXTURE-GPU", "9.0", "13.0", "13.0", "fix0004", "20250104T000000Z-400"]
+                rows.append(dict(zip(kernel_ladders.LADDER_COLUMNS, values)))
+        block = kernel_ladders.block([("results/fixture-gpu-ladders.csv", rows)], "08", "persistent")
+        first, second = block.split("**Stage 08 · persistent ladder · hidden 128, batch 128, 128 steps**")
+        self.assertIn("**Stage 08 · persistent ladder · hidden 0, batch 128, 128 steps**", first)
+        self.assertIn("| 2 | `shared-weights` | 0.0100 (0.00900–0.0120) | 100 | 200.0% | 2.00× | 2.00× |", first)
+        self.assertIn("| 4 | `async-copy` | 0.00500 (0.00450–0.00600) | 100 | 200.0% | 2.00× (vs 2) | 4.00× |", first)
+        self.assertIn("|  | ceiling: step-graph | 0.0800 | 50.0 | 100% |", second)
+        self.assertIn(kernel_ladders.FOOTNOTES["persistent"], second)
+        self.assertNotIn("setup ms", block)
+        self.assertIn("Not measured yet: run `make stage 8 ladder RECORD=1`", kernel_ladders.block([], "08", "persistent"))
+
     def test_main_writes_stage_readmes(self):
         with tempfile.TemporaryDirectory() as root:
             os.makedirs(os.path.join(root, "results"))

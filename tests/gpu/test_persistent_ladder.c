@@ -120,7 +120,7 @@ Test(persistent_ladder, cc_override_skips_clusters) {
         char why[256] = "";
         int ran = check_version(v, &SHAPES[1], why, sizeof(why));
         if (v <= 2) cr_expect(ran, "version %d skipped under CUDA_STAGES_CC=8.0: %s", v, why);
-        else cr_expect(!ran && strstr(why, "CUDA_STAGES_CC"), "version %d under CUDA_STAGES_CC=8.0: ran=%d, why '%s'", v,
-                       ran, why);
+        else cr_expect(!ran && strstr(why, "CUDA_STAGES_CC"), "version %d under CUDA_STAGES_CC=8.0: ran %d, why '%s'",
+                       v, ran, why);
     }
 }
