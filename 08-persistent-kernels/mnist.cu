@@ -233,9 +233,17 @@ __device__ float strided_dot(const float *a, int a_step, const float *b, int b_s
     return (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
+// Pixel b of a word of 4 as a float in [0, 255], exactly: the byte becomes the low mantissa bits of 2^23, and taking
+// 2^23 away leaves its value (integer-to-float conversions run at a quarter of the rate of these).
+__device__ __forceinline__ float pixel_byte(uint32_t word, int b) {
+    return __uint_as_float(0x4B000000u | ((word >> 8 * b) & 255)) - 8388608.0f;
+}
+
+static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
+
 // The kernel's dynamic shared memory, in mlp_epoch_kernel's order.
 static size_t persistent_shared_bytes(const EpochArgs *a) {
-    size_t floats = (a->hidden ? (size_t)a->batch * WORDS : 0) + 256 + a->batch + a->slice * CLASSES + CLASSES + (size_t)a->batch * (a->slice + CLASSES);
+    size_t floats = (a->hidden ? (size_t)a->batch * WORDS : 0) + 2 * a->batch + a->slice * CLASSES + CLASSES + (size_t)a->batch * (a->slice + CLASSES);
     if (a->hidden) floats += (size_t)a->batch * a->slice + a->slice + (size_t)a->slice * PIXELS;
     return floats * sizeof(float);
 }
@@ -252,9 +260,9 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
     float *b_last = w_last + (int64_t)features * CLASSES;                         // (CLASSES,)
     float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;              // hidden: (PIXELS, hidden), (hidden,)
     uint8_t *x = (uint8_t *)shared;                        // hidden: (batch, PIXELS) this step's pixels
-    float *pixel_value = shared + (hidden ? batch * WORDS : 0);  // (256,) mnist_pixel_value of every byte
-    int32_t *batch_row = (int32_t *)(pixel_value + 256);  // (batch,) this step's rows of the training set
-    float *my_w_last = (float *)(batch_row + batch);      // (slice, CLASSES) W_last's rows I own
+    int32_t *batch_row = (int32_t *)(shared + (hidden ? batch * WORDS : 0));  // (batch,) this step's rows
+    int32_t *batch_label = batch_row + batch;             // (batch,) their labels
+    float *my_w_last = (float *)(batch_label + batch);    // (slice, CLASSES) W_last's rows I own
     float *my_b_last = my_w_last + slice * CLASSES;       // (CLASSES,) my copy of b_last
     float *value = my_b_last + CLASSES;                   // (batch, slice) my features' values
     float *dlogit = value + batch * slice;                // (batch, CLASSES) this step's dlogits
@@ -263,7 +271,6 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
     float *my_w0 = my_b0 + slice;                         // hidden: (slice, PIXELS) W0's columns I own, one a row
 
     // my weights into shared memory, zeros for the features past the last
-    for (int v = tid; v < 256; v += PERSISTENT_THREADS) pixel_value[v] = mnist_pixel_value((uint8_t)v);
     for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)
         my_w_last[e] = e / CLASSES < owned ? w_last[(int64_t)first * CLASSES + e] : 0.0f;
     for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) my_b_last[j] = b_last[j];
@@ -276,9 +283,13 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
     }
 
     for (int step = 0; step < a.steps; step++) {
-        for (int i = tid; i < batch; i += PERSISTENT_THREADS) batch_row[i] = a.rows[(int64_t)step * batch + i];
+        for (int i = tid; i < batch; i += PERSISTENT_THREADS) {
+            batch_row[i] = a.rows[(int64_t)step * batch + i];
+            batch_label[i] = a.labels[batch_row[i]];  // read now, used in phase B
+        }
         __syncthreads();
-        if (hidden)  // the batch's pixels, 16 bytes a copy: phases A and C read each one slice times
+        if (hidden)  // the batch's pixels, 16 bytes a copy, several copies in flight: A and C read them slice times
+#pragma unroll 4
             for (int e = tid; e < batch * PIXELS / 16; e += PERSISTENT_THREADS) {
                 int i = e / (PIXELS / 16), c = e % (PIXELS / 16);
                 ((uint4 *)(x + i * PIXELS))[c] = ((const uint4 *)(a.pixels + (int64_t)batch_row[i] * PIXELS))[c];
@@ -288,23 +299,22 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         // A: my features' values, then my share of every logit
         if (hidden) {  // ROW_THREADS threads a row, a quarter of its words each; then their sum
             // (whole warps: every lane of a warp shuffles, those past the batch on its last row, unwritten)
-            for (int t = tid; t < (batch * ROW_THREADS + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE;
-                 t += PERSISTENT_THREADS) {
+            for (int t = tid; t < round_up(batch * ROW_THREADS, WARP_SIZE); t += PERSISTENT_THREADS) {
                 int i = min(t / ROW_THREADS, batch - 1), q = t % ROW_THREADS, first_word = q * (WORDS / ROW_THREADS);
                 const uint32_t *words = (const uint32_t *)(x + i * PIXELS);
                 for (int f = 0; f < slice; f++) {
                     float z = 0.0f;
                     for (int w = first_word; w < first_word + WORDS / ROW_THREADS; w++)
                         for (int b = 0; b < 4; b++)
-                            z = fmaf(pixel_value[(words[w] >> 8 * b) & 255], my_w0[f * PIXELS + 4 * w + b], z);
-                    z = group_sum(z, ROW_THREADS) + my_b0[f];
+                            z = fmaf(pixel_byte(words[w], b), my_w0[f * PIXELS + 4 * w + b], z);
+                    z = group_sum(z, ROW_THREADS) / 255.0f + my_b0[f];  // x = byte / 255, the 255 taken out
                     if (q == 0 && t / ROW_THREADS < batch) value[i * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
                 }
             }
         } else {  // my pixels' values
             for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
                 int i = p / slice, f = p % slice;
-                value[p] = f < owned ? pixel_value[a.pixels[(int64_t)batch_row[i] * PIXELS + first + f]] : 0.0f;
+                value[p] = f < owned ? mnist_pixel_value(a.pixels[(int64_t)batch_row[i] * PIXELS + first + f]) : 0.0f;
             }
         }
         __syncthreads();
@@ -339,7 +349,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
             int argmax = lane;
             warp_argmax(&max, &argmax);
             float e = lane < CLASSES ? expf(z - max) : 0.0f, sum = warp_sum(e);
-            int label = a.labels[batch_row[i]];
+            int label = batch_label[i];
             float label_logit = __shfl_sync(0xffffffff, z, label);
             if (lane < CLASSES) __stcg(a.dlogits + i * CLASSES + lane, (e / sum - (lane == label)) / (float)batch);
             // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
@@ -375,15 +385,19 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
                 sum = warp_sum(sum);
                 if (lane == 0) my_b0[f] -= a.lr * sum;
             }
-            for (int e = tid; e < slice * PIXELS / 4; e += PERSISTENT_THREADS) {  // W0: a thread 4 weights
-                int f = e / (PIXELS / 4), w = e % (PIXELS / 4);
+            // W0: two neighbouring lanes a word (4 weights), over alternate rows, then their sums added (whole warps:
+            // every lane shuffles; those past the last word read word 0 and write nothing)
+            for (int e = tid; e < round_up(slice * WORDS * 2, WARP_SIZE); e += PERSISTENT_THREADS) {
+                int f = min(e / (2 * WORDS), slice - 1), w = e < slice * WORDS * 2 ? e / 2 % WORDS : 0, half = e % 2;
                 float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
-                for (int i = 0; i < batch; i++) {
+                for (int i = half; i < batch; i += 2) {
                     uint32_t word = ((const uint32_t *)(x + i * PIXELS))[w];
-                    for (int b = 0; b < 4; b++) sum[b] = fmaf(pixel_value[(word >> 8 * b) & 255], dvalue[i * slice + f], sum[b]);
+                    for (int b = 0; b < 4; b++) sum[b] = fmaf(pixel_byte(word, b), dvalue[i * slice + f], sum[b]);
                 }
-                for (int b = 0; b < 4; b++) my_w0[f * PIXELS + 4 * w + b] -= a.lr * sum[b];
+                for (int b = 0; b < 4; b++) sum[b] += __shfl_xor_sync(0xffffffff, sum[b], 1);
+                if (half == 0 && e < slice * WORDS * 2)
+                    for (int b = 0; b < 4; b++) my_w0[f * PIXELS + 4 * w + b] -= a.lr * (sum[b] / 255.0f);
             }
         }
         __syncthreads();  // the next step overwrites batch_row, value and dlogit
