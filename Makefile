@@ -339,9 +339,8 @@ stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/t
 PROFILE_METRICS := gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size
 PROFILE_NCU := ncu --launch-count 40 --section SpeedOfLight --metrics $(PROFILE_METRICS)
 PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
-# Stage 08's MNIST kernel runs as several clusters under the cooperative attribute at the default --hidden 128,
-# a launch ncu does not replay (08's README): its profile runs --hidden 0 first, and ARGS or MNIST_ARGS after it
-# (the last of a repeated flag counts).
+# Stage 08's MNIST profile runs --hidden 0 first, the configuration its recorded profile
+# (results/<gpu>-profile-08.txt) was taken at, and ARGS or MNIST_ARGS after it (the last of a repeated flag counts).
 PROFILE_MNIST_ARGS_08 := --hidden 0
 PROFILE_MNIST_ARGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)))
 PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS) $(ARGS) $(MNIST_ARGS))

@@ -20,8 +20,6 @@ file and the device it comes from. The tables go between markers, and nothing ou
                    against PyTorch cuda-graph and against stage 07, same run)
   08-*/README.md   <!-- sweep:stage08 begin --> ... <!-- sweep:stage08 end -->  (the persistent sweep: one hidden
                    layer of each width, stage 07 against stage 08, newest run)
-  08-*/README.md   <!-- phases:stage08 begin --> ... <!-- phases:stage08 end -->  (results/<gpu>-phases-08.txt,
-                   as bench/phases08.py wrote it)
   NN-*/README.md   <!-- outcome:stageNN begin --> ... <!-- outcome:stageNN end -->  (the stage's predictions,
                    read from its <!-- predictions begin --> ... <!-- predictions end --> table, against
                    the measured rows: hit or miss, and measured ÷ predicted)
@@ -902,29 +900,6 @@ def add_profile_blocks(files, datasets, results_dir, root, dirs):
             files[path][name] = profile_block(datasets, results_dir, root, stage, picks)
 
 
-# ----------------------------------------------------------------------------
-# stage 08's phases: the file bench/phases08.py writes, quoted whole
-
-PHASES_SUFFIX = "-phases-08.txt"
-
-
-def phases_block(results_dir, root):
-    """The text between the phases:stage08 markers: each results/<gpu>-phases-08.txt, its first line as the
-    source, the rest as a code block."""
-    parts = []
-    for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
-        if name.endswith(PHASES_SUFFIX):
-            path = os.path.join(results_dir, name)
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().rstrip("\n").split("\n")
-            rel = os.path.relpath(path, root)
-            parts.append(f"`{path if rel.startswith('..') else rel}`: {lines[0]}\n\n```\n" + "\n".join(lines[1:]).strip("\n")
-                         + "\n```")
-    if not parts:
-        return "*Not measured yet: run `python3 bench/phases08.py` on a GPU machine.*"
-    return "\n\n".join(parts + [f"<sub>Written by `bench/phases08.py`; quoted by `bench/make_tables.py`; do not edit by hand.</sub>"])
-
-
 def replace_between(text, name, content):
     """text with the part between <!-- name begin --> and <!-- name end --> replaced by content, or
     None when the file has neither marker."""
@@ -991,8 +966,7 @@ def all_blocks(datasets, root, results_dir):
             files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
         if nn == "08":
             files[os.path.join(root, d, "README.md")].update({"targets:stage08": stage08_targets_block(datasets, known),
-                                                             "sweep:stage08": sweep_block(datasets, known),
-                                                             "phases:stage08": phases_block(results_dir, root)})
+                                                             "sweep:stage08": sweep_block(datasets, known)})
         files[os.path.join(root, d, "README.md")].update(kernel_ladders.readme_blocks(ladder_sets, root, nn, d))
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known)}

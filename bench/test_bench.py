@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 import kernel_ladders
 import make_tables
-import phases08
 import plots
 import provenance
 import results_csv as rc
@@ -1678,83 +1677,6 @@ class Stage08ReadmeTest(unittest.TestCase):
             self.assertIn("make stage 8 profile RECORD=1", filled)                      # profile
             self.assertIn("make sanitize", filled)                                      # sanitize
             self.assertEqual(MarkerTest.run_main("--root", root, "--check"), 0)
-
-
-class Phases08Test(unittest.TestCase):
-    """bench/phases08.py: its diagnostic copies still apply to stage 08's trainer, and its tables."""
-
-    def trainer(self):
-        with open(os.path.join(ROOT, phases08.TRAINER), encoding="utf-8") as f:
-            return f.read()
-
-    def test_the_copies_apply_to_the_trainer(self):
-        text = self.trainer()
-        timed = phases08.timed_source(text)
-        for tick, _ in phases08.PHASES:
-            self.assertEqual(timed.count(f"TICK({tick})"), 1, tick)
-        self.assertIn("phases08_clocks[k] = spent[k]", timed)
-        self.assertIn("cudaMemcpyFromSymbol(spent, phases08_clocks", timed)
-        floor = phases08.floor_source(text)
-        self.assertEqual(len(re.findall(r"for \(int \w+ = [^;]+; \w+ < 0;", floor)), len(phases08.FLOOR_EDITS))
-
-    def test_the_exchange_copies_apply_to_the_trainer(self):
-        text = self.trainer()
-        copies = phases08.exchange_sources(text)
-        self.assertEqual(list(copies), [name for name, _, _ in phases08.EXCHANGES])
-        late = copies["late"]
-        barrier_2 = late.index("        cluster_barrier();\n        if (has_row && lane == 0 && cluster == 0) atomicAdd(")
-        self.assertGreater(late.index("copy_batch_pixels(&a, owned, pixels + next"), barrier_2)
-        self.assertEqual(late.count("cluster_barrier();"), text.count("cluster_barrier();"))
-        push = copies["push"]
-        self.assertIn("__cluster_map_shared_rank(dlogit, k)", push)
-        self.assertNotIn("__cluster_map_shared_rank(my_logit", push)  # no loads of the dlogits
-        self.assertNotIn("(const float *)__cluster_map_shared_rank(share, k)", push)  # nor of the shares
-        # every block of the cluster has started before the first store into another's shared memory
-        self.assertLess(push.index("    cluster_barrier();\n"), push.index("    for (int step = 0; step < a.steps"))
-        def step_loop(source):  # the text of the kernel's loop over the epoch's steps
-            return source[source.index("    for (int step = 0; step < a.steps"):source.index("    // no block leaves")]
-        self.assertEqual(step_loop(text).count("cluster_barrier();"), 2)
-        self.assertEqual(step_loop(copies["async"]).count("cluster_barrier();"), 1)  # barrier 1 only
-        self.assertNotIn("cluster_barrier();", step_loop(copies["async-all"]))
-        self.assertEqual(step_loop(copies["async-all"]).count("store_async("), 2)  # the shares and the dlogits
-        relaxed = copies["relaxed"]
-        self.assertEqual(relaxed.count("relaxed_cluster_barrier();"), 2)
-        self.assertEqual(relaxed.count("cluster_barrier();"), text.count("cluster_barrier();"))
-
-    def test_trains_alike(self):
-        reference = (0.315518, "89.90")
-        self.assertTrue(phases08.trains_alike([(0.315518, "89.90"), (0.315519, "89.90")], reference))
-        self.assertFalse(phases08.trains_alike([(0.315518, "89.90"), (0.3156, "89.90")], reference))  # loss
-        self.assertFalse(phases08.trains_alike([(0.315518, "89.89")], reference))  # one image more wrong
-        self.assertEqual(phases08.outcome("... ms/epoch, h2d 1 ms | train_loss 0.315518 test_loss 0.3 test_acc 89.90%"),
-                         (0.315518, "89.90"))
-
-    def test_the_readme_quotes_the_file(self):
-        with tempfile.TemporaryDirectory() as root:
-            results = os.path.join(root, "results")
-            self.assertIn("Not measured yet", make_tables.phases_block(results, root))
-            os.makedirs(results)
-            with open(os.path.join(results, "gpu-x-phases-08.txt"), "w", encoding="utf-8") as f:
-                f.write("GPU X · commit abc\ncommand: python3 bench/phases08.py\n\n== ms/epoch\nthe trainer 3.78\n")
-            block = make_tables.phases_block(results, root)
-            self.assertTrue(block.startswith("`results/gpu-x-phases-08.txt`: GPU X · commit abc\n\n```\ncommand:"))
-            self.assertIn("the trainer 3.78\n```", block)
-            self.assertTrue(block.endswith("do not edit by hand.</sub>"))
-
-    def test_a_missing_anchor_is_one_error_line(self):
-        with self.assertRaises(SystemExit) as caught:
-            phases08.floor_source("no kernel here")
-        self.assertIn("update bench/phases08.py to the trainer", str(caught.exception))
-
-    def test_phase_table(self):
-        clocks = [0] * phases08.TICKS
-        clocks[1], clocks[3] = 3000, 1000
-        measured = {"0": (2, clocks), "128": (1, [c * 2 for c in clocks])}
-        lines = phases08.phase_table(measured)
-        self.assertIn("1.5k ( 75%)", lines[2])  # tick 1: 3000 clocks over 2 steps, of 2000 a step
-        self.assertIn("6.0k ( 75%)", lines[2])
-        self.assertTrue(lines[-1].startswith("step") and lines[-1].rstrip().endswith("8.0k"))
-        self.assertEqual(len(lines), len(phases08.PHASES) + 2)
 
 
 if __name__ == "__main__":

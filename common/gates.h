@@ -2,9 +2,9 @@
 //
 // A feature is there when the GPU has it *and* the kernel that uses it was compiled for it: a binary
 // built for an older architecture (make CUDA_ARCH=80) runs on a newer GPU through PTX JIT, and there the
-// code behind `#if __CUDA_ARCH__ >= 900` was never compiled. Stages call feature_available before they
-// take a path; a missing feature means the previous stage's path and one `note:` line, or, for a flag
-// that asks for the feature by name, one `error:` line and EXIT_CUDA.
+// code behind `#if __CUDA_ARCH__ >= 900` was never compiled. Drivers and ladders call feature_available
+// before they take a path: a missing feature means, for a flag that asks for it by name, one `error:` line
+// and EXIT_CUDA, and for a ladder version, the version skipped with the reason.
 //
 // CUDA_STAGES_CC=8.0 (say) makes the GPU report that compute capability instead of its own, lower only,
 // so that an H100 rehearses what a T4 (7.5), an A100 (8.0) or an RTX 3090 (8.6) would run.
@@ -20,7 +20,7 @@ extern "C" {
 typedef enum {
     FEATURE_TF32,      // tf32 tensor-core math (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32): 8.0
     FEATURE_BF16,      // bf16 tensor-core math: 8.0
-    FEATURE_CLUSTERS,  // thread-block clusters and distributed shared memory: 9.0
+    FEATURE_CLUSTERS,  // thread-block clusters and distributed shared memory (stage 08's ladder): 9.0
     FEATURE_COUNT
 } Feature;
 

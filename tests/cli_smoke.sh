@@ -9,7 +9,7 @@ stage_build=${1:-build/02}
 passed=0 failed=0 skipped=0
 
 # expect NAME CODE PATTERN -- COMMAND...: exit code CODE, and (for CODE != 0) one stderr line matching PATTERN
-# (besides a note that a fallback ran, common/gates.h: a build for an older architecture prints one)
+# (besides a note that a fallback ran: stage 08 prints one where its persistent kernel cannot run)
 expect() {
     local name=$1 code=$2 pattern=$3; shift 4
     local err; err=$(mktemp)

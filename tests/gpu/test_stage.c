@@ -399,8 +399,9 @@ static int precision_selected(const char *name) {
 }
 
 // A precision this GPU's tensor cores lack (common/gates.h; CUDA_STAGES_CC rehearses one) is not checked, and
-// one line says so: the trainers refuse it by name (mnist_main.c). A variant that needs clusters is checked
-// all the same: on such a GPU it runs its fallback, stage 07's graphs, and says so in a note.
+// one line says so: the trainers refuse it by name (mnist_main.c). A variant that cannot run on this GPU is
+// checked all the same: stage 08's persistent kernel, where a block's slice does not fit its shared memory or
+// the GPU has no cooperative launches, runs its fallback, stage 07's graphs, and says so in a note.
 static int precision_runs_here(const char *label, Precision precision) {
     char why[160];
     Feature feature = precision == PRECISION_TF32 ? FEATURE_TF32 : FEATURE_BF16;
