@@ -202,7 +202,7 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 // A cooperative launch puts every block on the GPU at once, which a grid barrier needs: a block waiting there for
 // one that never got an SM would wait forever. Every sum runs in a fixed order, so a run repeats bit for bit.
 
-#define PERSISTENT_THREADS 512
+#define PERSISTENT_THREADS 1024
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
 #define PIXEL_SLICE 8  // pixels a block owns without a hidden layer: 98 blocks
 #define ROW_THREADS 4  // phase A with a hidden layer: the threads that share a row, a quarter of its pixels each
@@ -250,7 +250,7 @@ static size_t persistent_shared_bytes(const EpochArgs *a) {
 
 // One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one cooperative
 // launch of PERSISTENT_THREADS threads a block, with persistent_shared_bytes(&a) of dynamic shared memory.
-__global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs a) {
+__global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochArgs a) {
     cg::grid_group grid = cg::this_grid();
     extern __shared__ __align__(16) float shared[];
     int hidden = a.hidden, slice = a.slice, batch = a.batch, blocks = gridDim.x;
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         }
         __syncthreads();
         if (hidden)  // the batch's pixels, 16 bytes a copy, several copies in flight: A and C read them slice times
-#pragma unroll 4
+#pragma unroll 8
             for (int e = tid; e < batch * PIXELS / 16; e += PERSISTENT_THREADS) {
                 int i = e / (PIXELS / 16), c = e % (PIXELS / 16);
                 ((uint4 *)(x + i * PIXELS))[c] = ((const uint4 *)(a.pixels + (int64_t)batch_row[i] * PIXELS))[c];
