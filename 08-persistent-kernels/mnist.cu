@@ -250,7 +250,7 @@ static size_t persistent_shared_bytes(const EpochArgs *a) {
 
 // One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one cooperative
 // launch of PERSISTENT_THREADS threads a block, with persistent_shared_bytes(&a) of dynamic shared memory.
-__global__ void __launch_bounds__(PERSISTENT_THREADS, 1) mlp_epoch_kernel(EpochArgs a) {
+__global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs a) {
     cg::grid_group grid = cg::this_grid();
     extern __shared__ __align__(16) float shared[];
     int hidden = a.hidden, slice = a.slice, batch = a.batch, blocks = gridDim.x;
