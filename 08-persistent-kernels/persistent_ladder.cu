@@ -509,16 +509,21 @@ static int device_attribute(cudaDeviceAttr attribute) {
     return value;
 }
 
-// The work split: slices of at least MIN_SLICE features (a multiple of 4: version 4 copies 16 bytes at a
-// time), about one block per SM. Cluster versions round the grid up to whole clusters of `cluster` blocks.
+// The work split, the trainer's: about one block per SM, each owning the fewest hidden units that cover the
+// layer, or at least MIN_SLICE pixels (a multiple of 4: version 4 copies 16 bytes at a time). Cluster versions
+// round the grid up to whole clusters of `cluster` blocks.
+static int slice_for(const Net *net, int blocks) {
+    int per_block = (net->features + blocks - 1) / blocks;
+    return net->hidden ? per_block : align4(per_block > MIN_SLICE ? per_block : MIN_SLICE);
+}
+
 static void plan_split(Net *net, int cluster) {
-    int per_sm = (net->features + sm_count() - 1) / sm_count();
-    net->slice = align4(per_sm > MIN_SLICE ? per_sm : MIN_SLICE);
+    net->slice = slice_for(net, sm_count());
     net->blocks = (net->features + net->slice - 1) / net->slice;
     net->cluster = cluster < net->blocks ? cluster : net->blocks;
     if (cluster > 0) {
         net->blocks = (net->blocks + net->cluster - 1) / net->cluster * net->cluster;
-        net->slice = align4((net->features + net->blocks - 1) / net->blocks);
+        net->slice = slice_for(net, net->blocks);
     }
 }
 
