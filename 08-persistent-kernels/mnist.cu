@@ -452,7 +452,7 @@ static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout
     memset(layout, 0, sizeof(*layout));
     EpochArgs *a = &layout->args;
     a->hidden = hidden;
-    a->slice = hidden ? 1 : (getenv("PS") ? atoi(getenv("PS")) : PIXEL_SLICE);
+    a->slice = hidden ? 1 : PIXEL_SLICE;
     a->steps = steps;
     a->batch = cfg->batch;
     a->lr = cfg->lr;
