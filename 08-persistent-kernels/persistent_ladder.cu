@@ -1,24 +1,27 @@
 /*
 Kernel ladder, stage 08: S steps of plain SGD for the MNIST MLP 784 -> [hidden] -> 10 (hidden 0: softmax
 regression), fp32, ReLU, softmax cross-entropy averaged over the batch, as common/reference.c trains it.
-Every version splits the work the same way: the last layer's inputs ("features": the 784 pixels at hidden
-0, the hidden units otherwise) are cut into slices, block g owns one slice and every weight that touches
-it (its rows of W_last; with a hidden layer its columns of W0 and entries of b0), and every block keeps its
-own copy of b_last, updated identically. A step has three phases:
-    A  each block: its features for the batch, and its partial logits (batch, 10) = features @ W_last rows
-    B  the partials summed in a fixed order, + b_last, softmax, loss, dlogits = (p - onehot) / batch
-    C  each block: b_last, its W_last rows, b0 and W0 columns -= lr * gradients (from pre-update weights)
-The versions differ only in where the phases meet and where the weights live:
+Every version runs one kernel body, the stage trainer's (mlp_epoch_kernel in mnist.cu), written once here:
+1024 threads a block and the trainer's work split: block g owns `slice` features (the last layer's inputs: one
+hidden unit, or PIXEL_SLICE pixels without a hidden layer, doubled until every block is resident at once) and
+every weight that touches them (its W_last rows, b0 entries, W0 columns stored as rows, a copy of b_last).
+A step has three phases:
+    A  each block: its features' values for the batch (pixel bytes), and its share of every logit
+    B  each row's logits, the shares summed, + b_last; softmax, loss, dlogits = (p - onehot) / batch
+    C  each block: the batch's dlogits, the gradients of its weights (from pre-update weights), applied
+Each version differs from the one before it in one idea:
 
-    0 step-graph      the ceiling line: A, B, C as three kernels per step, all S steps captured once into
-                      one CUDA graph (stage 07's launch pattern); weights in global memory
-    1 cooperative     one cooperative launch for all S steps, phases separated by grid.sync()
-    2 shared-weights  1, with each block's weights loaded into shared memory once per launch
-    3 clusters        2 in thread-block clusters (cc 9.0): partial logits summed across the cluster through
-                      distributed shared memory; only the clusters' sums meet in global memory at a grid
-                      barrier (one cluster: no grid barrier at all)
-    4 async-copy      3, with the next step's batch pixels copied into shared memory (cp.async,
-                      double-buffered) while the cluster meets
+    0 step-graph      the ceiling line: A, B, C as three kernels a step, all S steps in one CUDA graph (stage
+                      07's launch pattern); nothing outlives a kernel in shared memory, so the weight slices and
+                      values live in global memory, and A and C each stage the batch
+    1 cooperative     one cooperative launch for all S steps, the phases met at grid.sync(); each block's
+                      weight slice in a scratch buffer in global memory
+    2 shared-weights  1 with the weight slice in shared memory: the trainer's kernel
+    3 clusters        2 in thread-block clusters (cc 9.0): a logit's shares summed over the cluster through
+                      distributed shared memory, only the clusters' sums meet in global memory at a grid barrier
+                      (one cluster: no grid barrier at all)
+    4 async-copy      3 with the next step's rows, labels and pixel bytes copied into a second shared buffer
+                      (cp.async, double-buffered) while this step computes
 
     make stage 8 ladder                                   (hidden 0 and 128, batch 128, 128 steps)
     build/08/persistent_ladder --hidden 100 --batch 100 --steps 64 --version clusters --repeat 50 --csv l.csv
@@ -53,426 +56,454 @@ Exit codes: 0 ok; 1 a wrong result; 2 an invalid flag or an unwritable --csv fil
 
 namespace cg = cooperative_groups;
 
-#define THREADS 256  // 8 warps: phase B gives each warp one row at a time
+#define THREADS 1024  // the trainer's block: phase B's logits in one round of warps
 #define WARP_SIZE 32
 #define WARPS (THREADS / WARP_SIZE)
 #define PIXELS MNIST_PIXELS
 #define CLASSES MNIST_CLASSES
-#define MIN_SLICE 8       // features per block at least: fewer blocks meet at each barrier
+#define WORDS (PIXELS / 4)  // a row's pixel bytes as 4-byte words
+#define ROW_THREADS 4       // phase A with a hidden layer: the threads that share a row, a quarter of its words each
+#define PIXEL_SLICE 8       // pixels a block owns without a hidden layer (98 blocks); 8 bytes, one cp.async
 #define MAX_HIDDEN 1024
 #define MAX_BATCH 256
-#define MAX_CLUSTER 16    // non-portable; 8 is the portable size
-#define LR 0.1f           // the trainers' learning rate
-#define STAGED_BYTES (96 * 1024)  // version 4's two pixel buffers together, at most
+#define MAX_CLUSTER 16  // non-portable; 8 is the portable size
+#define LR 0.1f         // the trainers' learning rate
 
 // ----------------------------------------------------------------------------
-// the problem, as the kernels see it (passed by value)
+// the problem, as the kernels see it (passed by value), and where each block keeps what
 
 typedef struct {
-    const float *images;    // (n_rows, 784) pixel values, mnist_pixel_value of each byte
+    float *params;          // packed as trainer.h: read at the start of a run, written back at its end
+    float *scratch;         // versions 0-1: (blocks, Layout.scratch) each block's weight slice (0: and values)
+    float *partial;         // (batch, CLASSES, shares) every block's (3-4: every cluster's) share of every logit
+    float *dlogits;         // (batch, CLASSES) this step's
+    float *loss_sum;        // (steps,) each step's summed cross-entropy, zeroed before a run
+    const uint8_t *pixels;  // (n_rows, PIXELS) the bytes
     const uint8_t *labels;  // (n_rows,)
     const int32_t *rows;    // (steps, batch): the training rows of each step
-    float *params;          // packed as trainer.h: W0 (784, hidden), b0 (hidden), W1 (hidden, 10), b1 (10)
-    float *bias_copies;     // (blocks - 1, 10): b_last of blocks 1..; block 0's is params' (versions 0-1)
-    float *partials;        // (blocks, batch, 10); versions 3-4: (2, clusters, batch, 10), by step parity
-    float *dlogits;         // (batch, 10)
-    float *row_loss;        // (batch,)
-    float *scratch;         // (blocks, 2, batch, slice): each block's features and their gradients (0-1)
-    float *loss;            // (steps,): mean loss of each step, before its update
-    int hidden, features;   // features: 784 at hidden 0, else hidden
-    int slice, blocks, cluster, batch, steps;
-    int staged_pixels;      // version 4: pixels of each row staged in shared memory (from the slice's first)
+    int hidden, slice, batch, steps, blocks;
+    int weights_global;  // versions 0-1: the weight slices in scratch, not shared memory
+    int values_global;   // version 0: the features' values too (phase C's kernel reads phase A's)
+    int cluster;         // versions 3-4: blocks a cluster (0: no clusters)
+    int async;           // version 4: two batch buffers, filled by cp.async
 } Net;
 
 static __host__ __device__ int64_t w1_offset(int hidden) { return hidden ? (int64_t)PIXELS * hidden + hidden : 0; }
 static __host__ __device__ int64_t b1_offset(int hidden) {
     return w1_offset(hidden) + (int64_t)(hidden ? hidden : PIXELS) * CLASSES;
 }
+static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
+static __host__ __device__ int align4(int floats) { return round_up(floats, 4); }  // every array 16-byte aligned
 
-// One block's share: features [f0, f0 + n) and the weights that touch them, wherever they live.
+// A weight slice in floats: W_last rows, b_last, then (hidden) b0 and the W0 columns.
+static __host__ __device__ int weight_floats(const Net *a) {
+    return align4(a->slice * CLASSES) + align4(CLASSES) + (a->hidden ? align4(a->slice) + a->slice * PIXELS : 0);
+}
+
+// Dynamic shared memory, in floats from its (16-byte aligned) start, and a block's global scratch.
 typedef struct {
-    float *w0;          // (784, n) columns f0.. of W0, leading dimension w0_ld (hidden only)
-    int w0_ld;
-    float *b0;          // (n,)
-    float *w1;          // (n, 10): rows f0.. of W_last
-    float *b1;          // (10,): this block's copy of b_last
-    float *values;      // (batch, n): the features for the batch
-    float *dvalue;      // (batch, n): their gradient (hidden only)
-    int f0, n;
-} Slice;
-
-// The step's batch: pixel k of row b, from shared memory where staged ([b][k - p0], k in [p0, p0 + kp)),
-// else from global memory.
-typedef struct {
-    const float *images;
-    const int32_t *rows;  // (batch,): this step's
-    const float *staged;
-    int p0, kp;
-} Batch;
-
-static __device__ Batch batch_of(const Net *net, int step, const float *staged, int p0, int kp) {
-    Batch x = {net->images, net->rows + (int64_t)step * net->batch, staged, p0, kp};
-    return x;
-}
-
-static __device__ __forceinline__ float pixel_at(const Batch *x, int b, int k) {
-    unsigned int d = (unsigned int)(k - x->p0);
-    return d < (unsigned int)x->kp ? x->staged[b * x->kp + d] : x->images[(int64_t)x->rows[b] * PIXELS + k];
-}
-
-// sum_k x[b][k] w[k * ld]: the staged pixels first, the rest from global memory (no branch per k).
-static __device__ float dot_pixels(const Batch *x, int b, const float *w, int ld) {
-    const float *row = x->images + (int64_t)x->rows[b] * PIXELS;
-    float acc = 0.0f;
-    int k = 0;
-    for (; k < x->p0; k++) acc += row[k] * w[k * ld];
-    for (int d = 0; d < x->kp; d++, k++) acc += x->staged[b * x->kp + d] * w[k * ld];
-    for (; k < PIXELS; k++) acc += row[k] * w[k * ld];
-    return acc;
-}
-
-static __device__ int slice_count(const Net *net, int g) {
-    int f0 = g * net->slice, left = net->features - f0;
-    return left <= 0 ? 0 : (left < net->slice ? left : net->slice);
-}
-
-// Block g's share with its weights in global memory (versions 0-1).
-static __device__ Slice global_slice(const Net *net, int g) {
-    Slice s;
-    s.f0 = g * net->slice;
-    s.n = slice_count(net, g);
-    s.w0 = net->params + s.f0;
-    s.w0_ld = net->hidden;
-    s.b0 = net->params + (int64_t)PIXELS * net->hidden + s.f0;
-    s.w1 = net->params + w1_offset(net->hidden) + (int64_t)s.f0 * CLASSES;
-    s.b1 = g == 0 ? net->params + b1_offset(net->hidden) : net->bias_copies + (g - 1) * CLASSES;
-    s.values = net->scratch + (int64_t)g * 2 * net->batch * net->slice;
-    s.dvalue = s.values + net->batch * net->slice;
-    return s;
-}
-
-// ----------------------------------------------------------------------------
-// the three phases, shared by every version
-
-// A: s.values (batch, n) and partial (batch, 10) = values @ W_last rows. Ends with __syncthreads.
-static __device__ void phase_a(const Net *net, const Slice *s, const Batch *x, float *partial) {
-    int n = s->n;
-    for (int o = threadIdx.x; o < net->batch * n; o += THREADS) {
-        int b = o / n, j = o % n;
-        s->values[o] = net->hidden == 0 ? pixel_at(x, b, s->f0 + j)
-                                      : fmaxf(s->b0[j] + dot_pixels(x, b, s->w0 + j, s->w0_ld), 0.0f);
-    }
-    __syncthreads();
-    for (int o = threadIdx.x; o < net->batch * CLASSES; o += THREADS) {
-        int b = o / CLASSES, c = o % CLASSES;
-        float acc = 0.0f;
-        for (int j = 0; j < n; j++) acc += s->values[b * n + j] * s->w1[j * CLASSES + c];
-        partial[o] = acc;
-    }
-    __syncthreads();
-}
-
-// B for one row, in one warp: lane c < 10 holds logit z of class c (the other lanes are ignored). Returns
-// lane c's dlogit = (p_c - [c == label]) / batch; *loss (every lane): -log p_label.
-static __device__ float softmax_row(float z, int label, int batch, float *loss) {
-    int c = threadIdx.x % WARP_SIZE;
-    float v = c < CLASSES ? z : -INFINITY, m = v;
-    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float e = c < CLASSES ? expf(v - m) : 0.0f, sum = e;
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    float z_label = __shfl_sync(0xffffffffu, v, label);
-    *loss = m + logf(sum) - z_label;
-    return (e / sum - (c == label ? 1.0f : 0.0f)) / (float)batch;
-}
-
-// B through global memory (versions 0-2): row b on global warp `warp` of `warps`; partials of blocks 0..
-// in order, then the bias.
-static __device__ void phase_b_global(const Net *net, int step, const float *b1, int warp, int warps) {
-    int c = threadIdx.x % WARP_SIZE;
-    for (int b = warp; b < net->batch; b += warps) {
-        float z = 0.0f;
-        if (c < CLASSES) {
-            for (int g = 0; g < net->blocks; g++) z += net->partials[((int64_t)g * net->batch + b) * CLASSES + c];
-            z += b1[c];
-        }
-        int label = net->labels[net->rows[(int64_t)step * net->batch + b]];
-        float loss, d = softmax_row(z, label, net->batch, &loss);
-        if (c < CLASSES) net->dlogits[b * CLASSES + c] = d;
-        if (c == 0) net->row_loss[b] = loss;
-    }
-}
-
-// The step's mean loss from the row losses, in row order (one thread).
-static __device__ void record_loss(const Net *net, int step, const float *row_loss) {
-    float sum = 0.0f;
-    for (int b = 0; b < net->batch; b++) sum += row_loss[b];
-    net->loss[step] = sum / (float)net->batch;
-}
-
-// C: every update of block s from dl (batch, 10). dvalue uses W_last before its update. Ends with
-// __syncthreads.
-static __device__ void phase_c(const Net *net, const Slice *s, const Batch *x, const float *dl) {
-    int n = s->n, t = threadIdx.x;
-    if (t < CLASSES) {  // every block the same sum in the same order: the copies stay identical
-        float acc = 0.0f;
-        for (int b = 0; b < net->batch; b++) acc += dl[b * CLASSES + t];
-        s->b1[t] -= LR * acc;
-    }
-    if (net->hidden) {
-        for (int o = t; o < net->batch * n; o += THREADS) {
-            int b = o / n, j = o % n;
-            float acc = 0.0f;
-            for (int c = 0; c < CLASSES; c++) acc += dl[b * CLASSES + c] * s->w1[j * CLASSES + c];
-            s->dvalue[o] = s->values[o] > 0.0f ? acc : 0.0f;
-        }
-        __syncthreads();
-    }
-    for (int o = t; o < n * CLASSES; o += THREADS) {
-        int j = o / CLASSES, c = o % CLASSES;
-        float acc = 0.0f;
-        for (int b = 0; b < net->batch; b++) acc += s->values[b * n + j] * dl[b * CLASSES + c];
-        s->w1[o] -= LR * acc;
-    }
-    if (net->hidden) {
-        for (int j = t; j < n; j += THREADS) {
-            float acc = 0.0f;
-            for (int b = 0; b < net->batch; b++) acc += s->dvalue[b * n + j];
-            s->b0[j] -= LR * acc;
-        }
-        for (int o = t; o < PIXELS * n; o += THREADS) {
-            int k = o / n, j = o % n;
-            float acc = 0.0f;
-            for (int b = 0; b < net->batch; b++) acc += pixel_at(x, b, k) * s->dvalue[b * n + j];
-            s->w0[k * s->w0_ld + j] -= LR * acc;
-        }
-    }
-    __syncthreads();
-}
-
-// ----------------------------------------------------------------------------
-// version 0: three kernels per step, captured into one graph
-
-__global__ void step_a_kernel(Net net, int step) {
-    Slice s = global_slice(&net, blockIdx.x);
-    Batch x = batch_of(&net, step, NULL, 0, 0);
-    phase_a(&net, &s, &x, net.partials + (int64_t)blockIdx.x * net.batch * CLASSES);
-}
-
-__global__ void step_b_kernel(Net net, int step) {
-    phase_b_global(&net, step, net.params + b1_offset(net.hidden), blockIdx.x * WARPS + threadIdx.x / WARP_SIZE,
-                   gridDim.x * WARPS);
-}
-
-__global__ void step_c_kernel(Net net, int step) {
-    Slice s = global_slice(&net, blockIdx.x);
-    Batch x = batch_of(&net, step, NULL, 0, 0);
-    phase_c(&net, &s, &x, net.dlogits);
-    if (blockIdx.x == 0 && threadIdx.x == 0) record_loss(&net, step, net.row_loss);
-}
-
-// The b_last copies of blocks 1.. from the packed params' (block 0's), before a run.
-__global__ void copy_bias_kernel(Net net) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (net.blocks - 1) * CLASSES) net.bias_copies[i] = net.params[b1_offset(net.hidden) + i % CLASSES];
-}
-
-// ----------------------------------------------------------------------------
-// versions 1-2: one cooperative launch, grid.sync() between the phases
-
-// The S steps, given each block's share s (global or shared memory).
-static __device__ void cooperative_steps(const Net *net, const Slice *s) {
-    cg::grid_group grid = cg::this_grid();
-    int warp = blockIdx.x * WARPS + threadIdx.x / WARP_SIZE;
-    for (int step = 0; step < net->steps; step++) {
-        Batch x = batch_of(net, step, NULL, 0, 0);
-        phase_a(net, s, &x, net->partials + (int64_t)blockIdx.x * net->batch * CLASSES);
-        grid.sync();
-        phase_b_global(net, step, s->b1, warp, net->blocks * WARPS);
-        grid.sync();
-        phase_c(net, s, &x, net->dlogits);
-        if (blockIdx.x == 0 && threadIdx.x == 0) record_loss(net, step, net->row_loss);
-    }
-}
-
-__global__ void cooperative_kernel(Net net) {
-    Slice s = global_slice(&net, blockIdx.x);
-    cooperative_steps(&net, &s);
-}
-
-// Version 2-4's dynamic shared memory, in floats from its start; every array starts 16-byte aligned.
-typedef struct {
-    int w0, b0, w1, b1, values, dvalue;      // the share (versions 2-4)
-    int partial, own_dl, own_loss, dl;       // the cluster's meeting point (versions 3-4)
-    int staged;                              // two pixel buffers (version 4)
-    int total;
+    int x, x_size;        // the batch's pixel bytes, one buffer (version 4: two)
+    int rows, rows_size;  // the batch's rows, then their labels, one buffer (version 4: two)
+    int value, dlogit, dvalue, partial, weights;
+    int total, scratch;  // floats of shared memory; of global scratch a block (versions 0-1)
 } Layout;
 
-static __host__ __device__ int align4(int n) { return (n + 3) / 4 * 4; }
-
-static __host__ __device__ Layout layout_of(const Net *net, int version) {
+static __host__ __device__ Layout layout_of(const Net *a) {
     Layout l;
-    int n = net->slice, at = 0, batch = net->batch;
-    l.w0 = at; at += align4(net->hidden ? PIXELS * n : 0);
-    l.b0 = at; at += align4(net->hidden ? n : 0);
-    l.w1 = at; at += align4(n * CLASSES);
-    l.b1 = at; at += align4(CLASSES);
-    l.values = at; at += align4(batch * n);
-    l.dvalue = at; at += align4(net->hidden ? batch * n : 0);
-    int cluster = version >= 3;
-    l.partial = at; at += cluster ? align4(batch * CLASSES) : 0;
-    l.own_dl = at; at += cluster ? align4(batch * CLASSES) : 0;
-    l.own_loss = at; at += cluster ? align4(batch) : 0;
-    l.dl = at; at += cluster ? align4(batch * CLASSES) : 0;
-    l.staged = at; at += version >= 4 ? 2 * align4(batch * net->staged_pixels) : 0;
+    int buffers = a->async ? 2 : 1, values = align4(a->batch * a->slice), at = 0;
+    // hidden: whole rows (A and C read each slice times); version 4 without: its own pixels of each row
+    l.x_size = a->hidden ? a->batch * WORDS : a->async ? align4((a->batch * a->slice + 3) / 4) : 0;
+    l.x = at, at += buffers * l.x_size;
+    l.rows_size = align4(2 * a->batch);
+    l.rows = at, at += buffers * l.rows_size;
+    l.value = at, at += a->values_global ? 0 : values;
+    l.dlogit = at, at += align4(a->batch * CLASSES);
+    l.dvalue = at, at += a->hidden ? values : 0;
+    l.partial = at, at += a->cluster ? align4(a->batch * CLASSES) : 0;
+    l.weights = at, at += a->weights_global ? 0 : weight_floats(a);
     l.total = at;
+    l.scratch = (a->weights_global ? weight_floats(a) : 0) + (a->values_global ? values : 0);
     return l;
 }
 
-// Block g's share in shared memory, loaded from global; write_back stores it again at the end.
-static __device__ Slice shared_slice(const Net *net, float *smem, const Layout *l) {
-    Slice g = global_slice(net, blockIdx.x), s = g;
-    s.w0 = smem + l->w0;
-    s.w0_ld = g.n;
-    s.b0 = smem + l->b0;
-    s.w1 = smem + l->w1;
-    s.b1 = smem + l->b1;
-    s.values = smem + l->values;
-    s.dvalue = smem + l->dvalue;
-    int n = g.n;
-    for (int o = threadIdx.x; net->hidden && o < PIXELS * n; o += THREADS) s.w0[o] = g.w0[(o / n) * g.w0_ld + o % n];
-    for (int j = threadIdx.x; net->hidden && j < n; j += THREADS) s.b0[j] = g.b0[j];
-    for (int o = threadIdx.x; o < n * CLASSES; o += THREADS) s.w1[o] = g.w1[o];
-    if (threadIdx.x < CLASSES) s.b1[threadIdx.x] = net->params[b1_offset(net->hidden) + threadIdx.x];
-    __syncthreads();
-    return s;
-}
+// One block's arrays, in shared memory or its part of the global scratch, with batch buffer `buffer`.
+typedef struct {
+    uint8_t *x;            // hidden: (batch, PIXELS) the rows' bytes; version 4 without: (batch, slice) my pixels
+    int32_t *row, *label;  // (batch,) each
+    float *value, *dvalue;  // (batch, slice) my features' values; hidden: their gradient
+    float *dlogit;          // (batch, CLASSES): phase B's row logits, then the step's dlogits
+    float *partial;         // versions 3-4: (batch, CLASSES) my share of every logit
+    float *w_last, *b_last;  // (slice, CLASSES) my rows of W_last; (CLASSES,) my copy of b_last
+    float *b0, *w0;          // hidden: (slice,) my entries of b0; (slice, PIXELS) my columns of W0, one a row
+    int first, owned;        // my features [first, first + owned); zeros up to slice
+} Block;
 
-static __device__ void write_back(const Net *net, const Slice *s) {
-    Slice g = global_slice(net, blockIdx.x);
-    int n = s->n;
-    for (int o = threadIdx.x; net->hidden && o < PIXELS * n; o += THREADS) g.w0[(o / n) * g.w0_ld + o % n] = s->w0[o];
-    for (int j = threadIdx.x; net->hidden && j < n; j += THREADS) g.b0[j] = s->b0[j];
-    for (int o = threadIdx.x; o < n * CLASSES; o += THREADS) g.w1[o] = s->w1[o];
-    if (blockIdx.x == 0 && threadIdx.x < CLASSES) g.b1[threadIdx.x] = s->b1[threadIdx.x];
-}
-
-__global__ void shared_weights_kernel(Net net) {
-    extern __shared__ float4 smem4[];  // float4: 16-byte aligned
-    float *smem = (float *)smem4;
-    Layout l = layout_of(&net, 2);
-    Slice s = shared_slice(&net, smem, &l);
-    cooperative_steps(&net, &s);
-    write_back(&net, &s);
+static __device__ Block block_of(const Net *a, float *shared, int buffer) {
+    Layout l = layout_of(a);
+    float *own = a->scratch + (int64_t)blockIdx.x * l.scratch;
+    float *w = a->weights_global ? own : shared + l.weights;  // the one difference between versions 1 and 2
+    Block m;
+    m.x = (uint8_t *)(shared + l.x + buffer * l.x_size);
+    m.row = (int32_t *)(shared + l.rows + buffer * l.rows_size);
+    m.label = m.row + a->batch;
+    m.value = a->values_global ? own + weight_floats(a) : shared + l.value;
+    m.dvalue = shared + l.dvalue;
+    m.dlogit = shared + l.dlogit;
+    m.partial = shared + l.partial;
+    m.w_last = w;
+    m.b_last = w + align4(a->slice * CLASSES);
+    m.b0 = m.b_last + align4(CLASSES);
+    m.w0 = m.b0 + align4(a->slice);
+    m.first = blockIdx.x * a->slice;
+    m.owned = max(0, min(a->slice, (a->hidden ? a->hidden : PIXELS) - m.first));
+    return m;
 }
 
 // ----------------------------------------------------------------------------
-// versions 3-4: clusters meet through distributed shared memory (compute capability 9.0)
+// warp sums and the dot products of the phases
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Version 4: the pixels [p0, p0 + kp) of every row of step's batch into buf (batch, kp), 16 bytes a copy
-// (kp, p0 and 784 are multiples of 4 floats), without waiting: __pipeline_wait_prior(0) waits.
-static __device__ void stage_pixels(const Net *net, int step, float *buf, int p0, int kp) {
-    const int32_t *rows = net->rows + (int64_t)step * net->batch;
-    int quads = kp / 4;
-    for (int o = threadIdx.x; o < net->batch * quads; o += THREADS) {
-        int b = o / quads, q = o % quads;
-        __pipeline_memcpy_async(buf + b * kp + 4 * q, net->images + (int64_t)rows[b] * PIXELS + p0 + 4 * q, 16);
+// The sum over each group of `width` neighbouring lanes (a power of 2), in each of them.
+static __device__ __forceinline__ float group_sum(float value, int width) {
+    for (int offset = width / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    return value;
+}
+
+static __device__ __forceinline__ float warp_sum(float value) { return group_sum(value, WARP_SIZE); }
+
+static __device__ __forceinline__ float warp_max(float value) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2)
+        value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    return value;
+}
+
+// sum over i < n of a[i * a_step] * b[i * b_step]: four chains, so that four loads are in flight at once.
+static __device__ float strided_dot(const float *a, int a_step, const float *b, int b_step, int n) {
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int c = 0; c < 4; c++) sum[c] = fmaf(a[(i + c) * a_step], b[(i + c) * b_step], sum[c]);
+    for (; i < n; i++) sum[0] = fmaf(a[i * a_step], b[i * b_step], sum[0]);
+    return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
+// Byte b of a word as a float in [0, 255], exactly: or-ed into the mantissa of 2^23, which is then taken away
+// (cheaper than an integer-to-float conversion).
+static __device__ __forceinline__ float pixel_byte(uint32_t word, int b) {
+    return __uint_as_float(0x4B000000u | ((word >> 8 * b) & 255u)) - 8388608.0f;
+}
+
+// ----------------------------------------------------------------------------
+// the weight slices in and out, and the batch
+
+// One weight of my slice from its place in params (in; zero past my features), or back there.
+static __device__ __forceinline__ void move_one(float *mine, float *param, int owned, int in) {
+    if (in) *mine = owned ? *param : 0.0f;
+    else *param = *mine;
+}
+
+// My weight slice from the packed params (in), or back into them, b_last from block 0's copy (every copy is
+// updated alike). Loading needs no barrier: a step's first __syncthreads comes before any read.
+static __device__ void move_weights(const Net *a, const Block *m, int in) {
+    float *w_last = a->params + w1_offset(a->hidden) + (int64_t)m->first * CLASSES;
+    float *b0 = a->params + (int64_t)PIXELS * a->hidden + m->first, *w0 = a->params + m->first;
+    int t = threadIdx.x, n = in ? a->slice : m->owned;  // loading fills the whole slice
+    for (int e = t; e < n * CLASSES; e += THREADS) move_one(m->w_last + e, w_last + e, e / CLASSES < m->owned, in);
+    if (t < CLASSES && (in || blockIdx.x == 0)) move_one(m->b_last + t, a->params + b1_offset(a->hidden) + t, 1, in);
+    if (!a->hidden) return;
+    for (int f = t; f < n; f += THREADS) move_one(m->b0 + f, b0 + f, f < m->owned, in);
+    for (int e = t; e < n * PIXELS; e += THREADS) {
+        int f = e / PIXELS, k = e % PIXELS;
+        move_one(m->w0 + e, w0 + (int64_t)k * a->hidden + f, f < m->owned, in);
+    }
+}
+
+// The step's rows and labels; then (with_pixels, hidden) its rows' bytes, 16 a copy, several copies in flight:
+// A and C read them slice times. Ends with __syncthreads.
+static __device__ void stage_batch(const Net *a, const Block *m, int step, int with_pixels) {
+    for (int i = threadIdx.x; i < a->batch; i += THREADS) {
+        m->row[i] = a->rows[(int64_t)step * a->batch + i];
+        m->label[i] = a->labels[m->row[i]];  // read now, used in phase B
+    }
+    __syncthreads();
+    if (with_pixels && a->hidden)
+#pragma unroll 8
+        for (int e = threadIdx.x; e < a->batch * (PIXELS / 16); e += THREADS) {
+            int i = e / (PIXELS / 16), c = e % (PIXELS / 16);
+            ((uint4 *)(m->x + i * PIXELS))[c] = ((const uint4 *)(a->pixels + (int64_t)m->row[i] * PIXELS))[c];
+        }
+    __syncthreads();
+}
+
+// Version 4: the step's rows and labels (plain stores) and, by cp.async, its bytes into m's buffers: whole rows
+// with a hidden layer (16 bytes a copy: a row is 49 x 16 bytes), else my pixels of each row (8 bytes a copy:
+// first and owned are multiples of PIXEL_SLICE). One commit, which __pipeline_wait_prior(0) waits for.
+static __device__ void stage_async(const Net *a, const Block *m, int step) {
+    const int32_t *rows = a->rows + (int64_t)step * a->batch;  // from global: m's rows are not visible yet
+    for (int i = threadIdx.x; i < a->batch; i += THREADS) {
+        m->row[i] = rows[i];
+        m->label[i] = a->labels[rows[i]];
+    }
+    int chunks = a->hidden ? PIXELS / 16 : m->owned / 8, width = a->hidden ? PIXELS : a->slice;
+    for (int e = threadIdx.x; e < a->batch * chunks; e += THREADS) {
+        int i = e / chunks, c = e % chunks;
+        uint8_t *to = m->x + i * width;
+        const uint8_t *from = a->pixels + (int64_t)rows[i] * PIXELS + (a->hidden ? 0 : m->first);
+        if (a->hidden) __pipeline_memcpy_async(to + 16 * c, from + 16 * c, 16);
+        else __pipeline_memcpy_async(to + 8 * c, from + 8 * c, 8);
     }
     __pipeline_commit();
 }
 
-// The logits of row b on lane c: this cluster's partials (ranks in order), then with several clusters the
-// clusters' sums (in order) through csum, then the bias; B on them into own_dl, own_loss. Row b belongs to
-// rank b % size; warp w of it takes every WARPS-th of its rows.
-static __device__ void cluster_meet(const Net *net, int step, const Slice *s, float *partial, float *own_dl,
-                                    float *own_loss) {
+// ----------------------------------------------------------------------------
+// the clusters' side (versions 3-4): device code for compute capability 9.0 only
+
+// The sum of partial[e] over the cluster's ranks first, first + stride, ..., each read from that rank's shared
+// memory (distributed shared memory).
+static __device__ float rank_sum(float *partial, int e, int first, int stride) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cg::cluster_group cluster = cg::this_cluster();
-    int size = (int)cluster.num_blocks(), rank = (int)cluster.block_rank(), clusters = net->blocks / size;
-    int lane = threadIdx.x % WARP_SIZE, first = rank + (threadIdx.x / WARP_SIZE) * size;
-    float *csum = net->partials + (int64_t)(step % 2) * clusters * net->batch * CLASSES;  // (clusters, batch, 10)
-    for (int b = first; b < net->batch; b += WARPS * size) {
-        float z = 0.0f;
-        for (int q = 0; q < size && lane < CLASSES; q++) z += cluster.map_shared_rank(partial, q)[b * CLASSES + lane];
-        if (clusters > 1 && lane < CLASSES) csum[((int64_t)(blockIdx.x / size) * net->batch + b) * CLASSES + lane] = z;
-        if (lane < CLASSES) own_dl[b * CLASSES + lane] = z;  // held here until the logits are whole
-    }
-    if (clusters > 1) cg::this_grid().sync();  // only the clusters' sums meet in global memory
-    for (int b = first; b < net->batch; b += WARPS * size) {
-        float z = 0.0f;
-        if (lane < CLASSES && clusters > 1) {
-            for (int k = 0; k < clusters; k++) z += csum[((int64_t)k * net->batch + b) * CLASSES + lane];
-        } else if (lane < CLASSES) {
-            z = own_dl[b * CLASSES + lane];
+    float sum = 0.0f;
+    for (int q = first; q < (int)cluster.num_blocks(); q += stride) sum += cluster.map_shared_rank(partial, q)[e];
+    return sum;
+#else
+    __trap();
+    return 0.0f;
+#endif
+}
+
+static __device__ void cluster_barrier(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::this_cluster().sync();
+#else
+    __trap();
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// the three phases, the trainer's loops
+
+// A with a hidden layer: ROW_THREADS threads a row, a quarter of its words each, then their sum (whole warps:
+// every lane of a warp shuffles; those past the batch redo its last row and write nothing).
+static __device__ void hidden_values(const Net *a, const Block *m) {
+    int batch = a->batch, slice = a->slice;
+    for (int t = threadIdx.x; t < round_up(batch * ROW_THREADS, WARP_SIZE); t += THREADS) {
+        int i = min(t / ROW_THREADS, batch - 1), q = t % ROW_THREADS, first_word = q * (WORDS / ROW_THREADS);
+        const uint32_t *words = (const uint32_t *)(m->x + i * PIXELS);
+        for (int f = 0; f < slice; f++) {
+            float z = 0.0f;
+            for (int w = first_word; w < first_word + WORDS / ROW_THREADS; w++)
+                for (int b = 0; b < 4; b++) z = fmaf(pixel_byte(words[w], b), m->w0[f * PIXELS + 4 * w + b], z);
+            z = group_sum(z, ROW_THREADS) / 255.0f + m->b0[f];  // x = byte / 255, the 255 taken out of the sum
+            if (q == 0 && t / ROW_THREADS < batch) m->value[i * slice + f] = f < m->owned ? fmaxf(z, 0.0f) : 0.0f;
         }
-        if (lane < CLASSES) z += s->b1[lane];
-        __syncwarp();
-        int label = net->labels[net->rows[(int64_t)step * net->batch + b]];
-        float loss, d = softmax_row(z, label, net->batch, &loss);
-        if (lane < CLASSES) own_dl[b * CLASSES + lane] = d;
-        if (lane == 0) own_loss[b] = loss;
     }
 }
 
-// Every row's dlogits from the rank that owns it into dl; the step's loss (cluster 0, rank 0).
-static __device__ void cluster_gather(const Net *net, int step, float *own_dl, float *own_loss, float *dl) {
-    cg::cluster_group cluster = cg::this_cluster();
-    int size = (int)cluster.num_blocks();
-    for (int o = threadIdx.x; o < net->batch * CLASSES; o += THREADS)
-        dl[o] = cluster.map_shared_rank(own_dl, (o / CLASSES) % size)[o];
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        float sum = 0.0f;
-        for (int b = 0; b < net->batch; b++) sum += cluster.map_shared_rank(own_loss, b % size)[b];
-        net->loss[step] = sum / (float)net->batch;
+// A: my features' values (without a hidden layer my pixels, from the staged bytes in version 4), then my share of
+// every logit: into my shared memory (3-4: the cluster sums it) or the global partial (the grid does).
+static __device__ void phase_a(const Net *a, const Block *m, int staged, int clustered) {
+    int batch = a->batch, slice = a->slice;
+    if (a->hidden) {
+        hidden_values(a, m);
+    } else {
+        for (int p = threadIdx.x; p < batch * slice; p += THREADS) {
+            int i = p / slice, f = p % slice;
+            const uint8_t *px = staged ? m->x + i * slice : a->pixels + (int64_t)m->row[i] * PIXELS + m->first;
+            m->value[p] = f < m->owned ? mnist_pixel_value(px[f]) : 0.0f;
+        }
     }
     __syncthreads();
-}
-
-// The S steps of versions 3 (staged false) and 4.
-static __device__ void cluster_steps(const Net *net, float *smem, int staged) {
-    cg::cluster_group cluster = cg::this_cluster();
-    Layout l = layout_of(net, staged ? 4 : 3);
-    Slice s = shared_slice(net, smem, &l);
-    float *partial = smem + l.partial, *own_dl = smem + l.own_dl, *own_loss = smem + l.own_loss, *dl = smem + l.dl;
-    int p0 = net->hidden ? 0 : s.f0, kp = !staged ? 0 : net->hidden ? net->staged_pixels : s.n;
-    int buffer = align4(net->batch * net->staged_pixels);
-    if (staged) stage_pixels(net, 0, smem + l.staged, p0, kp);
-    for (int step = 0; step < net->steps; step++) {
-        float *pixels = smem + l.staged + (step % 2) * buffer;
-        if (staged) {
-            __pipeline_wait_prior(0);
-            __syncthreads();
-        }
-        Batch x = batch_of(net, step, pixels, p0, kp);
-        phase_a(net, &s, &x, partial);
-        if (staged && step + 1 < net->steps)  // into the other buffer, last read by the step before
-            stage_pixels(net, step + 1, smem + l.staged + ((step + 1) % 2) * buffer, p0, kp);
-        cluster.sync();  // every partial written
-        cluster_meet(net, step, &s, partial, own_dl, own_loss);
-        cluster.sync();  // every row's dlogits written
-        cluster_gather(net, step, own_dl, own_loss, dl);
-        phase_c(net, &s, &x, dl);
+    for (int e = threadIdx.x; e < batch * CLASSES; e += THREADS) {
+        int i = e / CLASSES, j = e % CLASSES;
+        float sum = strided_dot(m->value + i * slice, 1, m->w_last + j, CLASSES, slice);
+        if (clustered) m->partial[e] = sum;
+        else __stcg(a->partial + (int64_t)e * a->blocks + blockIdx.x, sum);  // to L2: other blocks read it
     }
-    cluster.sync();  // no block leaves while another may still read its shared memory
-    write_back(net, &s);
 }
-#endif
 
-__global__ void clusters_kernel(Net net) {
+// Between A and B. Versions 1-2: the grid barrier. 3-4: the cluster's; then with several clusters each rank sums
+// some of the cluster's shares into the global partial, and only those sums meet at the grid barrier.
+static __device__ void meet_after_a(const Net *a, const Block *m, int clustered) {
+    if (!clustered) {
+        cg::this_grid().sync();
+        return;
+    }
+    cluster_barrier();  // every rank's shares written
+    int size = a->cluster, clusters = a->blocks / size;
+    if (clusters == 1) return;  // phase B reads the ranks' shares where they are
+    int rank = blockIdx.x % size, id = blockIdx.x / size;  // a cluster is `size` consecutive blocks
+    for (int e = rank + size * threadIdx.x; e < a->batch * CLASSES; e += size * THREADS)
+        __stcg(a->partial + (int64_t)e * clusters + id, rank_sum(m->partial, e, 0, 1));
+    cg::this_grid().sync();  // also: no rank rewrites its shares before every rank has read them
+}
+
+// A lane's part of logit e's shares: the blocks' (versions 0-2) or the clusters' (3-4) from global memory, or
+// with a single cluster its ranks' straight from their shared memory.
+static __device__ float share_sum(const Net *a, const Block *m, int e, int lane, int clustered) {
+    if (clustered && a->cluster == a->blocks) return rank_sum(m->partial, e, lane, WARP_SIZE);
+    int shares = clustered ? a->blocks / a->cluster : a->blocks;
+    const float *share = a->partial + (int64_t)e * shares;
+    float sum = 0.0f;
+#pragma unroll 4
+    for (int g = lane; g < shares; g += WARP_SIZE) sum += __ldcg(share + g);  // other blocks wrote them: from L2
+    return sum;
+}
+
+// B: block g takes rows g, g + blocks, ... A warp a logit: its lanes add the shares, then the warp's sum; then a
+// warp a row: softmax, loss and dlogits. The row logits sit in dlogit's room until phase C.
+static __device__ void phase_b(const Net *a, const Block *m, int step, int clustered) {
+    int batch = a->batch, blocks = a->blocks, warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int my_rows = (batch - (int)blockIdx.x + blocks - 1) / blocks;
+    for (int q = warp; q < my_rows * CLASSES; q += WARPS) {
+        int i = blockIdx.x + q / CLASSES * blocks, j = q % CLASSES;
+        float sum = warp_sum(share_sum(a, m, i * CLASSES + j, lane, clustered));
+        if (lane == 0) m->dlogit[q] = sum + m->b_last[j];
+    }
+    __syncthreads();
+    for (int r = warp; r < my_rows; r += WARPS) {
+        int i = blockIdx.x + r * blocks, label = m->label[i];
+        float z = lane < CLASSES ? m->dlogit[r * CLASSES + lane] : -INFINITY, max = warp_max(z);
+        float e = lane < CLASSES ? expf(z - max) : 0.0f, sum = warp_sum(e);
+        float label_logit = __shfl_sync(0xffffffffu, z, label);
+        if (lane < CLASSES) __stcg(a->dlogits + i * CLASSES + lane, (e / sum - (lane == label)) / (float)batch);
+        // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+        if (lane == 0) atomicAdd(a->loss_sum + step, logf(sum) - (label_logit - max));
+    }
+}
+
+// Between B and C: every row's dlogits written. One cluster: the cluster barrier (it orders global memory too).
+static __device__ void meet_after_b(const Net *a, int clustered) {
+    if (clustered && a->cluster == a->blocks) cluster_barrier();
+    else cg::this_grid().sync();
+}
+
+// C with a hidden layer, after dvalue: b0, then W0 from the staged bytes.
+static __device__ void hidden_updates(const Net *a, const Block *m) {
+    int batch = a->batch, slice = a->slice, warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    for (int f = warp; f < slice; f += WARPS) {  // b0: warp f sums unit f's dvalues
+        float sum = 0.0f;
+        for (int i = lane; i < batch; i += WARP_SIZE) sum += m->dvalue[i * slice + f];
+        sum = warp_sum(sum);
+        if (lane == 0) m->b0[f] -= LR * sum;
+    }
+    // W0: two neighbouring lanes a word (4 weights), over alternate rows, then their sums added (whole warps:
+    // every lane shuffles; those past the last word read word 0 and write nothing)
+    for (int e = threadIdx.x; e < round_up(slice * WORDS * 2, WARP_SIZE); e += THREADS) {
+        int f = min(e / (2 * WORDS), slice - 1), w = e < slice * WORDS * 2 ? e / 2 % WORDS : 0, half = e % 2;
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+        for (int i = half; i < batch; i += 2) {
+            uint32_t word = ((const uint32_t *)(m->x + i * PIXELS))[w];
+            for (int b = 0; b < 4; b++) sum[b] = fmaf(pixel_byte(word, b), m->dvalue[i * slice + f], sum[b]);
+        }
+        for (int b = 0; b < 4; b++) sum[b] += __shfl_xor_sync(0xffffffffu, sum[b], 1);
+        if (half == 0 && e < slice * WORDS * 2)
+            for (int b = 0; b < 4; b++) m->w0[f * PIXELS + 4 * w + b] -= LR * (sum[b] / 255.0f);
+    }
+}
+
+// C: the batch's dlogits, then my gradients, every one from the weights before this step's update.
+static __device__ void phase_c(const Net *a, const Block *m) {
+    int batch = a->batch, slice = a->slice, warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    for (int e = threadIdx.x; e < batch * CLASSES; e += THREADS) m->dlogit[e] = __ldcg(a->dlogits + e);
+    __syncthreads();
+    if (a->hidden) {  // dvalue: back through W_last and the ReLU
+        for (int p = threadIdx.x; p < batch * slice; p += THREADS) {
+            int i = p / slice, f = p % slice;
+            float sum = strided_dot(m->dlogit + i * CLASSES, 1, m->w_last + f * CLASSES, 1, CLASSES);
+            m->dvalue[p] = m->value[p] > 0.0f ? sum : 0.0f;
+        }
+    }
+    __syncthreads();  // dvalue has read W_last
+    for (int e = threadIdx.x; e < slice * CLASSES; e += THREADS) {
+        int f = e / CLASSES, j = e % CLASSES;
+        m->w_last[e] -= LR * strided_dot(m->value + f, slice, m->dlogit + j, CLASSES, batch);
+    }
+    if (warp < CLASSES) {  // b_last: warp j sums column j, in the same order in every block: the copies stay equal
+        float sum = 0.0f;
+        for (int i = lane; i < batch; i += WARP_SIZE) sum += m->dlogit[i * CLASSES + warp];
+        sum = warp_sum(sum);
+        if (lane == 0) m->b_last[warp] -= LR * sum;
+    }
+    if (a->hidden) hidden_updates(a, m);
+}
+
+// ----------------------------------------------------------------------------
+// the kernels
+
+// Versions 1-4: all S steps in one launch. Each entry point passes its version's flags as constants, so that it
+// compiles without the others' code, and its shared memory stays known as such: with a runtime choice between
+// shared and global memory, every access to the slice would be a generic load, not a shared-memory load.
+static __device__ __forceinline__ void all_steps(Net *a, float *shared, int weights_global, int clustered,
+                                                 int staged) {
+    a->weights_global = weights_global;  // as the host planned this version's layout
+    a->values_global = 0, a->async = staged;
+    Block m = block_of(a, shared, 0);
+    move_weights(a, &m, 1);
+    if (staged) stage_async(a, &m, 0);
+    for (int step = 0; step < a->steps; step++) {
+        m = block_of(a, shared, staged ? step % 2 : 0);
+        if (staged) {
+            __pipeline_wait_prior(0);  // my copies of this step's batch have landed,
+            __syncthreads();           // and everyone's
+            if (step + 1 < a->steps) {  // into the other buffers, last read by the step before this one
+                Block next = block_of(a, shared, (step + 1) % 2);
+                stage_async(a, &next, step + 1);
+            }
+        } else {
+            stage_batch(a, &m, step, 1);
+        }
+        phase_a(a, &m, staged, clustered);
+        meet_after_a(a, &m, clustered);
+        phase_b(a, &m, step, clustered);
+        meet_after_b(a, clustered);  // after every read of another rank's shared memory: a block may leave after it
+        phase_c(a, &m);
+        __syncthreads();  // the next step overwrites the rows, values and dlogits
+    }
+    move_weights(a, &m, 0);
+}
+
+// Versions 1 and 2: the same kernel, the weight slices in global scratch or in shared memory.
+__global__ void __launch_bounds__(THREADS) cooperative_kernel(Net a) {
+    extern __shared__ float4 shared4[];  // float4: 16-byte aligned
+    all_steps(&a, (float *)shared4, 1, 0, 0);
+}
+
+__global__ void __launch_bounds__(THREADS) shared_weights_kernel(Net a) {
+    extern __shared__ float4 shared4[];
+    all_steps(&a, (float *)shared4, 0, 0, 0);
+}
+
+__global__ void __launch_bounds__(THREADS) clusters_kernel(Net a) {
 #if __CUDA_ARCH__ >= 900
-    extern __shared__ float4 smem4[];
-    cluster_steps(&net, (float *)smem4, 0);
+    extern __shared__ float4 shared4[];
+    all_steps(&a, (float *)shared4, 0, 1, 0);
 #else
     __trap();  // a build without compute_90 code: the host checks feature_available and never launches this
 #endif
 }
 
-__global__ void async_copy_kernel(Net net) {
+__global__ void __launch_bounds__(THREADS) async_copy_kernel(Net a) {
 #if __CUDA_ARCH__ >= 900
-    extern __shared__ float4 smem4[];
-    cluster_steps(&net, (float *)smem4, 1);
+    extern __shared__ float4 shared4[];
+    all_steps(&a, (float *)shared4, 0, 1, 1);
 #else
     __trap();
 #endif
+}
+
+// Version 0: one phase of one step a launch, or the weight slices in (before the steps) or out (after them).
+enum { STEP_LOAD, STEP_A, STEP_B, STEP_C, STEP_STORE };
+
+__global__ void __launch_bounds__(THREADS) phase_kernel(Net a, int step, int phase) {
+    extern __shared__ float4 shared4[];
+    a.weights_global = a.values_global = 1, a.async = 0;  // nothing outlives a kernel in shared memory
+    Block m = block_of(&a, (float *)shared4, 0);
+    if (phase == STEP_LOAD || phase == STEP_STORE) move_weights(&a, &m, phase == STEP_LOAD);
+    else stage_batch(&a, &m, step, phase != STEP_B);
+    if (phase == STEP_A) phase_a(&a, &m, 0, 0);
+    if (phase == STEP_B) phase_b(&a, &m, step, 0);
+    if (phase == STEP_C) phase_c(&a, &m);
 }
 
 // ----------------------------------------------------------------------------
@@ -482,7 +513,7 @@ typedef enum { STEP_GRAPH, COOPERATIVE, SHARED_WEIGHTS, CLUSTERS, ASYNC_COPY, VE
 static const char *const VERSION_NAMES[VERSION_COUNT] = {"step-graph", "cooperative", "shared-weights", "clusters",
                                                          "async-copy"};
 static const void *const VERSION_KERNELS[VERSION_COUNT] = {
-    (const void *)step_a_kernel, (const void *)cooperative_kernel, (const void *)shared_weights_kernel,
+    (const void *)phase_kernel, (const void *)cooperative_kernel, (const void *)shared_weights_kernel,
     (const void *)clusters_kernel, (const void *)async_copy_kernel};
 
 typedef struct {
@@ -495,66 +526,11 @@ typedef struct {
     char why[192];          // the reason the version cannot run here ("" when it can)
 } Run;
 
-static int sm_count(void) {
-    int device = 0, count = 0;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-}
-
 static int device_attribute(cudaDeviceAttr attribute) {
     int device = 0, value = 0;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&value, attribute, device));
     return value;
-}
-
-// The work split, the trainer's: about one block per SM, each owning the fewest hidden units that cover the
-// layer, or at least MIN_SLICE pixels (a multiple of 4: version 4 copies 16 bytes at a time). Cluster versions
-// round the grid up to whole clusters of `cluster` blocks.
-static int slice_for(const Net *net, int blocks) {
-    int per_block = (net->features + blocks - 1) / blocks;
-    return net->hidden ? per_block : align4(per_block > MIN_SLICE ? per_block : MIN_SLICE);
-}
-
-static void plan_split(Net *net, int cluster) {
-    net->slice = slice_for(net, sm_count());
-    net->blocks = (net->features + net->slice - 1) / net->slice;
-    net->cluster = cluster < net->blocks ? cluster : net->blocks;
-    if (cluster > 0) {
-        net->blocks = (net->blocks + net->cluster - 1) / net->cluster * net->cluster;
-        net->slice = slice_for(net, net->blocks);
-    }
-}
-
-// Dynamic shared memory allowed for kernel up to bytes; "" or why it does not fit.
-static int allow_shared(Run *r, const void *kernel) {
-    size_t limit = (size_t)device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    if (r->shared_bytes > limit) {
-        snprintf(r->why, sizeof(r->why), "it needs %.1f KB of shared memory per block, this GPU allows %.1f KB",
-                 r->shared_bytes / 1024.0, limit / 1024.0);
-        return 0;
-    }
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)r->shared_bytes));
-    return 1;
-}
-
-// Versions 1-2: a cooperative launch needs the device attribute and every block resident at once.
-static int plan_cooperative(Run *r) {
-    const void *kernel = VERSION_KERNELS[r->version];
-    plan_split(&r->net, 0);
-    r->shared_bytes = r->version == SHARED_WEIGHTS ? sizeof(float) * (size_t)layout_of(&r->net, 2).total : 0;
-    if (!device_attribute(cudaDevAttrCooperativeLaunch)) {
-        snprintf(r->why, sizeof(r->why), "this GPU has no cooperative launch");
-        return 0;
-    }
-    if (!allow_shared(r, kernel)) return 0;
-    int per_sm = 0;
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, r->shared_bytes));
-    if (per_sm * sm_count() >= r->net.blocks) return 1;
-    snprintf(r->why, sizeof(r->why), "its %d blocks of %.1f KB shared memory are not all resident at once (%d fit)",
-             r->net.blocks, r->shared_bytes / 1024.0, per_sm * sm_count());
-    return 0;
 }
 
 // The launch of a cluster version: cluster dimension, and cooperative with several clusters (grid.sync).
@@ -566,66 +542,96 @@ static cudaLaunchConfig_t cluster_config(const Run *r, cudaLaunchAttribute attrs
     config.attrs = attrs;
     attrs[0].id = cudaLaunchAttributeClusterDimension;
     attrs[0].val.clusterDim.x = (unsigned int)r->net.cluster;
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
+    attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
     attrs[1].id = cudaLaunchAttributeCooperative;
     attrs[1].val.cooperative = 1;
     config.numAttrs = r->net.blocks > r->net.cluster ? 2 : 1;
     return config;
 }
 
-// Versions 3-4 with clusters of `cluster` blocks: 1 if every cluster is resident at once.
-static int clusters_fit(Run *r, int cluster) {
-    const void *kernel = VERSION_KERNELS[r->version];
-    plan_split(&r->net, cluster);
-    Net *net = &r->net;
-    int fit = (STAGED_BYTES / (2 * (int)sizeof(float) * net->batch)) / 4 * 4;
-    net->staged_pixels = r->version < ASYNC_COPY ? 0 : !net->hidden ? net->slice : fit < PIXELS ? fit : PIXELS;
-    r->shared_bytes = sizeof(float) * (size_t)layout_of(net, r->version).total;
-    if (!allow_shared(r, kernel)) return 0;
-    if (net->cluster > 8)
-        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    cudaLaunchAttribute attrs[2];
-    cudaLaunchConfig_t config = cluster_config(r, attrs);
-    config.gridDim = dim3((unsigned int)net->cluster);  // one cluster's worth: how many fit at once
-    config.numAttrs = 1;
-    int active = 0;
-    cudaError_t status = cudaOccupancyMaxActiveClusters(&active, kernel, &config);
-    if (status != cudaSuccess) {
-        (void)cudaGetLastError();  // a cluster size this GPU does not place: none fit
-        active = 0;
+// Versions 3-4 at the planned slice: the largest cluster of 16, 8, 4, 2 blocks whose clusters are all resident
+// at once, the grid rounded up to whole clusters (the blocks past the last feature own none). 0 if none.
+static int clusters_fit(Run *r, const void *kernel) {
+    Net *a = &r->net;
+    int blocks = a->blocks;
+    for (int size = MAX_CLUSTER; size >= 2; size /= 2) {
+        a->cluster = size < blocks ? size : blocks;
+        a->blocks = round_up(blocks, a->cluster);
+        if (a->cluster > 8) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        cudaLaunchAttribute attrs[2];
+        cudaLaunchConfig_t config = cluster_config(r, attrs);
+        config.gridDim = dim3((unsigned int)a->cluster);  // one cluster's worth: how many such fit at once
+        config.numAttrs = 1;
+        int active = 0;
+        if (cudaOccupancyMaxActiveClusters(&active, kernel, &config) != cudaSuccess) {
+            (void)cudaGetLastError();  // a cluster size this GPU does not place: none fit
+            active = 0;
+        }
+        if (active * a->cluster >= a->blocks) return 1;
     }
-    if (active * net->cluster >= net->blocks) return 1;
-    snprintf(r->why, sizeof(r->why), "its %d clusters of %d blocks are not all resident at once (%d fit)",
-             net->blocks / net->cluster, net->cluster, active);
+    a->blocks = blocks;
     return 0;
 }
 
-static int plan_clusters(Run *r) {
-    if (!feature_available(FEATURE_CLUSTERS, VERSION_KERNELS[r->version], r->why, sizeof(r->why))) return 0;
-    if (r->net.blocks > 1 && !device_attribute(cudaDevAttrCooperativeLaunch)) {
+// 1 if every block of the planned grid is resident at once, which a grid barrier needs.
+static int resident(Run *r, const void *kernel) {
+    if (r->version == STEP_GRAPH) return 1;  // no barrier inside a kernel
+    if (r->version >= CLUSTERS) return clusters_fit(r, kernel);
+    int per_sm = 0;
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, r->shared_bytes));
+    return r->net.blocks <= per_sm * device_attribute(cudaDevAttrMultiProcessorCount);
+}
+
+// The trainer's work split (persistent_layout in mnist.cu): one hidden unit a block, or PIXEL_SLICE pixels, the
+// slice doubled until the grid is resident. 0, with r->why, where the version cannot run here.
+static int plan(Run *r) {
+    Net *a = &r->net;
+    const void *kernel = VERSION_KERNELS[r->version];
+    if (r->version >= CLUSTERS && !feature_available(FEATURE_CLUSTERS, kernel, r->why, sizeof(r->why))) return 0;
+    if (r->version != STEP_GRAPH && !device_attribute(cudaDevAttrCooperativeLaunch)) {
         snprintf(r->why, sizeof(r->why), "this GPU has no cooperative launch");
         return 0;
     }
-    if (clusters_fit(r, MAX_CLUSTER)) return 1;
-    r->why[0] = '\0';
-    return clusters_fit(r, 8);  // the portable size, where 16 does not fit
+    int max_shared = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
+    int features = a->hidden ? a->hidden : PIXELS;
+    for (a->slice = a->hidden ? 1 : PIXEL_SLICE;; a->slice *= 2) {
+        a->blocks = (features + a->slice - 1) / a->slice;
+        a->cluster = r->version >= CLUSTERS ? MAX_CLUSTER : 0;  // the layout only asks whether
+        r->shared_bytes = sizeof(float) * (size_t)layout_of(a).total;
+        if (r->shared_bytes > (size_t)max_shared) {
+            snprintf(r->why, sizeof(r->why), "a block of %d features needs %.1f KB of shared memory, this GPU allows "
+                     "%.1f KB", a->slice, r->shared_bytes / 1024.0, max_shared / 1024.0);
+            return 0;
+        }
+        if (resident(r, kernel)) return 1;
+        if (a->blocks == 1) break;
+    }
+    snprintf(r->why, sizeof(r->why), "not even one block of %.1f KB shared memory is resident (in a cluster)",
+             r->shared_bytes / 1024.0);
+    return 0;
 }
 
-// Version 0's graph: the S steps' three kernels, captured once.
+// The pixel bytes on the device (the kernels read bytes, as the trainer does), recovered from images, which hold
+// mnist_pixel_value of each (as persistent_ladder_problem makes them): byte / 255 * 255 rounds back to the byte.
+static const uint8_t *pixel_bytes(const float *images, int n_rows) {
+    size_t n = (size_t)n_rows * PIXELS;
+    uint8_t *bytes = (uint8_t *)host_malloc(n, "the pixel bytes");
+    for (size_t i = 0; i < n; i++) bytes[i] = (uint8_t)lrintf(images[i] * 255.0f);
+    const uint8_t *device = (const uint8_t *)ladder_to_device(bytes, n);
+    free(bytes);
+    return device;
+}
+
+// Version 0's graph: the slices in, the S steps' three kernels, the slices out, captured once.
 static void capture_steps(Run *r) {
-    const Net *net = &r->net;
     cudaStream_t stream;
     cudaGraph_t graph;
     cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    unsigned int b_blocks = (unsigned int)((net->batch + WARPS - 1) / WARPS);
-    for (int step = 0; step < net->steps; step++) {
-        step_a_kernel<<<net->blocks, THREADS, 0, stream>>>(*net, step);
-        launchCheck();
-        step_b_kernel<<<b_blocks, THREADS, 0, stream>>>(*net, step);
-        launchCheck();
-        step_c_kernel<<<net->blocks, THREADS, 0, stream>>>(*net, step);
+    for (int k = -1; k <= 3 * r->net.steps; k++) {  // k = 3 step + phase A, B or C; -1 the load, 3 S the store
+        int part = k < 0 ? STEP_LOAD : k == 3 * r->net.steps ? STEP_STORE : STEP_A + k % 3;
+        phase_kernel<<<r->net.blocks, THREADS, r->shared_bytes, stream>>>(r->net, k < 0 ? 0 : k / 3, part);
         launchCheck();
     }
     cudaCheck(cudaStreamEndCapture(stream, &graph));
@@ -638,48 +644,44 @@ static void capture_steps(Run *r) {
 static int run_setup(Run *r, int version, int hidden, int batch, int steps, const float *images,
                      const uint8_t *labels, int n_rows, const int32_t *rows, const float *init_params) {
     memset(r, 0, sizeof(*r));
-    Net *net = &r->net;
+    Net *a = &r->net;
     r->version = version;
-    net->hidden = hidden;
-    net->features = hidden ? hidden : PIXELS;
-    net->batch = batch;
-    net->steps = steps;
-    plan_split(net, 0);
-    int ok = version == STEP_GRAPH ? 1 : version <= SHARED_WEIGHTS ? plan_cooperative(r) : plan_clusters(r);
-    if (!ok) return 0;
+    a->hidden = hidden;
+    a->batch = batch;
+    a->steps = steps;
+    a->weights_global = version <= COOPERATIVE;
+    a->values_global = version == STEP_GRAPH;
+    a->async = version == ASYNC_COPY;
+    if (!plan(r)) return 0;
     r->n_params = b1_offset(hidden) + CLASSES;
-    int clusters = net->cluster ? net->blocks / net->cluster : 0;
-    size_t partials = (size_t)(net->blocks > 2 * clusters ? net->blocks : 2 * clusters) * batch * CLASSES;
-    net->images = (const float *)ladder_to_device(images, sizeof(float) * (size_t)n_rows * PIXELS);
-    net->labels = (const uint8_t *)ladder_to_device(labels, (size_t)n_rows);
-    net->rows = (const int32_t *)ladder_to_device(rows, sizeof(int32_t) * (size_t)steps * batch);
+    size_t scratch = (size_t)a->blocks * (size_t)(layout_of(a).scratch + 4);  // + 4: never 0 bytes
+    a->pixels = pixel_bytes(images, n_rows);
+    a->labels = (const uint8_t *)ladder_to_device(labels, (size_t)n_rows);
+    a->rows = (const int32_t *)ladder_to_device(rows, sizeof(int32_t) * (size_t)steps * batch);
     r->init_params = (float *)ladder_to_device(init_params, sizeof(float) * (size_t)r->n_params);
-    cudaCheck(cudaMalloc(&net->params, sizeof(float) * (size_t)r->n_params));
-    cudaCheck(cudaMalloc(&net->bias_copies, sizeof(float) * (size_t)net->blocks * CLASSES));
-    cudaCheck(cudaMalloc(&net->partials, sizeof(float) * partials));
-    cudaCheck(cudaMalloc(&net->dlogits, sizeof(float) * (size_t)batch * CLASSES));
-    cudaCheck(cudaMalloc(&net->row_loss, sizeof(float) * (size_t)batch));
-    cudaCheck(cudaMalloc(&net->scratch, sizeof(float) * (size_t)net->blocks * 2 * batch * net->slice));
-    cudaCheck(cudaMalloc(&net->loss, sizeof(float) * (size_t)steps));
+    cudaCheck(cudaMalloc(&a->params, sizeof(float) * (size_t)r->n_params));
+    cudaCheck(cudaMalloc(&a->scratch, sizeof(float) * scratch));
+    cudaCheck(cudaMalloc(&a->partial, sizeof(float) * (size_t)a->blocks * batch * CLASSES));
+    cudaCheck(cudaMalloc(&a->dlogits, sizeof(float) * (size_t)batch * CLASSES));
+    cudaCheck(cudaMalloc(&a->loss_sum, sizeof(float) * (size_t)steps));
     if (version == STEP_GRAPH) capture_steps(r);
     return 1;
 }
 
 static void run_free(Run *r) {
-    Net *net = &r->net;
-    void *buffers[] = {(void *)net->images, (void *)net->labels, (void *)net->rows, r->init_params, net->params,
-                       net->bias_copies, net->partials, net->dlogits, net->row_loss, net->scratch, net->loss};
+    Net *a = &r->net;
+    void *buffers[] = {(void *)a->pixels, (void *)a->labels, (void *)a->rows, r->init_params, a->params,
+                       a->scratch,        a->partial,         a->dlogits,     a->loss_sum};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) cudaCheck(cudaFree(buffers[i]));
     if (r->graph) cudaCheck(cudaGraphExecDestroy(r->graph));
 }
 
-// Before every run (untimed): the initial weights, and every block's copy of b_last.
+// Before every run (untimed): the initial weights, and the loss sums zeroed.
 static void run_restore(void *ctx) {
     Run *r = (Run *)ctx;
     cudaCheck(cudaMemcpyAsync(r->net.params, r->init_params, sizeof(float) * (size_t)r->n_params,
                               cudaMemcpyDeviceToDevice, 0));
-    copy_bias_kernel<<<(r->net.blocks * CLASSES + THREADS - 1) / THREADS, THREADS>>>(r->net);
-    launchCheck();
+    cudaCheck(cudaMemsetAsync(r->net.loss_sum, 0, sizeof(float) * (size_t)r->net.steps, 0));
 }
 
 // One run: the S steps, on the default stream.
@@ -698,13 +700,14 @@ static void run_steps(void *ctx) {
     }
 }
 
-// One checked run from the initial weights: the trained parameters and each step's loss into host memory.
+// One checked run from the initial weights: the trained parameters and each step's mean loss into host memory.
 static void run_once(Run *r, float *params, float *losses) {
     run_restore(r);
     run_steps(r);
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaMemcpy(params, r->net.params, sizeof(float) * (size_t)r->n_params, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(losses, r->net.loss, sizeof(float) * (size_t)r->net.steps, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(losses, r->net.loss_sum, sizeof(float) * (size_t)r->net.steps, cudaMemcpyDeviceToHost));
+    for (int s = 0; s < r->net.steps; s++) losses[s] /= (float)r->net.batch;
 }
 
 // ----------------------------------------------------------------------------
@@ -724,8 +727,7 @@ extern "C" void persistent_ladder_reference(int hidden, int batch, int steps, co
         train_labels[i] = labels[rows[i]];
         order[i] = (int32_t)i;
     }
-    MnistConfig cfg;
-    memset(&cfg, 0, sizeof(cfg));
+    MnistConfig cfg = {};
     cfg.n_layers = hidden ? 2 : 1;
     cfg.sizes[0] = PIXELS;
     cfg.sizes[1] = hidden ? hidden : CLASSES;
@@ -734,8 +736,7 @@ extern "C" void persistent_ladder_reference(int hidden, int batch, int steps, co
     cfg.epochs = 1;
     cfg.lr = LR;
     cfg.precision = PRECISION_FP32;
-    MnistData data;
-    memset(&data, 0, sizeof(data));
+    MnistData data = {};
     data.train_images = train;
     data.train_labels = train_labels;
     data.n_train = (int)n;
@@ -746,8 +747,7 @@ extern "C" void persistent_ladder_reference(int hidden, int batch, int steps, co
     data.init_params = init_params;
     float test_loss, test_acc;
     double epoch_ms;
-    MnistResult out;
-    memset(&out, 0, sizeof(out));
+    MnistResult out = {};
     out.params = params;
     out.step_loss = losses;
     out.test_loss = &test_loss;
@@ -802,11 +802,11 @@ extern "C" int persistent_ladder_check(int hidden, int steps, const float *expec
 
 // For tests/gpu/test_persistent_ladder.c, which declares these itself. index counts from 0 (0: step-graph).
 extern "C" int persistent_ladder_version_count(void) { return VERSION_COUNT; }
-
 extern "C" const char *persistent_ladder_version_name(int index) { return VERSION_NAMES[index]; }
 
 // One run of version index from init_params (packed as trainer.h) over `steps` steps of rows (steps, batch)
-// into images (n_rows, 784) and labels: the trained params and each step's loss. Returns NULL, or why the
+// into images (n_rows, 784: mnist_pixel_value of bytes, as persistent_ladder_problem makes them) and labels: the
+// trained params and each step's loss. Returns NULL, or why the
 // version cannot run on this GPU (then nothing was written).
 extern "C" const char *persistent_ladder_run(int index, int hidden, int batch, int steps, const float *images,
                                              const uint8_t *labels, int n_rows, const int32_t *rows,
@@ -912,7 +912,7 @@ static void print_grid(int v, const Shape *sh) {
     printf("     %-18s %d blocks x %d threads, %d features each", VERSION_NAMES[v], r.net.blocks, THREADS,
            r.net.slice);
     if (r.net.cluster) printf(", clusters of %d", r.net.cluster);
-    printf(", %.1f KB shared memory\n", r.shared_bytes / 1024.0);
+    printf(", %.1f KB shared memory%s\n", r.shared_bytes / 1024.0, r.net.weights_global ? ", weights in global" : "");
     run_free(&r);
 }
 
@@ -937,8 +937,7 @@ static void ladder_for_hidden(Shape *sh, const LadderOptions *options, const Dev
     sh->expected_params = expected_params;
     sh->expected_losses = expected_losses;
 
-    LadderTable table;
-    memset(&table, 0, sizeof(table));
+    LadderTable table = {};
     table.stage = "08";
     table.ladder = "persistent";
     snprintf(table.shape, sizeof(table.shape), "hidden %d, batch %d, %d steps", hidden, sh->batch, sh->steps);
@@ -987,8 +986,7 @@ int main(int argc, char **argv) {
     ladder_require_gpu(argv[0], &device);
     printf("GPU: %s (cc %s, CUDA %s, driver %s); a run restores the initial weights first (untimed)\n", device.name,
            device.cc, device.cuda, device.driver);
-    Shape sh;
-    memset(&sh, 0, sizeof(sh));
+    Shape sh = {};
     sh.batch = (int)sizes[1].value;
     sh.steps = (int)sizes[2].value;
     sh.n_rows = (int)sizes[3].value;

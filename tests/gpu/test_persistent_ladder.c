@@ -1,7 +1,7 @@
 // tests/gpu/test_persistent_ladder.c: every version of 08-persistent-kernels/persistent_ladder.cu against
 // common/reference.c's MNIST trainer (double precision) on the same synthetic steps, at hidden 0 and at a
-// hidden width that is no power of 2 (100), with batches that are no multiple of a warp or of the 8 warps of
-// a block (100, 37) and runs that cross an epoch boundary (a new permutation).
+// hidden width that is no power of 2 (100), with batches that are no multiple of a warp or of the 32 warps
+// of a block (100, 37) and runs that cross an epoch boundary (a new permutation).
 //
 //     make test        (or: make build/08/test_persistent_ladder && build/08/test_persistent_ladder --verbose)
 //
