@@ -461,6 +461,9 @@ static __device__ __forceinline__ void all_steps(Net *a, float *shared, int weig
         __syncthreads();  // the next step overwrites the rows, values and dlogits
     }
     move_weights(a, &m, 0);
+    // no block of a cluster leaves while another may still read its shared memory (the Programming Guide's
+    // rule for distributed shared memory; the grid barriers order it too, but racecheck sees only this one)
+    if (clustered) cluster_barrier();
 }
 
 // Versions 1 and 2: the same kernel, the weight slices in global scratch or in shared memory.
