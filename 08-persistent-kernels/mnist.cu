@@ -1,13 +1,11 @@
-// Stage 08, MNIST: stage 07's trainer plus a persistent kernel. --variant persistent (default) runs a whole epoch
-// of steps in one cooperative launch: each block keeps its slice of the weights in shared memory for the whole
-// epoch, reads its batch from the resident pixel bytes itself, and the phases of a step meet at grid barriers
-// instead of kernel boundaries. It covers fp32 with at most one hidden layer (persistent_layout); every other
-// configuration, and --variant epoch-graph or step-graph, runs stage 07's graphs.
+// Stage 08, MNIST: stage 07's trainer plus a persistent kernel. --variant persistent (default) runs an epoch in one
+// cooperative launch: each block keeps its slice of the weights in shared memory all epoch, reads its batch from the
+// resident pixel bytes, and the phases of a step meet at grid barriers instead of kernel boundaries. Other
+// configurations (tf32, two or more hidden layers) and --variant epoch-graph or step-graph run stage 07's graphs.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <cooperative_groups.h>  // stage 08: the grid barrier, grid.sync()
 #include <cuda_runtime.h>
 #include <cublasLt.h>  // before check.h, which defines cublasCheck and cudnnCheck only for headers included
@@ -82,12 +80,6 @@ __global__ void gather_batch_kernel(float *batch_images, uint8_t *batch_labels, 
 // (xor: a butterfly), so every lane ends with the same total.
 __device__ __forceinline__ float warp_sum(float value) {
     for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
-    return value;
-}
-
-// The sum over each group of `width` neighbouring lanes (a power of 2 up to 32), in every lane of the group.
-__device__ __forceinline__ float group_sum(float value, int width) {
-    for (int offset = width / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
     return value;
 }
 
@@ -192,15 +184,11 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 // ----------------------------------------------------------------------------
 // the persistent epoch: one launch, every step of the epoch inside it
 //
-// The network is 784 -> [hidden] -> 10. A step's work splits by the last layer's inputs, its features: the pixels
-// without a hidden layer, the hidden units with one. Block g owns features [g * slice, g * slice + slice) and every
-// weight that touches them, in its shared memory for the whole epoch; each block keeps its own copy of b_last. A
-// step is three phases, and where stage 07 ends a kernel the blocks meet at a grid barrier (picture.svg):
-//     A  each block: its features' values for the batch, and its share of every logit -> partial (global)
-//     B  each row's logits, the blocks' shares summed; softmax, loss and dlogits -> dlogits (global)
-//     C  each block: the whole batch's dlogits, the gradients of its weights, applied in place
-// A cooperative launch puts every block on the GPU at once, which a grid barrier needs: a block waiting there for
-// one that never got an SM would wait forever. Every sum runs in a fixed order, so a run repeats bit for bit.
+// Block g owns the last layer's inputs [g * slice, g * slice + slice) (hidden units, or pixels without a hidden
+// layer) and every weight that touches them, in shared memory all epoch. Where stage 07 ends a kernel, the blocks
+// meet at a grid barrier, which needs every block resident at once: the cooperative launch (picture.svg).
+//     A  my features' values and my share of every logit -> partial;  B  the shares summed, softmax -> dlogits;
+//     C  the whole batch's dlogits, my weights' gradients, applied in place. Every sum has a fixed order.
 
 #define PERSISTENT_THREADS 1024
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
@@ -220,10 +208,11 @@ typedef struct {
     const int32_t *rows;    // (steps * batch,) this epoch's batch order
     int hidden, slice, steps, batch;
     float lr;
+    int blocks;           // the launch (host side): blocks of PERSISTENT_THREADS,
+    size_t shared_bytes;  // with this much dynamic shared memory each
 } EpochArgs;
 
-// sum over i < n of a[i * a_step] * b[i * b_step], from shared memory: four chains of multiply-adds, so that four
-// loads are in flight at once, added in a fixed order.
+// sum over i < n of a[i * a_step] * b[i * b_step]: four chains, four shared-memory loads in flight at once
 __device__ float strided_dot(const float *a, int a_step, const float *b, int b_step, int n) {
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int i = 0;
@@ -233,23 +222,21 @@ __device__ float strided_dot(const float *a, int a_step, const float *b, int b_s
     return (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
-// Pixel b of a word of 4 as a float in [0, 255], exactly: the byte becomes the low mantissa bits of 2^23, and taking
-// 2^23 away leaves its value (integer-to-float conversions run at a quarter of the rate of these).
+// Byte b of a word as a float, exactly and at full rate: the low mantissa bits of 2^23, minus 2^23
 __device__ __forceinline__ float pixel_byte(uint32_t word, int b) {
     return __uint_as_float(0x4B000000u | ((word >> 8 * b) & 255)) - 8388608.0f;
 }
 
 static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
-
 // The kernel's dynamic shared memory, in mlp_epoch_kernel's order.
 static size_t persistent_shared_bytes(const EpochArgs *a) {
-    size_t floats = (a->hidden ? (size_t)a->batch * WORDS : 0) + 2 * a->batch + a->slice * CLASSES + CLASSES + (size_t)a->batch * (a->slice + CLASSES);
+    size_t floats = (a->hidden ? (size_t)a->batch * WORDS : 0) + 2 * a->batch + a->slice * CLASSES + CLASSES +
+                    (size_t)a->batch * (a->slice + CLASSES);
     if (a->hidden) floats += (size_t)a->batch * a->slice + a->slice + (size_t)a->slice * PIXELS;
     return floats * sizeof(float);
 }
 
-// One epoch of SGD for 784 -> hidden -> 10 (hidden 0: 784 -> 10), as train_step's graph does it, in one cooperative
-// launch of PERSISTENT_THREADS threads a block, with persistent_shared_bytes(&a) of dynamic shared memory.
+// One epoch of SGD as train_step's graph does it, in one cooperative launch of a.blocks x PERSISTENT_THREADS
 __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs a) {
     cg::grid_group grid = cg::this_grid();
     extern __shared__ __align__(16) float shared[];
@@ -276,10 +263,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
     for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) my_b_last[j] = b_last[j];
     if (hidden) {
         for (int f = tid; f < slice; f += PERSISTENT_THREADS) my_b0[f] = f < owned ? b0[first + f] : 0.0f;
-        for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS) {
-            int f = e / PIXELS, k = e % PIXELS;
-            my_w0[e] = f < owned ? w0[(int64_t)k * hidden + first + f] : 0.0f;
-        }
+        for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS)
+            my_w0[e] = e / PIXELS < owned ? w0[(int64_t)(e % PIXELS) * hidden + first + e / PIXELS] : 0.0f;
     }
 
     for (int step = 0; step < a.steps; step++) {
@@ -290,10 +275,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         __syncthreads();
         if (hidden)  // the batch's pixels, 16 bytes a copy, several copies in flight: A and C read them slice times
 #pragma unroll 8
-            for (int e = tid; e < batch * PIXELS / 16; e += PERSISTENT_THREADS) {
-                int i = e / (PIXELS / 16), c = e % (PIXELS / 16);
-                ((uint4 *)(x + i * PIXELS))[c] = ((const uint4 *)(a.pixels + (int64_t)batch_row[i] * PIXELS))[c];
-            }
+            for (int e = tid; e < batch * PIXELS / 16; e += PERSISTENT_THREADS)  // 16 bytes e of x: row e / 49
+                ((uint4 *)x)[e] = ((const uint4 *)(a.pixels + (int64_t)batch_row[e / 49] * PIXELS))[e % 49];
         __syncthreads();
 
         // A: my features' values, then my share of every logit
@@ -307,22 +290,20 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
                     for (int w = first_word; w < first_word + WORDS / ROW_THREADS; w++)
                         for (int b = 0; b < 4; b++)
                             z = fmaf(pixel_byte(words[w], b), my_w0[f * PIXELS + 4 * w + b], z);
-                    z = group_sum(z, ROW_THREADS) / 255.0f + my_b0[f];  // x = byte / 255, the 255 taken out
+                    for (int o = ROW_THREADS / 2; o > 0; o /= 2) z += __shfl_xor_sync(0xffffffff, z, o);  // the row's
+                    z = z / 255.0f + my_b0[f];  // x = byte / 255, the 255 taken out
                     if (q == 0 && t / ROW_THREADS < batch) value[i * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
                 }
             }
         } else {  // my pixels' values
-            for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
-                int i = p / slice, f = p % slice;
-                value[p] = f < owned ? mnist_pixel_value(a.pixels[(int64_t)batch_row[i] * PIXELS + first + f]) : 0.0f;
-            }
+            for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS)  // value[i][f]: pixel first + f of row i
+                value[p] = p % slice < owned ? mnist_pixel_value(a.pixels[(int64_t)batch_row[p / slice] * PIXELS +
+                                                                          first + p % slice]) : 0.0f;
         }
         __syncthreads();
-        for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) {
-            int i = e / CLASSES, j = e % CLASSES;
-            float sum = strided_dot(value + i * slice, 1, my_w_last + j, CLASSES, slice);
-            __stcg(a.partial + ((int64_t)i * CLASSES + j) * blocks + blockIdx.x, sum);  // to L2: others read it
-        }
+        for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS)  // logit e = (i, j); to L2: others read it
+            __stcg(a.partial + (int64_t)e * blocks + blockIdx.x,
+                   strided_dot(value + e / CLASSES * slice, 1, my_w_last + e % CLASSES, CLASSES, slice));
         grid.sync();
 
         // B: block g takes rows g, g + blocks, ... A warp a logit: its lanes add the blocks' shares (contiguous, so
@@ -360,18 +341,14 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         // C: the batch's dlogits, then my gradients, every one from the weights before this step's update
         for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) dlogit[e] = __ldcg(a.dlogits + e);
         __syncthreads();
-        if (hidden) {  // dvalue: back through W_last and the ReLU
+        if (hidden)  // dvalue[i][f]: back through W_last and the ReLU
             for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
-                int i = p / slice, f = p % slice;
-                float sum = strided_dot(dlogit + i * CLASSES, 1, my_w_last + f * CLASSES, 1, CLASSES);
+                float sum = strided_dot(dlogit + p / slice * CLASSES, 1, my_w_last + p % slice * CLASSES, 1, CLASSES);
                 dvalue[p] = value[p] > 0.0f ? sum : 0.0f;
             }
-        }
         __syncthreads();  // dvalue has read W_last
-        for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS) {
-            int f = e / CLASSES, j = e % CLASSES;
-            my_w_last[e] -= a.lr * strided_dot(value + f, slice, dlogit + j, CLASSES, batch);
-        }
+        for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)  // W_last[f][j], e = (f, j)
+            my_w_last[e] -= a.lr * strided_dot(value + e / CLASSES, slice, dlogit + e % CLASSES, CLASSES, batch);
         if (warp < CLASSES) {  // b_last: warp j sums column j, in the same order in every block
             float sum = 0.0f;
             for (int i = lane; i < batch; i += WARP_SIZE) sum += dlogit[i * CLASSES + warp];
@@ -409,37 +386,26 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) b_last[j] = my_b_last[j];
     if (hidden) {
         for (int f = tid; f < owned; f += PERSISTENT_THREADS) b0[first + f] = my_b0[f];
-        for (int e = tid; e < owned * PIXELS; e += PERSISTENT_THREADS) {
-            int f = e / PIXELS, k = e % PIXELS;
-            w0[(int64_t)k * hidden + first + f] = my_w0[e];
-        }
+        for (int e = tid; e < owned * PIXELS; e += PERSISTENT_THREADS)
+            w0[(int64_t)(e % PIXELS) * hidden + first + e / PIXELS] = my_w0[e];  // my_w0[f][k] = W0[k][first + f]
     }
 }
 
-typedef struct {
-    EpochArgs args;  // all but the per-epoch pointers
-    int blocks;
-    size_t shared_bytes;
-} PersistentLayout;
-
-// Where the persistent kernel cannot run: with --variant persistent named, one error line and EXIT_CUDA; else 0
-// (stage 07's epoch graph runs) and, once a process, one note.
+// With --variant persistent named, one error line and EXIT_CUDA; else one note a process, and 0 (07's graph runs)
 static int persistent_unavailable(const MnistConfig *cfg, const char *why) {
     static int noted = 0;
     if (cfg->variant_given) {
         fprintf(stderr, "error: --variant persistent cannot run here: %s; --variant epoch-graph runs here\n", why);
         exit(EXIT_CUDA);
     }
-    if (!noted) fprintf(stderr, "note: the persistent kernel cannot run here: %s; stage 07's epoch graph runs instead\n", why);
-    noted = 1;
+    if (!noted++)
+        fprintf(stderr, "note: the persistent kernel cannot run here: %s; stage 07's epoch graph runs instead\n", why);
     return 0;
 }
 
-// The persistent kernel's launch for cfg on this GPU, in *layout; 0 where stage 07's graphs run instead: not fp32,
-// or more than one hidden layer (quietly), or (with one note) a GPU without cooperative launches or too small to
-// hold every block at once. Each block owns PIXEL_SLICE pixels without a hidden layer; with one, the fewest units
-// (1, 2, 4, ...) that let every block of the grid be resident at once.
-static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout *layout) {
+// The launch in *a (all but the per-epoch pointers), or 0 where stage 07's graphs run: not fp32, several hidden
+// layers, or (a note) no cooperative launch or no room. Units a block: the fewest (1, 2, 4, ...) that fit at once.
+static int persistent_layout(const MnistConfig *cfg, int steps, EpochArgs *a) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
     if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2) return 0;
     int device, cooperative, sms, max_shared, per_sm;
@@ -449,21 +415,19 @@ static int persistent_layout(const MnistConfig *cfg, int steps, PersistentLayout
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     cudaCheck(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     cudaCheck(cudaFuncSetAttribute(mlp_epoch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
-    memset(layout, 0, sizeof(*layout));
-    EpochArgs *a = &layout->args;
     a->hidden = hidden;
     a->slice = hidden ? 1 : PIXEL_SLICE;
     a->steps = steps;
     a->batch = cfg->batch;
     a->lr = cfg->lr;
     for (;; a->slice *= 2) {
-        layout->blocks = ((hidden ? hidden : PIXELS) + a->slice - 1) / a->slice;
-        layout->shared_bytes = persistent_shared_bytes(a);
-        if (layout->shared_bytes > (size_t)max_shared)
+        a->blocks = ((hidden ? hidden : PIXELS) + a->slice - 1) / a->slice;
+        a->shared_bytes = persistent_shared_bytes(a);
+        if (a->shared_bytes > (size_t)max_shared)
             return persistent_unavailable(cfg, "a block's slice of the weights does not fit its shared memory");
         cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mlp_epoch_kernel, PERSISTENT_THREADS,
-                                                                layout->shared_bytes));
-        if (layout->blocks <= sms * per_sm) return 1;
+                                                                a->shared_bytes));
+        if (a->blocks <= sms * per_sm) return 1;
     }
 }
 
@@ -586,7 +550,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     float *d_test_loss_sum;                   // (epochs,) summed test cross-entropy after each epoch
     int *d_test_correct;                      // (epochs,) correct test predictions after each epoch
     int *d_step;                              // (1,) the next training step, epoch * steps + step: see train_step
-    PersistentLayout persistent;  // the persistent kernel's launch, where it applies
+    EpochArgs persistent = {};  // the persistent kernel's launch, where it applies
     int persistent_blocks =
         cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, steps, &persistent) ? persistent.blocks : 0;
     float *d_partial = NULL;  // persistent: (batch, classes, blocks) each block's share of every logit
@@ -614,7 +578,8 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaMalloc(&d_test_loss_sum, cfg->epochs * sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_correct, cfg->epochs * sizeof(int)));
     cudaCheck(cudaMalloc(&d_step, sizeof(int)));
-    if (persistent_blocks) cudaCheck(cudaMalloc(&d_partial, (size_t)batch * persistent_blocks * classes * sizeof(float)));
+    if (persistent_blocks)
+        cudaCheck(cudaMalloc(&d_partial, (size_t)batch * persistent_blocks * classes * sizeof(float)));
     int *test_correct = (int *)host_malloc(cfg->epochs * sizeof(int), "the test results");  // (epochs,)
     // Non-blocking streams: the legacy default stream would serialize with all three.
     cudaStream_t stream, copy_stream, eval_stream;  // training; uploads; evaluation
@@ -721,18 +686,15 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         if (persistent_blocks) {
             // the whole epoch in one launch (with --breakdown, one phase: its steps have no host-visible seams)
-            EpochArgs args = persistent.args;
-            args.params = d_params;
-            args.partial = d_partial;
-            args.dlogits = d_dact[n_layers];
-            args.loss_sum = d_loss_sum + (int64_t)epoch * steps;
-            args.pixels = d_pixels;
-            args.labels = d_train_labels;
-            args.rows = d_order + (int64_t)epoch * n_train;
+            EpochArgs args = persistent;
+            args.params = d_params, args.partial = d_partial, args.dlogits = d_dact[n_layers];
+            args.pixels = d_pixels, args.labels = d_train_labels;
+            args.loss_sum = d_loss_sum + (int64_t)epoch * steps, args.rows = d_order + (int64_t)epoch * n_train;
             void *kernel_args[] = {&args};
             TIMED_PHASE(&clock, PHASE_FORWARD, stream)
                 cudaCheck(cudaLaunchCooperativeKernel((const void *)mlp_epoch_kernel, persistent_blocks,
-                                                      PERSISTENT_THREADS, kernel_args, persistent.shared_bytes, stream));
+                                                      PERSISTENT_THREADS, kernel_args, persistent.shared_bytes,
+                                                      stream));
         } else if (!use_graph) {
             for (int step = 0; step < steps; step++) train_step(&step_args, &clock, stream);
         } else {
