@@ -24,7 +24,7 @@ __global__ void predict_kernel(float *pred, const float *x, const float *params,
 
 // ----------------------------------------------------------------------------
 // loss and gradient: sums over all points, one atomicAdd per point into a single address.
-// The sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the low
+// The sums are doubles: a float accumulator that has grown to ~4e4 (4M training points) rounds away the low
 // bits of every ~1e-2 term and ends up ~0.5% off; a double holds all of them (atomicAdd on double
 // needs sm_60, older than anything this repository builds for).
 

@@ -15,7 +15,7 @@ const char *const REGRESSION_VARIANTS[] = {"fused", NULL};
 // ----------------------------------------------------------------------------
 // forward, loss and gradient: one pass over the points, the residual never leaves a register.
 // Every sum is still built with one atomicAdd per point into a single address.
-// The sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the low
+// The sums are doubles: a float accumulator that has grown to ~4e4 (4M training points) rounds away the low
 // bits of every ~1e-2 term and ends up ~0.5% off; a double holds all of them (atomicAdd on double
 // needs sm_60, older than anything this repository builds for).
 

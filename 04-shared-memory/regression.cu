@@ -18,7 +18,7 @@ const char *const REGRESSION_VARIANTS[] = {"shared", NULL};
 // forward, loss and gradient: one pass over the points, reduced on chip. The three sums are built bottom-up:
 // a thread's points in registers, a warp's 32 threads with shuffles, a block's warps through shared memory,
 // and only then one atomicAdd per block and sum into the double sums in global memory.
-// The sums are doubles: a float accumulator that has grown to ~4e4 (5M points) rounds away the low
+// The sums are doubles: a float accumulator that has grown to ~4e4 (4M training points) rounds away the low
 // bits of every ~1e-2 term and ends up ~0.5% off; a double holds all of them (atomicAdd on double
 // needs sm_60, older than anything this repository builds for).
 // Inside a block the partial sums stay float: a thread adds ~n / (grid * BLOCK_SIZE) terms (about 20 at the
