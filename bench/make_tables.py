@@ -263,8 +263,8 @@ def headline_block(datasets, stage_names=None, known=None, ideas=None):
     (headline_lines), then which PyTorch mode was the best."""
     if not datasets:
         return NO_RESULTS
-    header = ["stage", "idea", "regression e2e ms", "step speedup (e2e)", "× PyTorch's best (e2e)",
-              "MNIST --hidden 128 ms/epoch", "step speedup (e2e)", "× PyTorch's best (e2e)"]
+    header = ["stage", "idea", "regression e2e ms", "÷ stage before (e2e)", "× PyTorch's best (e2e)",
+              "MNIST --hidden 128 ms/epoch", "÷ stage before (e2e)", "× PyTorch's best (e2e)"]
     parts = []
     for source, rows in datasets:
         lines, shown, best = headline_lines(rows, ideas, rc.variant_defaults(rows, known))
@@ -284,7 +284,7 @@ def headline_block(datasets, stage_names=None, known=None, ideas=None):
                      f"PyTorch's best (its fastest fp32 mode): {named or 'no PyTorch rows'}.")
     note = ("Each stage in its default variant at fp32, newest rows. e2e: from the training data in host memory to "
             "the trained parameters back in host memory; ms/epoch: the median epoch (docs/DESIGN.md, \"Timing\"). "
-            "step speedup: the stage before's e2e ÷ this stage's (the stage it compares with is named when one is "
+            "÷ stage before: the stage before's e2e ÷ this stage's (the stage it compares with is named when one is "
             "missing); × PyTorch's best: the e2e of PyTorch's fastest fp32 mode on the same configuration ÷ this "
             "stage's e2e (above 1: the stage is faster). Every column, precision and PyTorch mode: the ladder "
             "tables of docs/RESULTS.md. " + FOOTNOTE_GENERATED)
