@@ -54,8 +54,8 @@ ARCH_STAMP := $(BUILD)/.arch-$(shell echo '$(GENCODE) $(NVCC)' | cksum | cut -d'
 
 # ----------------------------------------------------------------------------
 # Values that reach a shell. The variables the stage verbs hand to their recipes (FILE, ARGS, MNIST_ARGS,
-# TRAINER, EXERCISE, ANSWER, TRY_RUN, NN) are checked here, once, before any recipe is expanded: each
-# against a pattern of characters no shell acts on, read unexpanded ($(value)), so that a quote, `;`,
+# TRAINER, EXERCISE, ANSWER, TRY_RUN, NN; make loop's FROM, ROUND, MODE) are checked here, once, before any
+# recipe is expanded: each against a pattern of characters no shell acts on, read unexpanded ($(value)), so that a quote, `;`,
 # `$`, a backquote, `|`, `&`, `<`, `>`, `*` or a control character never reaches a recipe, and a
 # `$(shell ...)` in a value is never expanded. A value outside its pattern is one line and exit 2.
 
@@ -73,9 +73,13 @@ HINT_FILE := FILE takes a path of letters, digits and . _ - / + , = @ : (copy th
 HINT_ARGS := it takes flags and values of letters, digits and . _ - / + , = @ : separated by spaces
 HINT_TRAINER := TRAINER takes regression, mnist or both
 HINT_WORD := it takes a name of letters, digits and . _ -
+HINT_FROM := FROM takes a path of letters, digits and . _ - / + , = @ : (copy the answer to such a path)
 
-ifneq ($(filter stage stage-%,$(MAKECMDGOALS)),)
+ifneq ($(filter stage stage-% loop,$(MAKECMDGOALS)),)
 $(call check_value,FILE,$(SAFE_PATH_CHARS),$(HINT_FILE))
+$(call check_value,FROM,$(SAFE_PATH_CHARS),$(HINT_FROM))
+$(call check_value,ROUND,$(SAFE_WORD_CHARS),$(HINT_WORD))
+$(call check_value,MODE,$(SAFE_WORD_CHARS),$(HINT_WORD))
 $(call check_value,ARGS,$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces)
 $(call check_value,MNIST_ARGS,$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces)
 $(call check_value,TRAINER,$(SAFE_WORD_CHARS),$(HINT_TRAINER),spaces)
@@ -155,6 +159,9 @@ help:
 	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
 	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
 	@echo "  make stage N prompt    write build/prompt/stageNN-TRAINER.md: a prompt (under 40 KB) to write stage N from N-1"
+	@echo "  make loop TRAINER=mnist ROUND=1   write build/loop/TRAINER/round-1.md: a prompt to make stage 02 faster"
+	@echo "                         ROUND=k FROM=answer.md [MODE=open|guided]: try, time (against 02 and 08) and profile round"
+	@echo "                         k-1's answer, record it in 02-llm-baseline/loop/, write round k's prompt (LOOP_ROUNDS=8)"
 	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6, 8): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              the quick suites: CPU suites always, GPU suites when a GPU is visible"
@@ -344,6 +351,9 @@ PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
 PROFILE_MNIST_ARGS_08 := --hidden 0
 PROFILE_MNIST_ARGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)))
 PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS) $(ARGS) $(MNIST_ARGS))
+# The trainers profiled and where the outputs go (common/loop.sh points them at a candidate's build)
+PROFILE_BIN = $(BUILD)/$(NN)
+PROFILE_OUT = $(BUILD)/profile/$(NN)
 
 stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	@if [ "$(RECORD)" = 1 ]; then \
@@ -351,19 +361,19 @@ stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	    [ "$(words $(TRAINER))" = 2 ] || { echo "error: RECORD=1 records both trainers: leave TRAINER unset" >&2; exit 2; }; \
 	fi
 	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
-	@mkdir -p $(BUILD)/profile
-	@set -e; rm -f $(BUILD)/profile/$(NN)-record.txt; for t in $(TRAINER); do \
+	@mkdir -p $(dir $(PROFILE_OUT))
+	@set -e; rm -f $(PROFILE_OUT)-record.txt; for t in $(TRAINER); do \
 	    args="$(if $(strip $(ARGS)), $(strip $(ARGS)))"; \
 	    [ $$t != mnist ] || args="$(if $(PROFILE_MNIST_FLAGS), $(PROFILE_MNIST_FLAGS))"; \
 	    if command -v ncu >/dev/null 2>&1; then \
-	        out=$(BUILD)/profile/$(NN)-$$t; run="$(BUILD)/$(NN)/$$t --quiet --epochs 2$$args"; \
+	        out=$(PROFILE_OUT)-$$t; run="$(PROFILE_BIN)/$$t --quiet --epochs 2$$args"; \
 	        echo "== ncu: $$run (full report in $$out.ncu-rep, raw CSV in $$out.csv)"; \
 	        $(PROFILE_NCU) -f -o $$out $$run; \
 	        ncu --import $$out.ncu-rep --page raw --csv --metrics $(PROFILE_METRICS) >$$out.csv; \
 	        { echo "== $$t: $(PROFILE_NCU) -f -o $$out $$run"; \
 	          awk -f common/csv.awk -f common/profile_summary.awk $$out.csv; echo; } >$$out.txt; \
-	        cat $$out.txt; cat $$out.txt >>$(BUILD)/profile/$(NN)-record.txt; \
-	    else echo "== ncu not found: per-phase breakdown instead"; $(BUILD)/$(NN)/$$t --breakdown$$args; fi; done
+	        cat $$out.txt; cat $$out.txt >>$(PROFILE_OUT)-record.txt; \
+	    else echo "== ncu not found: per-phase breakdown instead"; $(PROFILE_BIN)/$$t --breakdown$$args; fi; done
 	@if [ "$(RECORD)" = 1 ]; then \
 	    record=$(PROFILE_RECORD); mkdir -p results; \
 	    { echo "$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" \
@@ -371,7 +381,7 @@ stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	           "· ncu $$(ncu --version | sed -n 's/^Version //p')" \
 	           "· commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY) · $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; \
 	      echo "command: make stage $(NN:0%=%) profile RECORD=1$(if $(ARGS), ARGS=\"$(ARGS)\")$(if $(MNIST_ARGS), MNIST_ARGS=\"$(MNIST_ARGS)\")"; echo; \
-	      cat $(BUILD)/profile/$(NN)-record.txt; } >$$record; \
+	      cat $(PROFILE_OUT)-record.txt; } >$$record; \
 	    echo "profile summaries recorded in $$record"; \
 	fi
 

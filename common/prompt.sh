@@ -276,6 +276,9 @@ prompt_trainer() {
 }
 
 # ----------------------------------------------------------------------------
+# common/loop.sh sources this file for its functions (the template filler, the contract's parts): the
+# rest is this script's own work
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 mkdir -p "$build/prompt"
 if [ "$nn" = 01 ]; then

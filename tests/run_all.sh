@@ -4,7 +4,7 @@
 #   test:  the CPU suites, the command-line contract, citations, history, README words, the bench tables, the profile summary, and
 #          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU
 #          suites run one after another, beside the others (the output is shown in order);
-#   check: the slow smoke suites of the tools: try, prompts, exercises, sanitize's verdicts, the mutants; one at
+#   check: the slow smoke suites of the tools: try, prompts, loop rounds, exercises, sanitize's verdicts, the mutants; one at
 #          a time, since several of them build into BUILD.
 set -u
 mode=$1 build=$2 stages=$3 ladder_tests=${4:-}
@@ -89,6 +89,7 @@ if [ "$mode" = test ]; then
 else
     suite "try and exercises (CPU side)" try bash tests/try_smoke.sh
     suite "prompts: size, sections, checklists from the code" prompt bash tests/prompt_smoke.sh
+    suite "loop rounds: prompts, records, refusals (fixtures)" loop bash tests/loop_smoke.sh
     suite "exercise regions: the cutter and make student" exercise bash tests/exercise_smoke.sh
     suite "make sanitize's verdicts (a stand-in compute-sanitizer)" sanitize bash tests/sanitize_smoke.sh "$build"
     # the deliberate bugs of tests/mutants/ still apply and compile (make test-mutants runs them on a GPU)
