@@ -83,7 +83,7 @@ try_candidate() {
     TRY_OUT=$work/try TRY_RUN_SUITE=1 bash common/try.sh 02 "$1" 2>&1 | tee "$work/try.log" | sed 's/^/  | /'
     try_rc=${PIPESTATUS[0]}
     case $try_rc in
-    0 | 1) ;;
+    0 | 1) grep -q '^try: ' "$work/try.log" || die "try ended with exit $try_rc and no verdict line (see $work/try.log)" ;;
     2) grep -q "^error: $1 " "$work/try.log" || die "try could not check the candidate (its error is above, in $work/try.log)" ;;
     *) die "try ended with exit $try_rc (see $work/try.log): no verdict to record" ;;
     esac
@@ -108,8 +108,9 @@ gpu_verdict() {
     } >"$work/verdict.txt"
     if [ "$try_rc" = 0 ]; then  # stage 08 after the candidate, the same flags, the same run
         # shellcheck disable=SC2086
-        "$build/08/$trainer" $flags --csv "$work/stage08.csv" | tee -a "$work/verdict.txt" ||
-            die "stage 08's own $trainer failed with these flags: $flags"
+        "$build/08/$trainer" $flags --csv "$work/stage08.csv" >"$work/stage08.log" 2>&1 ||
+            die "stage 08's own $trainer failed with these flags: $flags (see $work/stage08.log)"
+        cat "$work/stage08.log" >>"$work/verdict.txt"
         { echo "== against stage 08, the best hand-written stage (same flags, same run)"
           awk -v stage=08 -v mode=speed -f common/csv.awk -f common/try_report.awk "$work/stage08.csv" "$work/try/candidate.csv" |
               grep -v '^try: '; } >>"$work/verdict.txt"
@@ -158,15 +159,15 @@ verdict_of() {  # verdict_of FILE: REPLY = pass or fail, from its last "try:" li
 # second failure is on record too)
 record_round() {
     local prev=$((round - 1)) dir=$records/round-$((round - 1)) before
+    verdict_of "$work/verdict.txt"  # a verdict, or nothing is recorded
+    verdict=$REPLY
     mkdir -p "$dir"
     cp "$answer_in" "$dir/answer.md"
-    cp "$work/candidate.cu" "$dir/$trainer.cu"
+    cp "$work/$trainer.cu" "$dir/$trainer.cu"
     cp "$work/verdict.txt" "$dir/verdict.txt"
     cp "$work/profile.txt" "$dir/profile.txt"
     echo "recorded round $prev in $dir/: answer.md, $trainer.cu, verdict.txt, profile.txt"
     [ ! -s "$work/rows.csv" ] || append_rows "$work/rows.csv"
-    verdict_of "$dir/verdict.txt"
-    verdict=$REPLY
     [ "$prev" -ge 2 ] && [ "$verdict" = fail ] || return 0
     before=$records/round-$((prev - 1))/verdict.txt
     [ -f "$before" ] || die "no record of round $((prev - 1)) ($before): the loop runs its rounds in order"
@@ -261,9 +262,9 @@ if [ "$round" = 1 ]; then
     current=02-llm-baseline/$trainer.cu
 else
     rm -f "$work/rows.csv"
-    extract_candidate "$answer_in" "$work/candidate.cu"
+    extract_candidate "$answer_in" "$work/$trainer.cu"
     if [ "$have_gpu" = 1 ]; then
-        gpu_verdict "$work/candidate.cu"
+        gpu_verdict "$work/$trainer.cu"
     else  # the fixtures stand in for try's verdict and the profile
         cp "$LOOP_VERDICT" "$work/verdict.txt"
         cp "$LOOP_PROFILE" "$work/profile.txt"
