@@ -12,7 +12,7 @@ CC := gcc
 
 # ----------------------------------------------------------------------------
 # GPU architecture: the visible GPU's; without one, PTX for compute_75 and compute_90 (every path compiled, quickly;
-# a GPU compiles it at first launch); CUDA_ARCH=all: machine code for sm_75 ... sm_90 and compute_90 PTX.
+# the driver compiles it at first launch); CUDA_ARCH=all: machine code for sm_75 ... sm_90 and compute_90 PTX.
 
 DETECTED_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')
 CUDA_ARCH ?= $(DETECTED_ARCH)
