@@ -1,8 +1,9 @@
 // common/args.c: the flags of build/NN/regression and build/NN/mnist (see args.h).
 //
-// Every flag takes `--flag value` or `--flag=value`. Each mistake ends parsing with one line in err
-// that names the flag, the value and what would have been valid; the driver prints it after
-// "error: " and exits with EXIT_USAGE. Built into build/common/libcommon.a; tested by tests/test_args.c.
+// Every flag takes `--flag value` or `--flag=value` (common/flags.c reads the command line). Each mistake
+// ends parsing with one line in err that names the flag, the value and what would have been valid; the
+// driver prints it after "error: " and exits with EXIT_USAGE. Built into build/common/libcommon.a; tested
+// by tests/test_args.c.
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -12,58 +13,47 @@
 #include <string.h>
 
 #include "args.h"
+#include "flags.h"
 #include "message.h"
 #include "reference.h"
 #include "report.h"
 
 // ----------------------------------------------------------------------------
-// the flag table: which trainer takes which flag
+// the flag table: which trainer takes which flag (its val), in the order messages list them
 
 enum { FOR_BOTH, FOR_REGRESSION, FOR_MNIST };
 
-typedef struct {
-    const char *name;  // without the leading "--"
-    int trainer;       // FOR_BOTH, FOR_REGRESSION or FOR_MNIST
-    int takes_value;
-} Flag;
-
-static const Flag FLAGS[] = {
-    {"points", FOR_REGRESSION, 1},
-    {"epochs", FOR_BOTH, 1},
-    {"lr", FOR_BOTH, 1},
-    {"batch", FOR_MNIST, 1},
-    {"hidden", FOR_MNIST, 1},
-    {"seed", FOR_BOTH, 1},
-    {"data", FOR_MNIST, 1},
-    {"precision", FOR_MNIST, 1},
-    {"variant", FOR_BOTH, 1},
-    {"csv", FOR_BOTH, 1},
-    {"curve", FOR_BOTH, 1},
-    {"export", FOR_BOTH, 1},
-    {"warmup", FOR_BOTH, 1},
-    {"repeat", FOR_BOTH, 1},
-    {"breakdown", FOR_BOTH, 0},
-    {"reference", FOR_BOTH, 0},
-    {"quiet", FOR_BOTH, 0},
-    {"list-variants", FOR_BOTH, 0},
-    {"help", FOR_BOTH, 0},  // also -h; answered before any other flag is looked at
+enum {
+    F_POINTS, F_EPOCHS, F_LR, F_BATCH, F_HIDDEN, F_SEED, F_DATA, F_PRECISION, F_VARIANT, F_CSV, F_CURVE, F_EXPORT,
+    F_WARMUP, F_REPEAT, F_BREAKDOWN, F_REFERENCE, F_QUIET, F_LIST_VARIANTS, F_HELP, FLAG_COUNT
 };
-#define FLAG_COUNT ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
-static int flag_applies(const Flag *flag, TrainerKind trainer) {
-    if (flag->trainer == FOR_BOTH) return 1;
-    return flag->trainer == (trainer == TRAINER_REGRESSION ? FOR_REGRESSION : FOR_MNIST);
+#define VALUE(name, trainer) {name, required_argument, NULL, trainer}
+#define SWITCH(name) {name, no_argument, NULL, FOR_BOTH}
+static const struct option FLAGS[FLAG_COUNT + 1] = {
+    [F_POINTS] = VALUE("points", FOR_REGRESSION), [F_EPOCHS] = VALUE("epochs", FOR_BOTH),
+    [F_LR] = VALUE("lr", FOR_BOTH), [F_BATCH] = VALUE("batch", FOR_MNIST), [F_HIDDEN] = VALUE("hidden", FOR_MNIST),
+    [F_SEED] = VALUE("seed", FOR_BOTH), [F_DATA] = VALUE("data", FOR_MNIST),
+    [F_PRECISION] = VALUE("precision", FOR_MNIST), [F_VARIANT] = VALUE("variant", FOR_BOTH),
+    [F_CSV] = VALUE("csv", FOR_BOTH), [F_CURVE] = VALUE("curve", FOR_BOTH), [F_EXPORT] = VALUE("export", FOR_BOTH),
+    [F_WARMUP] = VALUE("warmup", FOR_BOTH), [F_REPEAT] = VALUE("repeat", FOR_BOTH),
+    [F_BREAKDOWN] = SWITCH("breakdown"), [F_REFERENCE] = SWITCH("reference"), [F_QUIET] = SWITCH("quiet"),
+    [F_LIST_VARIANTS] = SWITCH("list-variants"), [F_HELP] = SWITCH("help"),  // help: also -h
+};
+
+static int flag_applies(int flag, TrainerKind trainer) {
+    int owner = FLAGS[flag].val;
+    return owner == FOR_BOTH || owner == (trainer == TRAINER_REGRESSION ? FOR_REGRESSION : FOR_MNIST);
 }
 
 static const char *trainer_name(TrainerKind trainer) { return trainer == TRAINER_REGRESSION ? "regression" : "mnist"; }
-
 
 // "--points --epochs ..." for the trainer, for messages that list what is valid.
 static void list_flags(TrainerKind trainer, char *out, size_t out_len) {
     size_t used = 0;
     out[0] = '\0';
     for (int i = 0; i < FLAG_COUNT && used < out_len; i++) {
-        if (!flag_applies(&FLAGS[i], trainer)) continue;
+        if (!flag_applies(i, trainer)) continue;
         int n = snprintf(out + used, out_len - used, "%s--%s", used ? " " : "", FLAGS[i].name);
         if (n < 0) break;
         used += (size_t)n;
@@ -139,17 +129,9 @@ static int parse_lr(const char *text, float *out, char *err, size_t err_len) {
 }
 
 static int parse_seed(const char *text, uint64_t *out, char *err, size_t err_len) {
-    int digits_only = text[0] != '\0';
-    for (const char *c = text; *c; c++) digits_only &= *c >= '0' && *c <= '9';
-    char *end = NULL;
-    errno = 0;
-    unsigned long long value = digits_only ? strtoull(text, &end, 10) : 0;
-    if (!digits_only || errno == ERANGE) {
-        error_message(err, err_len, "--seed '%s' is not a whole number (valid: 0 .. 18446744073709551615)", text);
-        return -1;
-    }
-    *out = (uint64_t)value;
-    return 0;
+    if (flags_digits(text, out) == 0) return 0;
+    error_message(err, err_len, "--seed '%s' is not a whole number (valid: 0 .. 18446744073709551615)", text);
+    return -1;
 }
 
 // "0" (no hidden layer) or 1..MNIST_MAX_LAYERS-1 comma-separated sizes, each 1..65536.
@@ -191,124 +173,85 @@ static int parse_hidden(const char *text, Options *opt, char *err, size_t err_le
 // ----------------------------------------------------------------------------
 // one flag with its value
 
-static int apply_flag(const char *name, const char *value, Options *opt, char *err, size_t err_len) {
-    int64_t points;
-    if (strcmp(name, "points") == 0) {
-        if (parse_ranged(name, value, 10, 2000000000, &points, err, err_len) != 0) return -1;
-        opt->points = points;
+static int apply_flag(int flag, const char *value, Options *opt, char *err, size_t err_len) {
+    const char *name = FLAGS[flag].name;
+    int *set[FLAG_COUNT] = {[F_BREAKDOWN] = &opt->breakdown, [F_REFERENCE] = &opt->reference, [F_QUIET] = &opt->quiet,
+                            [F_LIST_VARIANTS] = &opt->list_variants};
+    const char **text[FLAG_COUNT] = {[F_DATA] = &opt->data_dir, [F_CSV] = &opt->csv_path, [F_CURVE] = &opt->curve_path,
+                                     [F_EXPORT] = &opt->export_dir, [F_VARIANT] = &opt->variant,
+                                     [F_PRECISION] = &opt->precision};
+    switch (flag) {
+    case F_POINTS: return parse_ranged(name, value, 10, 2000000000, &opt->points, err, err_len);
+    case F_EPOCHS: return parse_int(name, value, 1, 100000, &opt->epochs, err, err_len);
+    case F_LR: return parse_lr(value, &opt->lr, err, err_len);
+    case F_BATCH: return parse_int(name, value, 1, 60000, &opt->batch, err, err_len);
+    case F_HIDDEN: return parse_hidden(value, opt, err, err_len);
+    case F_SEED: return parse_seed(value, &opt->seed, err, err_len);
+    case F_WARMUP: return parse_int(name, value, 0, 100, &opt->warmup, err, err_len);
+    case F_REPEAT: return parse_int(name, value, 1, 1000, &opt->repeat, err, err_len);
+    }
+    if (set[flag]) {
+        *set[flag] = 1;
         return 0;
     }
-    if (strcmp(name, "epochs") == 0) return parse_int(name, value, 1, 100000, &opt->epochs, err, err_len);
-    if (strcmp(name, "lr") == 0) return parse_lr(value, &opt->lr, err, err_len);
-    if (strcmp(name, "batch") == 0) return parse_int(name, value, 1, 60000, &opt->batch, err, err_len);
-    if (strcmp(name, "hidden") == 0) return parse_hidden(value, opt, err, err_len);
-    if (strcmp(name, "seed") == 0) return parse_seed(value, &opt->seed, err, err_len);
-    if (strcmp(name, "warmup") == 0) return parse_int(name, value, 0, 100, &opt->warmup, err, err_len);
-    if (strcmp(name, "repeat") == 0) return parse_int(name, value, 1, 1000, &opt->repeat, err, err_len);
-
     // the rest take a name or a path: only an empty one is wrong here
     if (value[0] == '\0') {
         error_message(err, err_len, "--%s needs a non-empty value", name);
         return -1;
     }
-    if (strcmp(name, "data") == 0) opt->data_dir = value;
-    if (strcmp(name, "csv") == 0) opt->csv_path = value;
-    if (strcmp(name, "curve") == 0) opt->curve_path = value;
-    if (strcmp(name, "export") == 0) opt->export_dir = value;
-    if (strcmp(name, "variant") == 0) opt->variant = value;
-    if (strcmp(name, "precision") == 0) opt->precision = value;
+    *text[flag] = value;
     return 0;
 }
 
 static void set_defaults(TrainerKind trainer, Options *opt) {
-    memset(opt, 0, sizeof(*opt));
+    if (trainer == TRAINER_REGRESSION)
+        *opt = (Options){.points = 5000000, .epochs = 200, .lr = 0.01f, .batch = -1};
+    else
+        *opt = (Options){.points = -1, .epochs = 10, .lr = 0.1f, .batch = 128, .hidden = {128}, .n_hidden = 1,
+                         .data_dir = "data/mnist", .precision = "fp32"};
     opt->trainer = trainer;
     opt->seed = 42;
     opt->warmup = 1;
     opt->repeat = 1;
-    if (trainer == TRAINER_REGRESSION) {
-        opt->points = 5000000;
-        opt->epochs = 200;
-        opt->lr = 0.01f;
-        opt->batch = -1;
-    } else {
-        opt->points = -1;
-        opt->epochs = 10;
-        opt->lr = 0.1f;
-        opt->batch = 128;
-        opt->hidden[0] = 128;
-        opt->n_hidden = 1;
-        opt->data_dir = "data/mnist";
-        opt->precision = "fp32";
-    }
 }
 
 // ----------------------------------------------------------------------------
 // the parser
 
-int parse_args(int argc, char **argv, TrainerKind trainer, Options *opt, char *err, size_t err_len) {
+// One line in err for an argument the scan could not take or a flag of the other trainer (-1), else 0.
+// A value read from the next argument may not be another --flag: "--csv --quiet" misses its value.
+static int reject(const FlagScan *scan, int status, TrainerKind trainer, char *err, size_t err_len) {
+    const char *word = scan->word, *name = scan->flag >= 0 ? FLAGS[scan->flag].name : "";
     char valid[512];
+    list_flags(trainer, valid, sizeof(valid));
+    if (status == FLAG_STRAY)
+        error_message(err, err_len, "unexpected argument '%s': every option is a --flag (see --help)", word);
+    else if (status == FLAG_UNKNOWN)
+        error_message(err, err_len, "unknown flag '%.*s'; %s takes: %s", (int)strcspn(word, "="), word,
+                      trainer_name(trainer), valid);
+    else if (!flag_applies(scan->flag, trainer))
+        error_message(err, err_len, "--%s is %s flag; %s takes: %s", name,
+                      FLAGS[scan->flag].val == FOR_MNIST ? "an MNIST" : "a regression", trainer_name(trainer), valid);
+    else if (status == FLAG_UNWANTED)
+        error_message(err, err_len, "--%s takes no value (got '%s')", name, word);
+    else if (status == FLAG_MISSING || (scan->value && !strchr(word, '=') && strncmp(scan->value, "--", 2) == 0))
+        error_message(err, err_len, "--%s needs a value (--%s VALUE or --%s=VALUE; see --help)", name, name, name);
+    else
+        return 0;
+    return -1;
+}
+
+int parse_args(int argc, char **argv, TrainerKind trainer, Options *opt, char *err, size_t err_len) {
     set_defaults(trainer, opt);
     if (err && err_len) err[0] = '\0';
-
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+    FlagScan scan = {.argc = argc, .argv = argv, .options = FLAGS};
+    for (int status; (status = flags_next(&scan)) != FLAG_END;) {
+        if (reject(&scan, status, trainer, err, err_len) != 0) return -1;
+        if (scan.flag == F_HELP) {
             print_usage(trainer, argv[0], stdout);
             return 1;
         }
-        if (strncmp(arg, "--", 2) != 0) {
-            error_message(err, err_len, "unexpected argument '%s': every option is a --flag (see --help)", arg);
-            return -1;
-        }
-
-        // split "--name=value"
-        char name[32];
-        const char *equals = strchr(arg + 2, '=');
-        size_t name_len = equals ? (size_t)(equals - (arg + 2)) : strlen(arg + 2);
-        const Flag *flag = NULL;
-        if (name_len < sizeof(name)) {
-            memcpy(name, arg + 2, name_len);
-            name[name_len] = '\0';
-            for (int f = 0; f < FLAG_COUNT; f++)
-                if (strcmp(FLAGS[f].name, name) == 0) flag = &FLAGS[f];
-        }
-        if (!flag) {
-            list_flags(trainer, valid, sizeof(valid));
-            error_message(err, err_len, "unknown flag '%.*s'; %s takes: %s", (int)(name_len + 2), arg, trainer_name(trainer),
-                    valid);
-            return -1;
-        }
-        if (!flag_applies(flag, trainer)) {
-            list_flags(trainer, valid, sizeof(valid));
-            error_message(err, err_len, "--%s is %s flag; %s takes: %s", name,
-                    flag->trainer == FOR_MNIST ? "an MNIST" : "a regression", trainer_name(trainer), valid);
-            return -1;
-        }
-
-        if (!flag->takes_value) {
-            if (equals) {
-                error_message(err, err_len, "--%s takes no value (got '%s')", name, arg);
-                return -1;
-            }
-            if (strcmp(name, "breakdown") == 0) opt->breakdown = 1;
-            if (strcmp(name, "reference") == 0) opt->reference = 1;
-            if (strcmp(name, "quiet") == 0) opt->quiet = 1;
-            if (strcmp(name, "list-variants") == 0) opt->list_variants = 1;
-            continue;
-        }
-
-        // a value is the rest after '=', else the next argument unless that is another --flag
-        const char *value = NULL;
-        if (equals) {
-            value = equals + 1;
-        } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-            value = argv[++i];
-        } else {
-            error_message(err, err_len, "--%s needs a value (--%s VALUE or --%s=VALUE; see --help)", name, name, name);
-            return -1;
-        }
-        if (apply_flag(name, value, opt, err, err_len) != 0) return -1;
+        if (apply_flag(scan.flag, scan.value, opt, err, err_len) != 0) return -1;
     }
     return 0;
 }

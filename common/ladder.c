@@ -11,8 +11,10 @@
 #include <cuda_runtime_api.h>
 
 #include "exit_codes.h"
+#include "flags.h"
 #include "host.h"
 #include "ladder.h"
+#include "message.h"
 #include "provenance.h"
 #include "report.h"
 
@@ -20,27 +22,21 @@
 // flags
 
 void ladder_usage_error(const char *program, const char *message, const char *value) {
-    // a control character in a value would break the one-line promise: shown as '?'
-    char shown[64];
-    snprintf(shown, sizeof(shown), "%s", value);
-    for (char *c = shown; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    char shown[64];  // error_message shows a control character of the value as '?': the line stays one line
+    error_message(shown, sizeof(shown), "%s", value);
     fprintf(stderr, "error: %s '%s' (see %s --help)\n", message, shown, program);
     exit(EXIT_USAGE);
 }
 
 int64_t ladder_parse_count(const char *program, const char *flag, const char *text, int64_t min, int64_t max) {
-    char *end = NULL;
-    errno = 0;
-    long long value = strtoll(text, &end, 10);
-    int digits_only = text[0] >= '0' && text[0] <= '9';
-    if (!digits_only || end == text || *end != '\0' || errno == ERANGE || value < min || value > max) {
+    uint64_t value = 0;
+    if (flags_digits(text, &value) != 0 || value > INT64_MAX || (int64_t)value < min || (int64_t)value > max) {
         char message[128];
         snprintf(message, sizeof(message), "%s wants a whole number from %lld to %lld, got", flag, (long long)min,
                  (long long)max);
         ladder_usage_error(program, message, text);
     }
-    return value;
+    return (int64_t)value;
 }
 
 void ladder_parse_version(const char *program, const char *text, int count, LadderNameFn version_name, int *first,
@@ -74,35 +70,35 @@ static void print_usage(const char *usage, const char *program, int version_coun
            LADDER_MAX_REPEATS);
 }
 
+// The flags every ladder takes, before its sizes' (sizes[s].flag without its "--").
+enum { L_VERSION, L_REPEAT, L_CSV, L_HELP, L_SIZES, L_MAX = 32 };
+
 void ladder_parse_args(int argc, char **argv, const char *usage, LadderSize *sizes, int size_count, int version_count,
                        LadderNameFn version_name, int calls_per_run, LadderOptions *options) {
     const char *program = argv[0];
-    options->first = 0;
-    options->last = version_count;
-    options->repeats = LADDER_DEFAULT_REPEATS;
-    options->csv_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+    *options = (LadderOptions){0, version_count, LADDER_DEFAULT_REPEATS, NULL};
+    struct option flags[L_MAX + 1] = {
+        [L_VERSION] = {"version", required_argument, NULL, 0}, [L_REPEAT] = {"repeat", required_argument, NULL, 0},
+        [L_CSV] = {"csv", required_argument, NULL, 0}, [L_HELP] = {"help", no_argument, NULL, 0}};  // help: also -h
+    for (int s = 0; s < size_count && L_SIZES + s < L_MAX; s++)
+        flags[L_SIZES + s] = (struct option){sizes[s].flag + 2, required_argument, NULL, 0};
+    FlagScan scan = {.argc = argc, .argv = argv, .options = flags};
+    for (int status; (status = flags_next(&scan)) != FLAG_END;) {
+        if (status == FLAG_MISSING) ladder_usage_error(program, "missing value after", scan.word);
+        if (status != FLAG_OK) ladder_usage_error(program, "unknown flag", scan.word);
+        LadderSize *size = scan.flag >= L_SIZES ? &sizes[scan.flag - L_SIZES] : NULL;
+        if (size) {
+            size->value = ladder_parse_count(program, size->flag, scan.value, size->min, size->max);
+            size->given = 1;
+        } else if (scan.flag == L_VERSION) {
+            ladder_parse_version(program, scan.value, version_count, version_name, &options->first, &options->last);
+        } else if (scan.flag == L_REPEAT) {
+            options->repeats = (int)ladder_parse_count(program, "--repeat", scan.value, 1, LADDER_MAX_REPEATS);
+        } else if (scan.flag == L_CSV) {
+            options->csv_path = scan.value;
+        } else {
             print_usage(usage, program, version_count, version_name, calls_per_run);
             exit(EXIT_OK);
-        }
-        LadderSize *size = NULL;
-        for (int s = 0; s < size_count; s++)
-            if (strcmp(flag, sizes[s].flag) == 0) size = &sizes[s];
-        if (!size && strcmp(flag, "--version") != 0 && strcmp(flag, "--repeat") != 0 && strcmp(flag, "--csv") != 0)
-            ladder_usage_error(program, "unknown flag", flag);
-        if (i + 1 >= argc) ladder_usage_error(program, "missing value after", flag);
-        const char *value = argv[++i];
-        if (size) {
-            size->value = ladder_parse_count(program, flag, value, size->min, size->max);
-            size->given = 1;
-        } else if (strcmp(flag, "--version") == 0) {
-            ladder_parse_version(program, value, version_count, version_name, &options->first, &options->last);
-        } else if (strcmp(flag, "--repeat") == 0) {
-            options->repeats = (int)ladder_parse_count(program, flag, value, 1, LADDER_MAX_REPEATS);
-        } else {
-            options->csv_path = value;
         }
     }
     if (options->csv_path) ladder_check_csv(options->csv_path);

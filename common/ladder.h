@@ -48,7 +48,8 @@ typedef const char *(*LadderNameFn)(int index);  // a version's name, index coun
 
 // -h/--help (prints usage, then the lines of --version, --repeat and --csv, on stdout; exits 0), the size
 // flags, --version 1..count|NAME|all, --repeat R and --csv FILE (checked writable, not created: an unwritable
-// file fails now, not after the runs). usage: a printf format whose one argument is the program's name.
+// file fails now, not after the runs), each as --flag VALUE or --flag=VALUE (common/flags.c reads them).
+// usage: a printf format whose one argument is the program's name.
 // calls_per_run: the calls a timed run makes, for the usage text.
 void ladder_parse_args(int argc, char **argv, const char *usage, LadderSize *sizes, int size_count, int version_count,
                        LadderNameFn version_name, int calls_per_run, LadderOptions *options);

@@ -147,9 +147,10 @@ $(FUZZ_DIR)/fuzz_idx: tests/fuzz/fuzz_idx.c common/idx.c common/idx.h common/tra
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_idx.c common/idx.c common/message.c -lz -o $@
 
-$(FUZZ_DIR)/fuzz_args: tests/fuzz/fuzz_args.c common/args.c common/args.h common/trainer.h common/message.c
+$(FUZZ_DIR)/fuzz_args: tests/fuzz/fuzz_args.c common/args.c common/args.h common/flags.c common/flags.h common/trainer.h \
+                       common/message.c
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_args.c common/args.c common/message.c -lm -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_args.c common/args.c common/flags.c common/message.c -lm -o $@
 
 # Both harnesses at once, each for FUZZ_SECONDS (or FUZZ_RUNS executions); new inputs go to
 # build/fuzz/corpus_*, the seeds in tests/ stay as they are; a finding is saved as build/fuzz/crash-*.
