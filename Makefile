@@ -7,6 +7,8 @@
 
 CUDA_HOME ?= /usr/local/cuda
 CRITERION_PREFIX ?= /usr
+# the reports of compare, profile, try and prompt are bench/report_rows.py's, run as bench/bench.mk runs Python
+PYTHON ?= python3
 NVCC := $(CUDA_HOME)/bin/nvcc
 CC := gcc
 
@@ -323,7 +325,7 @@ stage-compare:
 	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv
 	@set -e; for t in $(TRAINER); do for s in $(PREV) $(NN); do \
 	    $(BUILD)/$$s/$$t --quiet --csv $(BUILD)/compare/$(NN).csv $(ARGS); done; done
-	@awk -f common/csv.awk -f common/compare.awk $(BUILD)/compare/$(NN).csv
+	@$(PYTHON) bench/report_rows.py compare $(BUILD)/compare/$(NN).csv
 
 stage-diff:
 	@if [ -z "$(PREV)" ]; then \
@@ -340,7 +342,7 @@ stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/t
 
 # make stage N profile: Nsight Compute over a short run of each trainer, the metrics the summary reports
 # collected by name (the SpeedOfLight section alone lacks dram__throughput on some GPUs; it is kept so
-# that the .ncu-rep reads well in ncu-ui), the raw CSV summarized per kernel by common/profile_summary.awk
+# that the .ncu-rep reads well in ncu-ui), the raw CSV summarized per kernel by bench/report_rows.py
 # (docs/PROFILING.md). RECORD=1 also writes both trainers' summaries to results/<gpu>-profile-NN.txt,
 # where bench/make_tables.py quotes them in the stage README.
 PROFILE_METRICS := gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size
@@ -371,7 +373,7 @@ stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	        $(PROFILE_NCU) -f -o $$out $$run; \
 	        ncu --import $$out.ncu-rep --page raw --csv --metrics $(PROFILE_METRICS) >$$out.csv; \
 	        { echo "== $$t: $(PROFILE_NCU) -f -o $$out $$run"; \
-	          awk -f common/csv.awk -f common/profile_summary.awk $$out.csv; echo; } >$$out.txt; \
+	          $(PYTHON) bench/report_rows.py profile $$out.csv; echo; } >$$out.txt; \
 	        cat $$out.txt; cat $$out.txt >>$(PROFILE_OUT)-record.txt; \
 	    else echo "== ncu not found: per-phase breakdown instead"; $(PROFILE_BIN)/$$t --breakdown$$args; fi; done
 	@if [ "$(RECORD)" = 1 ]; then \

@@ -15,6 +15,7 @@ curves and breakdowns. read_csv still reads schema 1 files (OLDER_HEADERS): thei
 columns empty, which the tables show as not recorded. Nothing appends to a file of another header.
 """
 
+import collections
 import csv
 import gzip
 import math
@@ -85,8 +86,8 @@ def gpu_slug(name):
 def open_text(path):
     """path for reading as text: gzip-compressed when its name ends in .gz (the committed loss curves)."""
     if path.endswith(".gz"):
-        return gzip.open(path, "rt", newline="")
-    return open(path, newline="")
+        return gzip.open(path, "rt", newline="", encoding="utf-8")
+    return open(path, newline="", encoding="utf-8")
 
 
 def compress_curves(path):
@@ -131,6 +132,36 @@ def read_csv(path, columns):
             found = dict(zip(header, values))
             rows.append({c: found.get(c, "") for c in columns})
     return rows
+
+
+def read_rows(path):
+    """(header, rows) of any CSV file, no schema asked (result rows of any schema, ncu's raw exports):
+    each row a defaultdict(str) by the header's names, so that a field it lacks reads as empty; blank
+    lines skipped. The reader of bench/report_rows.py."""
+    with open_text(path) as f:
+        reader = csv.reader(f)
+        header = tuple(next(reader, ()))
+        rows = [collections.defaultdict(str, zip(header, values)) for values in reader if "".join(values).strip()]
+    return header, rows
+
+
+def as_float(value):
+    """A field (or a number) as a float, 0 where it is no number (the reports' arithmetic, as awk's)."""
+    try:
+        return float(value)
+    except ValueError:
+        return 0.0
+
+
+def report_ms(value):
+    """Milliseconds as common/report.c prints them (4 significant digits, none below 1 from 1000 on), or "-"."""
+    if value in ("", None):
+        return "-"
+    return "%.0f" % as_float(value) if as_float(value) >= 1000 else "%.4g" % as_float(value)
+
+
+def report_num(text):
+    return "-" if text == "" else "%.6g" % as_float(text)
 
 
 def schema_of(header, columns):

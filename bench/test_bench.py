@@ -20,6 +20,7 @@ import kernel_ladders
 import make_tables
 import plots
 import provenance
+import report_rows
 import results_csv as rc
 import run_bench
 
@@ -1412,21 +1413,77 @@ class PredictionsTest(unittest.TestCase):
 
 
 
-@unittest.skipUnless(shutil.which("awk"), "needs awk")
-class CompareAwkTest(unittest.TestCase):
-    """make stage N compare (common/compare.awk) shows setup and wall beside e2e, and the wall speedup."""
+def report(*args):
+    """(status, stdout) of bench/report_rows.py with args."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        status = report_rows.main(list(args))
+    return status, out.getvalue()
 
-    def test_setup_and_wall(self):
+
+class ReportRowsTest(unittest.TestCase):
+    """bench/report_rows.py: the reader of rows (results_csv.read_rows) and the reports of compare and try
+    (tests/profile_summary.sh checks the profile summary on real ncu exports)."""
+
+    def test_read_rows(self):
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "07.csv")
-            rc.append_csv(path, rc.RESULT_COLUMNS, [timed_row("06", setup=52, e2e=250, per_epoch=24),
-                                                     timed_row("07", setup=130, e2e=227, per_epoch=21.5)])
-            out = subprocess.run(["awk", "-f", os.path.join(ROOT, "common", "csv.awk"), "-f",
-                                  os.path.join(ROOT, "common", "compare.awk"), path],
-                                 capture_output=True, text=True, check=True).stdout
+            path = os.path.join(tmp, "rows.csv")
+            with open(path, "w") as f:
+                f.write('stage,hidden,w\r\n02,"1024,1024",0.5\r\n\n03\n')
+            header, rows = rc.read_rows(path)
+        self.assertEqual(header, ("stage", "hidden", "w"))
+        self.assertEqual([dict(r) for r in rows], [{"stage": "02", "hidden": "1024,1024", "w": "0.5"}, {"stage": "03"}])
+        self.assertEqual((rows[1]["w"], rows[0]["no such column"]), ("", ""))
+
+    def test_numbers_as_report_c_prints_them(self):
+        self.assertEqual([rc.as_float(t) for t in (" -2e3", "", "n/a", "inf", 1.5)], [-2000, 0, 0, float("inf"), 1.5])
+        self.assertEqual([rc.report_ms(t) for t in ("12345.6", "0.123456", 1000.4, "", None)],
+                         ["12346", "0.1235", "1000", "-", "-"])
+        self.assertEqual((rc.report_num("0.123456789"), rc.report_num("")), ("0.123457", "-"))
+
+    def rows_file(self, tmp, name, rows):
+        path = os.path.join(tmp, name)
+        rc.append_csv(path, rc.RESULT_COLUMNS, rows)
+        return path
+
+    def test_compare_setup_and_wall(self):
+        """make stage N compare shows setup and wall beside e2e, and the wall speedup."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self.rows_file(tmp, "07.csv", [timed_row("06", setup=52, e2e=250, per_epoch=24),
+                                                  timed_row("07", setup=130, e2e=227, per_epoch=21.5)])
+            status, out = report("compare", path)
+        self.assertEqual(status, 0)
         self.assertRegex(out, r"setup ms +e2e ms +wall ms +loop ms")
         self.assertRegex(out, r"\n  07 +default +130 +227 +357 +222 ")
         self.assertIn("stage 07 vs 06: e2e 1.10x, wall 0.85x, loop 1.10x", out)
+
+    def test_try_speed(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            own = self.rows_file(tmp, "stage.csv", [timed_row("03", e2e=205)])
+            fast = self.rows_file(tmp, "fast.csv", [timed_row("03", e2e=105)])
+            same = self.rows_file(tmp, "same.csv", [timed_row("03", e2e=204)])
+            none = self.rows_file(tmp, "none.csv", [])
+            self.assertEqual(report("try-speed", "03", own, fast)[1].splitlines()[-2:],
+                             ["  candidate vs stage 03: loop 2.00x (faster), e2e 1.95x (faster)",
+                              "try: PASS, relative loop speed 2.00x (faster)"])
+            self.assertIn("loop 1.01x (the same within noise)", report("try-speed", "03", own, same)[1])
+            self.assertEqual(report("try-speed", "03", own, none), (1, "try: FAIL\n"))
+            add = [dict(timed_row("01", variant=v, e2e=e), trainer="vector-add") for v, e in (("a", 105), ("b", 25))]
+            versions = self.rows_file(tmp, "va.csv", add)
+            faster = self.rows_file(tmp, "va2.csv", [dict(r, loop_ms=ms) for r, ms in zip(add, ("50", "5"))])
+            self.assertIn("relative GPU kernel speed 2.83x (geometric mean over 2 versions)",  # 2x and 4x
+                          report("try-speed", "01", versions, faster)[1])
+
+    def test_try_results(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self.rows_file(tmp, "gpu.csv", [timed_row("04", e2e=300), timed_row("04", e2e=200, test_acc=0.9712),
+                                                   timed_row("05", e2e=100)])
+            status, out = report("try-results", "04", path)
+            self.assertEqual(report("try-results", "06", path)[1].splitlines()[0][:22], "None for stage 06 yet ")
+        lines = out.splitlines()
+        self.assertEqual((status, len(lines)), (0, 3))
+        self.assertRegex(lines[2], r"^\| .* \| mnist \| default \| hidden 128, batch 128, 10 epochs \| fp32 \| 200 \| 195 "
+                                   r"\| 9 \| .* \| acc 97.12% \|$")
 
 
 class ProfileExcerptTest(unittest.TestCase):

@@ -26,13 +26,14 @@
 #
 # The work is in common/try.sh, common/exercise.sh (which runs try.sh) and common/prompt.sh (whose prose
 # is common/prompt_template.md), with common/try_common.sh for what they share; the verdict and speed
-# tables are in common/try_report.awk. This file only hands them the build settings, as TRY_* variables
+# tables are in bench/report_rows.py. This file only hands them the build settings, as TRY_* variables
 # in their environment.
 
 .PHONY: stage-try stage-exercise stage-prompt student loop
 
 stage-try stage-exercise stage-prompt loop: export TRY_MAKE = $(MAKE)
 stage-try stage-exercise stage-prompt loop: export TRY_BUILD = $(BUILD)
+stage-try stage-exercise stage-prompt loop: export TRY_PYTHON = $(PYTHON)
 stage-try stage-exercise stage-prompt loop: export TRY_NVCC = $(NVCC)
 stage-try stage-exercise stage-prompt loop: export TRY_NVCCFLAGS = $(NVCCFLAGS)
 stage-try stage-exercise stage-prompt loop: export TRY_CC = $(CC)

@@ -112,7 +112,7 @@ gpu_verdict() {
             die "stage 08's own $trainer failed with these flags: $flags (see $work/stage08.log)"
         cat "$work/stage08.log" >>"$work/verdict.txt"
         { echo "== against stage 08, the best hand-written stage (same flags, same run)"
-          awk -v stage=08 -v mode=speed -f common/csv.awk -f common/try_report.awk "$work/stage08.csv" "$work/try/candidate.csv" |
+          report_rows try-speed 08 "$work/stage08.csv" "$work/try/candidate.csv" |
               grep -v '^try: '; } >>"$work/verdict.txt"
         cat "$work/try/stage.csv" >"$work/rows.csv"
         tail -n +2 "$work/try/candidate.csv" >>"$work/rows.csv"
@@ -135,8 +135,7 @@ gpu_profile() {  # the profile recipe on the candidate's build (none when it did
 # Makefile's GPU_SLUG spells it), a header first where the file is new; a file of another header is refused
 append_rows() {
     local rows=$1 results=${LOOP_RESULTS_DIR:-results/loop} device slug out
-    device=$(awk -f common/csv.awk -f <(echo 'NR == 1 { n = split_csv($0, h); for (i = 1; i <= n; i++) if (h[i] == "device") c = i; next }
-        c { split_csv($0, f); print f[c]; exit }') "$rows")
+    device=$(report_rows column device "$rows")
     [ -n "$device" ] || return 0
     slug=$(tr 'A-Z' 'a-z' <<<"$device" | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$//')
     out=$results/$slug.csv

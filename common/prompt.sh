@@ -171,7 +171,7 @@ results_parts() {  # the newest result rows of stage $from in results/, the trai
     if [ -z "$csvs" ]; then put results none; return; fi
     put results found
     # shellcheck disable=SC2086
-    awk -v stage="$from" -v mode=results -f common/csv.awk -f common/try_report.awk $csvs |
+    report_rows try-results "$from" $csvs |
         awk -v t="$trainer" -v nn="$nn" 'nn == "01" || !/^\| / { print; next }
             { split($0, cell, "|"); gsub(/ /, "", cell[3]) } cell[3] == t || cell[3] == "trainer" || cell[3] ~ /^-+$/' \
             >"$parts/results_table"

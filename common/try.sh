@@ -241,7 +241,7 @@ speed_verdict() {  # the stage's driver, then the candidate's, the same flags; t
     fi
     echo "== verdict for $file (stage $nn $trainer)"
     echo "  correctness: PASS, $tested tests against the CPU reference (output above; kept in $out/suite.log)"
-    awk -v stage="$nn" -v mode=speed -f common/csv.awk -f common/try_report.awk "$out/stage.csv" "$out/candidate.csv"
+    report_rows try-speed "$nn" "$out/stage.csv" "$out/candidate.csv"
 }
 
 # ----------------------------------------------------------------------------

@@ -14,6 +14,10 @@ die() {  # one line, exit 2: nothing can be tried (or written)
     exit 2
 }
 
+report_rows() {  # report_rows COMMAND ARGS...: bench/report_rows.py, by the make's PYTHON
+    "${TRY_PYTHON:-python3}" bench/report_rows.py "$@"
+}
+
 build_stage() {  # the stage's own objects and drivers, through the Makefile's rules
     if ! "$TRY_MAKE" --no-print-directory -s "$@"; then
         echo "error: stage $nn's own files do not build (see above): try needs them to link and compare" >&2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/profile_summary.sh: the per-kernel summary of `make stage N profile` (common/profile_summary.awk),
+# tests/profile_summary.sh: the per-kernel summary of `make stage N profile` (bench/report_rows.py profile),
 # read from raw CSV exports of a real H100 run, trimmed: bench/fixtures/ncu-raw-02-regression.csv (times
 # in ms, grid sizes with thousands separators, no dram column: the SpeedOfLight section did not collect
 # it) and bench/fixtures/ncu-raw-06-mnist.csv (cuBLAS kernels with template arguments). Variants of the
@@ -14,8 +14,8 @@ passed=0 failed=0
 regression=bench/fixtures/ncu-raw-02-regression.csv
 mnist=bench/fixtures/ncu-raw-06-mnist.csv
 
-summarize() {  # summarize CSV OUT: the summary of CSV into OUT (stderr too); returns awk's status
-    awk -f common/csv.awk -f common/profile_summary.awk "$1" >"$2" 2>&1
+summarize() {  # summarize CSV OUT: the summary of CSV into OUT (stderr too); returns the report's status
+    "${PYTHON:-python3}" bench/report_rows.py profile "$1" >"$2" 2>&1
 }
 
 # expect DESCRIPTION SUMMARY KERNEL GRID COLUMN WANT: in SUMMARY, the line of KERNEL (last field) launched
@@ -72,11 +72,8 @@ expect "a dram column is found by its name" "$work/dram.txt" gradient_kernel 156
 expect "columns after it are still found by name" "$work/dram.txt" gradient_kernel 15625x256 3 14039
 
 # --- no time column: times and shares print -, nothing crashes
-# (split_csv, not -F: the kernel names hold commas)
-cat >"$work/drop_time.awk" <<'AWK'
-{ n = split_csv($0, f); line = ""; for (i = 1; i <= n; i++) if (i != 12) line = line (i > 1 ? "," : "") "\"" f[i] "\""; print line }
-AWK
-awk -f common/csv.awk -f "$work/drop_time.awk" "$regression" >"$work/notime.csv"
+# (split at '","', not ',': every field is quoted and the kernel names hold commas)
+awk -F'","' '{ line = $1; for (i = 2; i <= NF; i++) if (i != 12) line = line "\",\"" $i; print line }' "$regression" >"$work/notime.csv"
 summarize "$work/notime.csv" "$work/notime.txt"
 check "a missing time column: exit 0" test $? -eq 0
 expect "a missing time column prints - for the median" "$work/notime.txt" gradient_kernel 15625x256 3 -

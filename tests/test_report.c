@@ -1,5 +1,5 @@
 // tests/test_report.c: Criterion suite "report": result rows (common/report.c) as the CSV readers in
-// bench/ and common/compare.awk need them: the exact header once, 40 columns (schema 2), quoting, empty
+// bench/ (results_csv.py, report_rows.py) needs them: the exact header once, 40 columns (schema 2), quoting, empty
 // fields, the median and spread of the repeats the drivers report, and the provenance of every row.
 //
 //     make test          (part of build/tests/test_cpu), or alone:

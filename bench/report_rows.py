@@ -1,0 +1,284 @@
+"""bench/report_rows.py COMMAND ARGS: the reports the make verbs print from CSV rows (results_csv.read_rows).
+
+    compare FILE                       make stage N compare: per trainer its runs, then the speedup
+    profile FILE                       make stage N profile: per kernel, from ncu's raw CSV export (docs/PROFILING.md)
+    try-speed NN STAGE_CSV CAND_CSV    make stage N try: both runs, the relative speed, "try: PASS"
+    try-results NN FILE...             make stage N prompt: stage NN's newest rows per file and configuration
+    column NAME FILE                   the NAME field of FILE's first row (common/loop.sh: its rows' device)
+
+Standard library only. An error is one "error:" line on stderr and exit 2 (try-speed without rows: 1).
+"""
+
+import collections
+import functools
+import math
+import operator
+import re
+import signal
+import sys
+
+import results_csv as rc
+from results_csv import as_float as number, report_ms as ms, report_num as num
+
+
+def fail(message, status=2):
+    print(f"error: {message}", file=sys.stderr)
+    return status
+
+
+def ratio(old, new):
+    """old / new as "1.23x"; "n/a" where either is missing or new is not positive."""
+    if old in ("", None) or new in ("", None) or number(new) <= 0:
+        return "n/a"
+    return "%.2fx" % (number(old) / number(new))
+
+
+def added(values):
+    """The sum in order, one addition at a time, as the awk reports summed (sum() compensates from 3.12)."""
+    return functools.reduce(operator.add, values, 0.0)
+
+
+def outcome(row, trainer, regression="{} / {}", accuracy="%.2f%%"):
+    """The last column: w and b of a regression, else the test accuracy."""
+    if trainer == "regression":
+        return regression.format(num(row["w"]), num(row["b"]))
+    return "-" if row["test_acc"] == "" else accuracy % (100 * number(row["test_acc"]))
+
+
+def compare(path):
+    header, rows = rc.read_rows(path)
+    if "trainer" not in header or "e2e_ms" not in header:
+        return fail(f"{path} does not start with the result-row header (stage,trainer,...)")
+    runs = {}
+    for row in rows:
+        runs.setdefault(row["trainer"], []).append(row)
+    line = "  %-14s %-12s %9s %10s %10s %10s %10s %9s %11s  %s"
+    for trainer, rows in runs.items():
+        first, final = rows[0], rows[-1]
+        problem = f"{first['epochs']} epochs, lr {first['lr']}"
+        problem = (f"{first['points']} points, {problem}" if trainer == "regression" else
+                   f"hidden {first['hidden']}, batch {first['batch']}, {problem}, {first['precision']}")
+        print(f"\n{trainer}: {problem} on {first['device']}")
+        print(line % ("stage", "variant", "setup ms", "e2e ms", "wall ms", "loop ms", "ms/epoch", "h2d ms",
+                      "final loss", "w / b" if trainer == "regression" else "test acc"))
+        for row in rows:
+            print(line % (row["stage"], row["variant"], ms(row["setup_ms"]), ms(row["e2e_ms"]), ms(rc.wall_ms(row)),
+                          ms(row["loop_ms"]), ms(row["ms_per_epoch"]), ms(row["h2d_ms"]), num(row["test_loss"]),
+                          outcome(row, trainer)))
+        if len(rows) > 1 and first["stage"] != final["stage"]:
+            print(f"  stage {final['stage']} vs {first['stage']}: e2e {ratio(first['e2e_ms'], final['e2e_ms'])}, wall "
+                  f"{ratio(rc.wall_ms(first), rc.wall_ms(final))}, loop {ratio(first['loop_ms'], final['loop_ms'])}")
+    return 0
+
+
+# make stage N profile: one line per kernel and launch shape (grid x block), by summed time, largest first
+
+TIME = "gpu__time_duration.sum"
+PERCENTS = ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
+US_PER = {"ns": 0.001, "nsecond": 0.001, "us": 1, "usecond": 1, "µs": 1, "ms": 1000, "msecond": 1000,
+          "s": 1000000, "second": 1000000}
+NCU_NUMBER = re.compile(r"-?[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?")
+
+
+def ncu_value(cell):
+    """A cell as a number without its thousands separators ("3,907"), None when it holds none ("n/a")."""
+    cell = cell.replace(",", "")
+    return float(cell) if NCU_NUMBER.fullmatch(cell) else None
+
+
+def strip_parameters(name):
+    """name without the "(...)" that ends it, matched from the right (parameter types hold parentheses)."""
+    depth = 0
+    for i in range(len(name) - 1, -1, -1) if name.endswith(")") else ():
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if name[i] == "(" and depth == 0:
+            return name[:i]
+    return name
+
+
+def short_name(name):
+    """No "void ", template arguments or parameter list; cutlass::Kernel2<NAME> is NAME; one word."""
+    name = strip_parameters(name[5:] if name.startswith("void ") else name)
+    one = re.search(r"<([A-Za-z_][A-Za-z0-9_]*)>\Z", name)
+    if one and name.index("<") == one.start():
+        return one.group(1)
+    while re.search(r"<[^<>]*>", name):  # innermost template arguments first
+        name = re.sub(r"<[^<>]*>", "", name)
+    return re.sub(r"[ \t]+", "_", name.split("<")[0])  # and all after a "<" never closed
+
+
+def median(values):
+    s, n = sorted(values), len(values)
+    return None if n == 0 else s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def fixed(x, *steps):
+    """x with 2 decimals, one fewer for each step it reaches (µs: 10, 100; percent: 1); "-" for None."""
+    return "-" if x is None else "%.*f" % (2 - sum(x >= step for step in steps), x)
+
+
+def awk_string(x):
+    return "-" if x is None else "%d" % x if x == int(x) else "%.6g" % x
+
+
+def profile_groups(rows, to_us):
+    """({(kernel, shape): {"n": launches, "time", "dram", "sm": the values collected}}, all times in row order)."""
+    groups, times = {}, []
+    for row in rows:
+        shape = f"{awk_string(ncu_value(row['launch__grid_size']))}x{awk_string(ncu_value(row['launch__block_size']))}"
+        group = groups.setdefault((short_name(row["Kernel Name"]), shape), {"n": 0, "time": [], "dram": [], "sm": []})
+        group["n"] += 1
+        t = ncu_value(row[TIME])
+        if t is not None:
+            group["time"].append(t * to_us)
+            times.append(t * to_us)
+        for key, column in zip(("dram", "sm"), PERCENTS):
+            if ncu_value(row[column]) is not None:
+                group[key].append(ncu_value(row[column]))
+    return groups, times
+
+
+def profile(path):
+    header, rows = rc.read_rows(path)
+    if "Kernel Name" not in header:
+        return fail(f'{path} is not an ncu raw CSV export (no "Kernel Name" column)')
+    to_us = 0
+    if TIME in header and rows:  # the first row gives the units
+        to_us = US_PER.get(rows[0][TIME], 0)
+        if to_us == 0:
+            return fail(f"{path}: unknown time unit '{rows[0][TIME]}' of {TIME}")
+    groups, times = profile_groups(rows[1:], to_us)
+    all_time = added(times) if times else None
+    print(" share  launches  median µs     min µs     max µs  grid x block    dram %    sm %  kernel")
+    for (kernel, shape), g in sorted(groups.items(), key=lambda item: (-added(item[1]["time"]), -item[1]["n"])):
+        share = "%.1f%%" % (100 * added(g["time"]) / all_time) if all_time else "-"
+        low, high = (min(g["time"]), max(g["time"])) if g["time"] else (None, None)
+        times = [fixed(x, 10, 100) for x in (median(g["time"]), low, high)]
+        print("%6s  %8d  %9s  %9s  %9s  %-12s  %8s  %6s  %s" % (share, g["n"], *times, shape,
+              fixed(median(g["dram"]), 1), fixed(median(g["sm"]), 1), kernel))
+    print(f"{len(rows) - 1 if rows else 0} launches, {fixed(all_time, 10, 100)} µs in all")
+    return 0
+
+
+# make stage N try and prompt
+
+def row_file(path):
+    """The rows of a result-row file (one with stage, trainer and loop_ms columns); [] for another."""
+    header, rows = rc.read_rows(path)
+    return rows if {"stage", "trainer", "loop_ms"} <= set(header) else []
+
+
+def speed(stage_ms, candidate_ms):
+    """The candidate's speed relative to the stage's (stage time / candidate time), and what it means."""
+    if stage_ms == "" or candidate_ms == "" or number(candidate_ms) <= 0:
+        return "n/a"
+    r = number(stage_ms) / number(candidate_ms)
+    if 0.97 < r < 1.03:
+        return "%.2fx (the same within noise)" % r
+    return "%.2fx (%s)" % (r, "faster" if r > 1 else "slower")
+
+
+def trainer_table(stage, own, candidate):
+    """One row each: the two runs, then the relative speed."""
+    trainer, line = own["trainer"], "    %-16s %-12s %10s %10s %10s %12s  %s"
+    print(f"  speed on {own['device']}, medians of the timed runs:")
+    print(line % ("run", "variant", "e2e ms", "loop ms", "ms/epoch", "test loss",
+                  "w / b" if trainer == "regression" else "test acc"))
+    for who, row in ((f"stage {stage}", own), ("candidate", candidate)):
+        print(line % (who, row["variant"], ms(row["e2e_ms"]), ms(row["loop_ms"]), ms(row["ms_per_epoch"]),
+                      num(row["test_loss"]), outcome(row, trainer)))
+    loop = speed(own["loop_ms"], candidate["loop_ms"])
+    print(f"  candidate vs stage {stage}: loop {loop}, e2e {speed(own['e2e_ms'], candidate['e2e_ms'])}")
+    print(f"try: PASS, relative loop speed {loop}")
+
+
+def vector_add_table(own_rows, candidate_rows):
+    """Stage 01: one row per version, matched by name; kernel-only (loop_ms) and with transfers (e2e_ms)."""
+    line = "    %-20s %10s %10s %-30s %10s %10s %s"
+    print(f"  speed on {own_rows[0]['device']}, medians; speed = the candidate's relative to the stage's:")
+    print(line % ("version", "kernel ms", "candidate", "speed", "total ms", "candidate", "speed"))
+    print(line[:-3] % ("", "(stage)", "", "", "(stage)", ""))
+    own = {row["variant"]: row for row in own_rows}
+    logs = []  # log(stage / candidate) per version with both kernel times, the CPU aside
+    for row in candidate_rows:
+        mine = own.get(row["variant"], collections.defaultdict(str))
+        s, c, e2e = mine["loop_ms"], row["loop_ms"], mine["e2e_ms"]
+        print(line % (row["variant"], ms(s), ms(c), speed(s, c), ms(e2e), ms(row["e2e_ms"]), speed(e2e, row["e2e_ms"])))
+        if row["variant"] != "cpu" and s != "" and c != "" and number(c) > 0 and number(s) > 0:
+            logs.append(math.log(number(s) / number(c)))
+    if not logs:
+        print("try: PASS (no GPU kernel time to compare)")
+        return
+    mean = math.exp(added(logs) / len(logs))
+    print("try: PASS, relative GPU kernel speed %.2fx (geometric mean over %d versions)" % (mean, len(logs)))
+
+
+def try_speed(stage, stage_csv, candidate_csv):
+    own, candidate = row_file(stage_csv), row_file(candidate_csv)
+    if not own or not candidate:
+        fail("no result rows to compare (the stage's or the candidate's run wrote none)")
+        print("try: FAIL")
+        return 1
+    if own[0]["trainer"] == "vector-add":
+        vector_add_table(own, candidate)
+    else:
+        trainer_table(stage, own[0], candidate[0])
+    return 0
+
+
+def results_line(row):
+    trainer = row["trainer"]
+    config = (f"{row['points']} points" if trainer == "regression" else
+              f"hidden {row['hidden']}, batch {row['batch']}" if trainer == "mnist" else f"n {row['points']}")
+    epochs = f", {row['epochs']} epochs" if row["epochs"] else ""
+    last = outcome(row, trainer, "w {}, b {}", "acc %.2f%%")
+    return (f"| {row['device']} | {trainer} | {row['variant']} | {config}{epochs} | {row['precision']} | "
+            f"{ms(row['e2e_ms'])} | {ms(row['loop_ms'])} | {ms(row['ms_per_epoch'])} | {num(row['test_loss'])} "
+            f"| {last} |")
+
+
+CONFIGURATION = ("trainer", "variant", "points", "hidden", "batch", "epochs", "precision")
+
+
+def try_results(stage, *paths):
+    newest = {}
+    for path in paths:
+        for row in row_file(path):
+            if row["stage"] == stage:
+                key = (path,) + tuple(row[c] for c in CONFIGURATION)
+                newest[key] = results_line(row)  # a key keeps its first place
+    if not newest:
+        print(f"None for stage {stage} yet (`make bench` on a GPU machine writes them).")
+        return 0
+    print("| device | trainer | variant | configuration | precision | e2e ms | loop ms | ms/epoch | test loss "
+          "| result |\n|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(newest.values()))
+    return 0
+
+
+def column(name, path):
+    header, rows = rc.read_rows(path)
+    if name in header and rows:
+        print(rows[0][name])
+    return 0
+
+
+COMMANDS = {"compare": (compare, 1, 1), "profile": (profile, 1, 1), "try-speed": (try_speed, 3, 3),
+            "try-results": (try_results, 2, None), "column": (column, 2, 2)}  # (report, fewest, most arguments)
+
+
+def main(argv):
+    run, fewest, most = COMMANDS.get(argv[0] if argv else "", (None, 0, 0))
+    if run is None or not fewest <= len(argv) - 1 <= (most or len(argv)):
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        return run(*argv[1:])
+    except OSError as error:  # a file that cannot be read
+        return fail(error)
+
+
+if __name__ == "__main__":
+    sys.stdout.reconfigure(encoding="utf-8")
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a reader that stops early (head) ends it quietly
+    sys.exit(main(sys.argv[1:]))
