@@ -43,10 +43,11 @@ attribution rows make bench measures) fill its variants table.
 
 Every table shows setup (untimed preparations: handles, autotuning, graph capture), e2e and wall =
 setup + e2e, the spread of the timed runs, and step speedups on e2e and on wall; each stage README
-says after how many epochs its setup pays back against the stage before. A table shows the rows of
-one run (run_id): rows of several runs stop the generator, unless --allow-mixed-runs, which marks
-them visibly instead; rows that record no run (CSV schema 1) are marked as such. A torch.compile row
-that is not clean (graph breaks, recompiles, or no audit) is named under its table, not shown.
+says after how many epochs its fixed cost (setup + e2e − epochs × ms/epoch) pays back against the stage
+before. A table shows the rows of one run (run_id): rows of several runs stop the generator, unless
+--allow-mixed-runs, which marks them visibly instead; rows that record no run (CSV schema 1) are marked
+as such. A torch.compile row that is not clean (graph breaks, recompiles, or no audit) is named under
+its table, not shown.
 
 A file without its markers is left untouched. Standard library only.
 
@@ -286,8 +287,8 @@ def headline_block(datasets, stage_names=None, known=None, ideas=None):
             "the trained parameters back in host memory; ms/epoch: the median epoch (docs/DESIGN.md, \"Timing\"). "
             "÷ stage before: the stage before's e2e ÷ this stage's (the stage it compares with is named when one is "
             "missing); × PyTorch's best: the e2e of PyTorch's fastest fp32 mode on the same configuration ÷ this "
-            "stage's e2e (above 1: the stage is faster). Every column, precision and PyTorch mode: the ladder "
-            "tables of docs/RESULTS.md. " + FOOTNOTE_GENERATED)
+            "stage's e2e (above 1: the stage is faster). Every column, precision and PyTorch mode: the "
+            "per-trainer tables of docs/RESULTS.md. " + FOOTNOTE_GENERATED)
     return "\n\n".join(parts + [f"<sub>{note}</sub>"])
 
 
@@ -1203,11 +1204,11 @@ def payback_sentence(config, before, this, stage_names=None):
             f"{fmt_setup(before.setup)}), {fmt_3(this.ms_per_epoch)} against {fmt_3(before.ms_per_epoch)} ms an "
             "epoch: ")
     if kind == "at once":
-        text += "its setup pays back at once (ahead from the first epoch)"
+        text += "ahead from the first epoch (its fixed cost is no larger, its epochs no slower)"
     elif kind == "after":
-        text += f"its setup pays back after {epochs} epoch{'s' if epochs != 1 else ''}"
+        text += f"its larger fixed cost pays back after {epochs} epoch{'s' if epochs != 1 else ''}"
     elif kind == "never":
-        text += "its setup never pays back (its epochs are no faster)"
+        text += "its larger fixed cost never pays back (its epochs are no faster)"
     else:
         text += f"ahead for the first {epochs} epoch{'s' if epochs != 1 else ''} only (its epochs are slower)"
     if this.epochs == before.epochs and this.wall and before.wall:
@@ -1217,7 +1218,7 @@ def payback_sentence(config, before, this, stage_names=None):
 
 
 def payback_block(rows, stage, stage_names=None, defaults=None):
-    """The paragraph under a stage table: per configuration, after how many epochs the stage's setup
+    """The paragraph under a stage table: per configuration, after how many epochs the stage's fixed cost
     pays back against the stage before it (fp32, default variants; not against the CPU reference)."""
     sentences = []
     for config in rc.canonical_configs():
@@ -1229,8 +1230,9 @@ def payback_block(rows, stage, stage_names=None, defaults=None):
             sentences.append(f"- {sentence}")
     if not sentences:
         return ""
-    return (f"**When stage {stage}'s setup pays back** against the stage before it, in wall time (setup + e2e; "
-            "break-even from fixed cost = setup + e2e − epochs × ms/epoch, so uploads and downloads count too):\n\n"
+    return (f"**When stage {stage}'s fixed cost pays back** against the stage before it, in wall time: setup + "
+            "e2e = fixed cost + epochs × ms/epoch, where the fixed cost (setup + e2e − epochs × ms/epoch) is "
+            "everything outside the median epochs: setup, uploads, downloads, slower epochs.\n\n"
             + "\n".join(sentences))
 
 

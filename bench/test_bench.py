@@ -1105,7 +1105,7 @@ class SetupWallSpreadTest(unittest.TestCase):
         later = rc.Entry(timed_row("07", setup=131, e2e=227, per_epoch=21.5), 10)
         self.assertEqual(make_tables.payback(six, later), (33, "after"))  # 81 / 2.5 = 32.4: the 33rd epoch
         sentence = make_tables.payback_sentence(rc.Config("mnist", "128"), six, seven)
-        self.assertIn("its setup pays back after 32 epochs", sentence)
+        self.assertIn("its larger fixed cost pays back after 32 epochs", sentence)
         self.assertIn("wall 357 against 302 ms (0.85×)", sentence)
         slower = rc.Entry(timed_row("07", setup=130, e2e=300, per_epoch=25), 10)
         self.assertEqual(make_tables.payback(six, slower), (None, "never"))
@@ -1121,10 +1121,10 @@ class SetupWallSpreadTest(unittest.TestCase):
                 timed_row("06", "regression", setup=5, e2e=15, per_epoch=0.06, run="run-1"),
                 timed_row("07", "regression", setup=8, e2e=6, per_epoch=0.01)]
         block = make_tables.stage_block([("results/x.csv", rows)], "07")
-        self.assertIn("**When stage 07's setup pays back**", block)
+        self.assertIn("**When stage 07's fixed cost pays back**", block)
         # the fixed costs the break-even compares are shown, so that it can be checked: (142 - 62) / 2.5 = 32
         self.assertIn("- MNIST --hidden 128, against 06: fixed cost 142 ms against 62.0 ms (setup 130 against 52.0), "
-                      "21.5 against 24.0 ms an epoch: its setup pays back after 32 epochs", block)
+                      "21.5 against 24.0 ms an epoch: its larger fixed cost pays back after 32 epochs", block)
         self.assertIn("- regression 5M, against 06:", block)
         self.assertIn("| MNIST --hidden 128 | 07 | 130 | 227 | 357 | 204–250 (n=3) |", block)
         lines, _ = make_tables.stage_lines(rows, "07")
