@@ -230,11 +230,7 @@ loop_prompt() {
         put measured yes
         if [ "$form" = unmeasured ]; then form=bare; put measured no; fi
         put form "$form"
-        case $form in
-        whole) cp "$start" "$parts/code" ;;
-        lean) without_comment_lines "$start" >"$parts/code" ;;
-        bare) code_only "$start" | squeeze_blank_lines >"$parts/code" ;;
-        esac
+        put_code "$start" "$form"
         fill >"$out"
         size=$(wc -c <"$out")
         [ "$size" -lt "$PROMPT_LIMIT" ] && break

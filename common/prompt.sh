@@ -222,16 +222,22 @@ trainer_parts() {
     tolerances_part "$trainer" >"$parts/tolerances"
 }
 
-# prompt_write FILE FORM: the prompt of one trainer, FORM = whole, lean (the starting file without its
-# whole-line comments) or bare (without any comment); measured empty: this run's measurements left out
+# put_code FILE FORM: the {{code}} part, FILE whole, lean (without its whole-line comments) or bare (without
+# any comment)
+put_code() {
+    case $2 in
+    whole) cp "$1" "$parts/code" ;;
+    lean) without_comment_lines "$1" >"$parts/code" ;;
+    bare) code_only "$1" | squeeze_blank_lines >"$parts/code" ;;
+    esac
+}
+
+# prompt_write FILE FORM: the prompt of one trainer, FORM as put_code's; measured empty: this run's
+# measurements left out
 prompt_write() {
     local out=$1 form=$2
     put form "$form"
-    case $form in
-    whole) cp "$start" "$parts/code" ;;
-    lean) without_comment_lines "$start" >"$parts/code" ;;
-    bare) code_only "$start" | squeeze_blank_lines >"$parts/code" ;;
-    esac
+    put_code "$start" "$form"
     if [ "$have_gpu" != 1 ]; then put run no-gpu
     elif [ -z "$measured" ]; then put run left-out
     else put run measured; fi
