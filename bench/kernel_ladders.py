@@ -15,7 +15,7 @@ import re
 
 import results_csv as rc
 
-# common/ladder.h LADDER_CSV_HEADER; bench/test_bench.py checks that the two stay equal.
+# common/ladder.h LADDER_CSV_HEADER; tests/bench/test_bench.py checks that the two stay equal.
 LADDER_COLUMNS = (
     "stage", "ladder", "shape", "version", "name", "median_ms", "min_ms", "max_ms", "setup_ms", "rate", "unit",
     "ceiling", "ceiling_ms", "ceiling_rate", "repeats", "device", "cc", "cuda", "driver", "commit", "run",

@@ -13,7 +13,7 @@ exist) it writes:
   <slug>-breakdown.png          where each stage's time goes (--breakdown runs), per phase
 
 A figure without rows behind it is not drawn, and an old PNG of that name is removed, so no figure
-outlives its data. The selection functions need only the standard library (bench/test_bench.py tests
+outlives its data. The selection functions need only the standard library (tests/bench/test_bench.py tests
 them); drawing needs matplotlib.
 
   python3 bench/plots.py [--results DIR] [--out DIR]

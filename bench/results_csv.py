@@ -24,7 +24,7 @@ import re
 
 SCHEMA_VERSION = 2  # common/report.h REPORT_CSV_SCHEMA
 
-# common/report.h REPORT_CSV_HEADER; bench/test_bench.py checks that the two stay equal.
+# common/report.h REPORT_CSV_HEADER; tests/bench/test_bench.py checks that the two stay equal.
 RESULT_COLUMNS = (
     "stage", "trainer", "variant", "points", "hidden", "batch", "epochs", "lr", "precision",
     "device", "cc", "cuda", "driver", "threads", "torch", "setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch",

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/profile_summary.sh: the per-kernel summary of `make stage N profile` (bench/report_rows.py profile),
-# read from raw CSV exports of a real H100 run, trimmed: bench/fixtures/ncu-raw-02-regression.csv (times
+# read from raw CSV exports of a real H100 run, trimmed: tests/bench/fixtures/ncu-raw-02-regression.csv (times
 # in ms, grid sizes with thousands separators, no dram column: the SpeedOfLight section did not collect
-# it) and bench/fixtures/ncu-raw-06-mnist.csv (cuBLAS kernels with template arguments). Variants of the
+# it) and tests/bench/fixtures/ncu-raw-06-mnist.csv (cuBLAS kernels with template arguments). Variants of the
 # first, made here, check other time units, a dram column in another position, a missing time column,
 # and the refusals. No GPU, no ncu. The last line is "profile: N passed, N failed".
 set -u
@@ -11,8 +11,8 @@ work=build/profile-smoke
 rm -rf "$work"
 mkdir -p "$work"
 passed=0 failed=0
-regression=bench/fixtures/ncu-raw-02-regression.csv
-mnist=bench/fixtures/ncu-raw-06-mnist.csv
+regression=tests/bench/fixtures/ncu-raw-02-regression.csv
+mnist=tests/bench/fixtures/ncu-raw-06-mnist.csv
 
 summarize() {  # summarize CSV OUT: the summary of CSV into OUT (stderr too); returns the report's status
     "${PYTHON:-python3}" bench/report_rows.py profile "$1" >"$2" 2>&1

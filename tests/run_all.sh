@@ -81,7 +81,7 @@ if [ "$mode" = test ]; then
     suite "prose describes the code as it is (no issue numbers, no change log)" history bash tests/history_smoke.sh
     suite "READMEs short enough to read (words of prose)" words bash tests/readme_words.sh
     if command -v python3 >/dev/null; then
-        suite "bench table generator (Python, stdlib only)" unittest python3 -m unittest discover -s bench -p 'test_*.py'
+        suite "bench table generator (Python, stdlib only)" unittest python3 -m unittest discover -s tests/bench
     else
         echo "SKIP  bench table generator: no python3"; skipped=$((skipped + 1))
     fi

@@ -1,9 +1,9 @@
-"""bench/test_bench.py: the CSV schema, the table generator and the plots' data selection, on the CPU.
+"""tests/bench/test_bench.py: the CSV schema, the table generator and the plots' data selection, on the CPU.
 
-Standard library only. The fixture bench/fixtures/fixture-gpu.csv holds made-up rows of a made-up
+Standard library only. The fixture tests/bench/fixtures/fixture-gpu.csv holds made-up rows of a made-up
 device, FIXTURE-GPU, with round numbers so that every expected figure can be checked by hand.
 
-  python3 -m unittest discover -s bench -p 'test_*.py'
+  python3 -m unittest discover -s tests/bench
 """
 
 import contextlib
@@ -12,11 +12,16 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 from types import SimpleNamespace
 
-import kernel_ladders
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # the modules under test
+
+import kernel_ladders  # noqa: E402
 import make_tables
 import plots
 import provenance
@@ -24,8 +29,6 @@ import report_rows
 import results_csv as rc
 import run_bench
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 FIXTURES = os.path.join(HERE, "fixtures")
 FIXTURE_CSV = os.path.join(FIXTURES, "fixture-gpu.csv")
 
@@ -1488,7 +1491,7 @@ class ReportRowsTest(unittest.TestCase):
 
 class ProfileExcerptTest(unittest.TestCase):
     """The profile:stageNN blocks: lines quoted from results/<gpu>-profile-NN.txt, or a note that none is
-    recorded. bench/fixtures/fixture-gpu-profile-06.txt is a summary file as `make stage 6 profile
+    recorded. tests/bench/fixtures/fixture-gpu-profile-06.txt is a summary file as `make stage 6 profile
     RECORD=1` writes it, made from an H100's raw exports."""
 
     PROFILE = os.path.join(FIXTURES, "fixture-gpu-profile-06.txt")
