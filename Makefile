@@ -31,7 +31,7 @@ SANITIZE_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address -fsanitize=und
 CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Wshadow -D_POSIX_C_SOURCE=200809L -Icommon -I$(CUDA_HOME)/include $(SANITIZE_FLAGS)
 NVCCFLAGS := -O3 -g -lineinfo -std=c++17 $(GENCODE) -Icommon -Xcompiler -Wall,-Wextra
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker --as-needed -Xlinker -rpath=$(CUDA_HOME)/lib64 $(foreach f,$(SANITIZE_FLAGS),-Xcompiler $(f))
-LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm -Xcompiler -pthread
+LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm -lgomp -Xcompiler -pthread
 CRITERION_FLAGS := -I$(CRITERION_PREFIX)/include
 CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-linux-gnu -lcriterion
 
@@ -230,6 +230,7 @@ commit-info:
 
 # The CPU reference does real work with --reference; -O3 lets gcc vectorize its loops (same results).
 $(BUILD)/common/reference.o: CFLAGS += -O3
+$(BUILD)/common/copy_pool.o: CFLAGS += -fopenmp
 
 $(COMMON_LIB): $(COMMON_OBJ)
 	ar rcs $@ $^

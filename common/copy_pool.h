@@ -17,12 +17,10 @@ extern "C" {
 typedef struct CopyPool CopyPool;
 
 // threads copying (the caller counts as one), 1 .. COPY_POOL_MAX_THREADS; 0: the default, the online
-// CPUs capped at COPY_POOL_DEFAULT_THREADS. The other threads start now and wait. A thread that cannot
-// be started prints one line and exits with EXIT_HOST_MEMORY.
+// CPUs capped at COPY_POOL_DEFAULT_THREADS. The threads are an OpenMP team, started at the first copy.
 CopyPool *copy_pool_create(int threads);
 int copy_pool_threads(const CopyPool *pool);
 // memcpy(dst, src, bytes), split into one contiguous part per thread; returns when every part is done.
-// Only one thread may call it on a pool at a time.
 // With streaming set (copy_pool_set_streaming), copies into a destination aligned to 16 bytes use
 // streaming stores: right for a destination that no core reads next, such as a staging slot.
 void copy_pool_memcpy(CopyPool *pool, void *dst, const void *src, size_t bytes);
