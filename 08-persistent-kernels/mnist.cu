@@ -12,6 +12,7 @@
 #include <cudnn.h>
 
 #include "check.h"
+#include "gates.h"  // stage 08: the shared memory a block may have, CUDA_STAGES_CC applied
 #include "host.h"
 #include "staging.h"
 #include "lt_matmul.h"
@@ -413,7 +414,7 @@ static int persistent_layout(const MnistConfig *cfg, int steps, EpochArgs *a) {
     cudaCheck(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
     if (!cooperative) return persistent_unavailable(cfg, "this GPU has no cooperative launches");
     cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    cudaCheck(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    max_shared = device_shared_per_block();  // CUDA_STAGES_CC lowers it as that GPU would
     cudaCheck(cudaFuncSetAttribute(mlp_epoch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
     a->hidden = hidden;
     a->slice = hidden ? 1 : PIXEL_SLICE;

@@ -595,7 +595,7 @@ static int plan(Run *r) {
         snprintf(r->why, sizeof(r->why), "this GPU has no cooperative launch");
         return 0;
     }
-    int max_shared = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    int max_shared = device_shared_per_block();
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
     int features = a->hidden ? a->hidden : PIXELS;
     for (a->slice = a->hidden ? 1 : PIXEL_SLICE;; a->slice *= 2) {
