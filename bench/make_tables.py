@@ -65,7 +65,6 @@ import os
 import re
 import sys
 
-import kernel_ladders
 import results_csv as rc
 
 NOT_COMPARED = "—"
@@ -928,15 +927,6 @@ def render_file(path, blocks):
     return old, new
 
 
-def load_datasets(results_dir, root):
-    datasets = []
-    for path in rc.result_files(results_dir):
-        rows = rc.read_csv(path, rc.RESULT_COLUMNS)
-        rel = os.path.relpath(path, root)
-        datasets.append((path if rel.startswith("..") else rel, rows))
-    return datasets
-
-
 RESULTS_DOC = os.path.join("docs", "RESULTS.md")  # the ladder tables and the sanitizer table
 
 
@@ -946,7 +936,7 @@ def all_blocks(datasets, root, results_dir):
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
     summaries = sanitize_summaries(results_dir)
-    ladder_sets = kernel_ladders.load(results_dir, root)
+    ladder_sets = rc.load_datasets(results_dir, root, LADDER_COLUMNS)
     files = {
         os.path.join(root, "README.md"): {
             "ladder:headline": headline_block(datasets, names, known, stage_ideas(root)),
@@ -968,13 +958,125 @@ def all_blocks(datasets, root, results_dir):
         if nn == "08":
             files[os.path.join(root, d, "README.md")].update({"targets:stage08": stage08_targets_block(datasets, known),
                                                              "sweep:stage08": sweep_block(datasets, known)})
-        files[os.path.join(root, d, "README.md")].update(kernel_ladders.readme_blocks(ladder_sets, root, nn, d))
+        files[os.path.join(root, d, "README.md")].update(kernel_ladder_blocks(ladder_sets, root, nn, d))
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known)}
     add_outcome_blocks(files, root, dirs, datasets, names, known)
     add_profile_blocks(files, datasets, results_dir, root, dirs)
     add_round_blocks(files, root, dirs, results_dir)
     return files
+
+
+# ----------------------------------------------------------------------------
+# kernel ladders (NN-*/NAME_ladder.cu): `make stage N ladder RECORD=1` appends one row per version and shape to
+# results/<gpu>-ladders.csv; a ladder:NAME block shows the last run of each file, one table per shape
+
+# common/ladder.h LADDER_CSV_HEADER; tests/bench/test_bench.py checks that the two stay equal.
+LADDER_COLUMNS = (
+    "stage", "ladder", "shape", "version", "name", "median_ms", "min_ms", "max_ms", "setup_ms", "rate", "unit",
+    "ceiling", "ceiling_ms", "ceiling_rate", "repeats", "device", "cc", "cuda", "driver", "commit", "run",
+)
+
+
+def ladder_names(root, stage_dir):
+    """The ladders a stage folder holds: 'reduce' for reduce_ladder.cu, sorted."""
+    folder = os.path.join(root, stage_dir)
+    files = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(m.group(1) for m in (re.fullmatch(r"(\w+)_ladder\.cu", f) for f in files) if m)
+
+
+def last_run(rows, stage, ladder):
+    """The rows of the last run (in file order) that wrote rows of this stage and ladder."""
+    mine = [r for r in rows if r["stage"] == stage and r["ladder"] == ladder]
+    return [r for r in mine if r["run"] == mine[-1]["run"]] if mine else []
+
+
+def kernel_ladder_lines(rows):
+    """The cells of one shape's table, version order, then the ceiling: version, name, ms (min–max),
+    rate, % of ceiling, step, cumulative, setup ms. step: the row above ÷ this (naming the version it
+    compares with when the one just below is missing); cumulative: the first row ÷ this."""
+    rows = sorted(rows, key=lambda r: rc.integer(r, "version") or 0)
+    lines, first, previous = [], None, None
+    for row in rows:
+        ms, rate, ceiling = rc.number(row, "median_ms"), rc.number(row, "rate"), rc.number(row, "ceiling_rate")
+        version = rc.integer(row, "version")
+        step = NOT_COMPARED
+        if previous is not None:
+            step = fmt_times(rc.ratio(rc.number(previous, "median_ms"), ms))
+            if version - rc.integer(previous, "version") != 1:
+                step += f" (vs {previous['version']})"
+        cumulative = fmt_times(rc.ratio(rc.number(first, "median_ms"), ms)) if first is not None else "1.00×"
+        share = rc.ratio(rate, ceiling)
+        setup = rc.number(row, "setup_ms")
+        lines.append([str(version), f"`{row['name']}`",
+                      f"{fmt_3(ms)} ({fmt_3(rc.number(row, 'min_ms'))}–{fmt_3(rc.number(row, 'max_ms'))})",
+                      fmt_3(rate), f"{100 * share:.1f}%" if share is not None else NOT_COMPARED,
+                      step, cumulative, "" if setup is None else fmt_3(setup)])
+        first = first or row
+        previous = row
+    if rows:
+        last = rows[-1]
+        lines.append(["", f"ceiling: {last['ceiling']}", fmt_3(rc.number(last, "ceiling_ms")),
+                      fmt_3(rc.number(last, "ceiling_rate")), "100%", "", "", ""])
+    return lines
+
+
+LADDER_STEPS = "Step: the row above ÷ this row; cumulative: the first row ÷ this row."
+LADDER_FOOTNOTE = (
+    "ms per call: median of the timed runs after 3 warm-ups, min–max in brackets (a GEMM run is 10 calls back "
+    "to back). Rate at the median: GB/s of the bytes the kernel must read, or GFLOP/s = 2 m n k ÷ time. % of "
+    f"ceiling: this rate ÷ the ceiling's, measured in the same run. {LADDER_STEPS} Setup: host time to plan the "
+    f"version before its first call (autotuning included). {FOOTNOTE_GENERATED}"
+)
+LADDER_FOOTNOTES = {
+    # 05-streams/upload_ladder.cu times copies on the host clock, not kernels on events
+    "upload": (
+        "ms per upload: host clock from the call until the bytes are on the device, median of the timed runs "
+        "after 3 warm-ups, min–max in brackets. Rate: GB/s of the bytes moved (x and y, 8 B a point). % of "
+        f"ceiling: this rate ÷ a pinned cudaMemcpy's of the same bytes, measured in the same run. {LADDER_STEPS} "
+        "Setup: host time before the version's first upload, once (pinned slots, copy threads: a trainer's "
+        "setup_ms); for `host-register` the registration of the caller's array, which its time includes (every "
+        f"new array pays it again). {FOOTNOTE_GENERATED}"
+    ),
+    # 08-persistent-kernels/persistent_ladder.cu: a run is S SGD steps; its ceiling is its baseline
+    "persistent": (
+        "ms per step: one run of S steps (one graph launch or one kernel launch) between CUDA events, ÷ S; "
+        "median of the timed runs after 3 warm-ups, min–max in brackets, each run from the same initial weights "
+        "(restored untimed). Rate: GFLOP/s of a step's GEMMs (forward and gradients). The ceiling row is version "
+        "0, `step-graph` (three kernels a step, all S steps in one CUDA graph), the baseline the persistent "
+        f"versions must beat: % of ceiling above 100% is faster than it. {LADDER_STEPS} {FOOTNOTE_GENERATED}"
+    ),
+}
+
+
+def kernel_ladder_block(datasets, stage, ladder):
+    """The text between the ladder:<ladder> markers of stage's README."""
+    parts = []
+    for source, rows in datasets:
+        run = last_run(rows, stage, ladder)
+        first = run[0] if run else {}
+        commit = f" · commit {first['commit']}" if run and first["commit"] else ""
+        for shape in dict.fromkeys(r["shape"] for r in run):
+            lines = kernel_ladder_lines([r for r in run if r["shape"] == shape])
+            columns = 8 if any(cells[7] for cells in lines) else 7  # setup only where measured
+            header = ["#", "version", "ms (min–max)", first["unit"] or "rate", "% of ceiling", "step", "cumulative",
+                      "setup ms"]
+            table = markdown_table(header[:columns], ["--:", ":--"] + ["--:"] * (columns - 2),
+                                   [cells[:columns] for cells in lines])
+            parts.append(f"**Stage {stage} · {ladder} ladder · {shape}**  \n{first['device']} · `{source}`{commit}"
+                         f" · run {first['run']}, {first['repeats']} timed runs a version\n\n{table}")
+    if not parts:
+        return (f"*Not measured yet: run `make stage {int(stage)} ladder RECORD=1` on a GPU machine, then "
+                "`python3 bench/make_tables.py`.*")
+    return "\n\n".join(parts + [f"<sub>{LADDER_FOOTNOTES.get(ladder, LADDER_FOOTNOTE)}</sub>"])
+
+
+def kernel_ladder_blocks(datasets, root, stage, stage_dir):
+    """{'ladder:NAME': text} for every ladder the stage folder holds or the results name."""
+    names = set(ladder_names(root, stage_dir))
+    for _, rows in datasets:
+        names.update(r["ladder"] for r in rows if r["stage"] == stage)
+    return {f"ladder:{name}": kernel_ladder_block(datasets, stage, name) for name in sorted(names)}
 
 
 # ----------------------------------------------------------------------------
@@ -1499,7 +1601,7 @@ def run(args, results_dir):
     claims = []
 
     try:
-        datasets = load_datasets(results_dir, args.root)
+        datasets = rc.load_datasets(results_dir, args.root)
         files = all_blocks(datasets, args.root, results_dir)
         if args.print:
             for blocks in files.values():

@@ -21,8 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench"))  # the modules under test
 
-import kernel_ladders  # noqa: E402
-import make_tables
+import make_tables  # noqa: E402
 import plots
 import provenance
 import report_rows
@@ -808,30 +807,30 @@ class SanitizeBlockTest(unittest.TestCase):
 
 
 class KernelLadderTest(unittest.TestCase):
-    """bench/kernel_ladders.py on fixture-gpu-ladders.csv: an older 04 reduce run (fix0001), the newer one
+    """the kernel ladders (bench/make_tables.py) on fixture-gpu-ladders.csv: an older 04 reduce run (fix0001), the newer one
     (fix0002, version 5 missing), and a 06 gemm run of two shapes, three of its rows with a setup time."""
 
     LADDERS_CSV = os.path.join(FIXTURES, "fixture-gpu-ladders.csv")
 
     def rows(self):
-        return rc.read_csv(self.LADDERS_CSV, kernel_ladders.LADDER_COLUMNS)
+        return rc.read_csv(self.LADDERS_CSV, make_tables.LADDER_COLUMNS)
 
     def test_columns_are_ladder_h_header(self):
         header = c_string_macro(os.path.join(ROOT, "common", "ladder.h"), "LADDER_CSV_HEADER")
-        self.assertEqual(",".join(kernel_ladders.LADDER_COLUMNS), header)
+        self.assertEqual(",".join(make_tables.LADDER_COLUMNS), header)
 
     def test_files_told_apart_by_header(self):
-        self.assertEqual(kernel_ladders.ladder_files(FIXTURES), [self.LADDERS_CSV])
+        self.assertEqual(rc.result_files(FIXTURES, make_tables.LADDER_COLUMNS), [self.LADDERS_CSV])
         self.assertNotIn(self.LADDERS_CSV, rc.result_files(FIXTURES))
 
     def test_the_last_run_is_the_table(self):
-        run = kernel_ladders.last_run(self.rows(), "04", "reduce")
+        run = make_tables.last_run(self.rows(), "04", "reduce")
         self.assertEqual([r["version"] for r in run], ["1", "2", "3", "4", "6"])
         self.assertEqual({r["commit"] for r in run}, {"fix0002"})
-        self.assertEqual(kernel_ladders.last_run(self.rows(), "04", "gemm"), [])
+        self.assertEqual(make_tables.last_run(self.rows(), "04", "gemm"), [])
 
     def test_lines(self):
-        lines = kernel_ladders.table_lines(kernel_ladders.last_run(self.rows(), "04", "reduce"))
+        lines = make_tables.kernel_ladder_lines(make_tables.last_run(self.rows(), "04", "reduce"))
         # version, name, ms (min–max), rate, % of ceiling, step, cumulative, setup
         self.assertEqual(lines[0], ["1", "`atomic`", "16.0 (15.0–17.0)", "2.00", "0.1%", "—", "1.00×", ""])
         self.assertEqual(lines[1][2:7], ["0.160 (0.150–0.200)", "200", "10.0%", "100.00×", "100.00×"])
@@ -840,7 +839,7 @@ class KernelLadderTest(unittest.TestCase):
         self.assertEqual(lines[5][1:5], ["ceiling: read-only kernel", "0.0160", "2,000", "100%"])
 
     def test_one_table_per_shape_and_setup_only_where_measured(self):
-        block = kernel_ladders.block([("results/fixture-gpu-ladders.csv", self.rows())], "06", "gemm")
+        block = make_tables.kernel_ladder_block([("results/fixture-gpu-ladders.csv", self.rows())], "06", "gemm")
         first, second = block.split("**Stage 06 · gemm ladder · 128x784x128**")
         self.assertIn("**Stage 06 · gemm ladder · 128x784x10**", first)
         self.assertIn("| setup ms |", first)
@@ -848,20 +847,20 @@ class KernelLadderTest(unittest.TestCase):
         self.assertIn("1.25× (vs 1)", first)
         self.assertNotIn("setup ms", second)
         self.assertIn("FIXTURE-GPU · `results/fixture-gpu-ladders.csv` · commit fix0002", first)
-        self.assertIn("Not measured yet", kernel_ladders.block([], "04", "reduce"))
-        self.assertEqual(kernel_ladders.fmt_ms(0.00523), "0.00523")
-        self.assertEqual(kernel_ladders.fmt_ms(1234.4), "1,234")
+        self.assertIn("Not measured yet", make_tables.kernel_ladder_block([], "04", "reduce"))
+        self.assertEqual(rc.three_digits(0.00523), "0.00523")
+        self.assertEqual(rc.three_digits(1234.4), "1,234")
 
     def test_upload_ladder_has_its_own_footnote(self):
         values = ["05", "upload", "4000000 points, 8 threads x 4096 KiB", "4", "host-register", "9", "8", "10", "6",
                   "3.56", "GB/s", "pinned cudaMemcpy", "0.64", "50", "20", "FIXTURE-GPU", "9.0", "13.0", "13.0",
                   "fix0003", "20250103T000000Z-300"]
-        row = dict(zip(kernel_ladders.LADDER_COLUMNS, values))
-        block = kernel_ladders.block([("results/fixture-gpu-ladders.csv", [row])], "05", "upload")
+        row = dict(zip(make_tables.LADDER_COLUMNS, values))
+        block = make_tables.kernel_ladder_block([("results/fixture-gpu-ladders.csv", [row])], "05", "upload")
         self.assertIn("| 4 | `host-register` | 9.00 (8.00–10.0) | 3.56 | 7.1% | — | 1.00× | 6.00 |", block)
         self.assertIn("ceiling: pinned cudaMemcpy", block)
-        self.assertIn(kernel_ladders.FOOTNOTES["upload"], block)
-        self.assertNotIn(kernel_ladders.FOOTNOTE, block)
+        self.assertIn(make_tables.LADDER_FOOTNOTES["upload"], block)
+        self.assertNotIn(make_tables.LADDER_FOOTNOTE, block)
 
     def test_persistent_ladder_block(self):
         """08's ladder: per-step rows of two shapes, the step-graph baseline as the ceiling, its own footnote."""
@@ -871,16 +870,16 @@ class KernelLadderTest(unittest.TestCase):
                 values = ["08", "persistent", shape, str(version), name, str(ms * scale), str(ms * scale * 0.9),
                           str(ms * scale * 1.2), "", "100", "GFLOP/s", "step-graph", str(ms * 2), "50", "20",
                           "FIXTURE-GPU", "9.0", "13.0", "13.0", "fix0004", "20250104T000000Z-400"]
-                rows.append(dict(zip(kernel_ladders.LADDER_COLUMNS, values)))
-        block = kernel_ladders.block([("results/fixture-gpu-ladders.csv", rows)], "08", "persistent")
+                rows.append(dict(zip(make_tables.LADDER_COLUMNS, values)))
+        block = make_tables.kernel_ladder_block([("results/fixture-gpu-ladders.csv", rows)], "08", "persistent")
         first, second = block.split("**Stage 08 · persistent ladder · hidden 128, batch 128, 128 steps**")
         self.assertIn("**Stage 08 · persistent ladder · hidden 0, batch 128, 128 steps**", first)
         self.assertIn("| 2 | `shared-weights` | 0.0100 (0.00900–0.0120) | 100 | 200.0% | 2.00× | 2.00× |", first)
         self.assertIn("| 4 | `async-copy` | 0.00500 (0.00450–0.00600) | 100 | 200.0% | 2.00× (vs 2) | 4.00× |", first)
         self.assertIn("|  | ceiling: step-graph | 0.0800 | 50.0 | 100% |", second)
-        self.assertIn(kernel_ladders.FOOTNOTES["persistent"], second)
+        self.assertIn(make_tables.LADDER_FOOTNOTES["persistent"], second)
         self.assertNotIn("setup ms", block)
-        self.assertIn("Not measured yet: run `make stage 8 ladder RECORD=1`", kernel_ladders.block([], "08", "persistent"))
+        self.assertIn("Not measured yet: run `make stage 8 ladder RECORD=1`", make_tables.kernel_ladder_block([], "08", "persistent"))
 
     def test_main_writes_stage_readmes(self):
         with tempfile.TemporaryDirectory() as root:
