@@ -1,62 +1,22 @@
 #!/usr/bin/env python3
-"""bench/make_tables.py: writes the result tables of the READMEs from the CSV files in results/.
+"""bench/make_tables.py: writes the result tables of the READMEs from the files in results/.
 
-Every number in a table comes from one result row (common/report.h schema); each table names the CSV
-file and the device it comes from. The tables go between markers, and nothing outside them changes:
+Each table sits between <!-- NAME begin --> and <!-- NAME end --> markers (nothing outside them changes; a
+file without its markers is left untouched), and names the file, device, commit and run its rows come from.
+NAME: ladder:headline (README.md); ladder:regression, ladder:mnist, sanitize:summary (docs/RESULTS.md);
+results:stageNN, steps:stageNN, sanitize:stageNN, outcome:stageNN (the stage's predictions table against
+its rows), ladder:NAME (the kernel ladder NN-*/NAME_ladder.cu), profile:stageNN SELECTION (lines of
+results/<gpu>-profile-NN.txt), targets:stage07, targets:stage08, sweep:stage08 (stage READMEs); rounds:all
+and rounds:stageNN (the recorded `make stage N try` outputs); answerkey (TEACHING.md).
 
-  README.md        <!-- ladder:headline begin --> ... <!-- ladder:headline end -->  (one line per stage: its idea,
-                   regression e2e ms, MNIST --hidden 128 ms/epoch, step speedups, × PyTorch's best)
-  docs/RESULTS.md  <!-- ladder:regression begin --> ... <!-- ladder:regression end -->
-                   <!-- ladder:mnist begin --> ... <!-- ladder:mnist end -->     (one table per --hidden)
-  NN-*/README.md   <!-- results:stageNN begin --> ... <!-- results:stageNN end -->  (stage NN vs the one before,
-                   then its variants table where it has other variants or precisions; 01-vector-add: its
-                   versions)
-  NN-*/README.md   <!-- steps:stageNN begin --> ... <!-- steps:stageNN end -->  (stage NN and the one before:
-                   regression loop ms, µs per epoch, e2e − loop; MNIST µs per step per --hidden, and the µs
-                   saved per step; the figures the stage's prose reasons with)
-  07-*/README.md   <!-- targets:stage07 begin --> ... <!-- targets:stage07 end -->  (stage 07's targets
-                   against its measured rows)
-  08-*/README.md   <!-- targets:stage08 begin --> ... <!-- targets:stage08 end -->  (stage 08's targets: ms/epoch,
-                   against PyTorch cuda-graph and against stage 07, same run)
-  08-*/README.md   <!-- sweep:stage08 begin --> ... <!-- sweep:stage08 end -->  (the persistent sweep: one hidden
-                   layer of each width, stage 07 against stage 08, newest run)
-  NN-*/README.md   <!-- outcome:stageNN begin --> ... <!-- outcome:stageNN end -->  (the stage's predictions,
-                   read from its <!-- predictions begin --> ... <!-- predictions end --> table, against
-                   the measured rows: hit or miss, and measured ÷ predicted)
-  docs/RESULTS.md  <!-- sanitize:summary begin --> ... <!-- sanitize:summary end -->  (the compute-sanitizer
-                   table of the last full `make sanitize`, results/<gpu>-sanitize.txt, as it printed it)
-  NN-*/README.md   <!-- sanitize:stageNN begin --> ... <!-- sanitize:stageNN end -->  (that table's rows
-                   of stage NN)
-  NN-*/README.md   <!-- ladder:NAME begin --> ... <!-- ladder:NAME end -->  (kernel ladder NN-*/NAME_ladder.cu:
-                   its last run in results/<gpu>-ladders.csv, one table per shape; bench/kernel_ladders.py)
-  NN-*/README.md   <!-- profile:stageNN regression=top2 mnist=KERNEL,KERNEL begin --> ... <!-- profile:stageNN
-                   ... end -->  (lines of the per-kernel summaries `make stage N profile RECORD=1` wrote to
-                   results/<gpu>-profile-NN.txt: per trainer, its K lines of most time, or the lines of
-                   the kernels named)
-  02-*/README.md   <!-- rounds:all begin --> ... <!-- rounds:all end -->  (the assistant rounds: every
-                   results/<gpu>-try-NN-TRAINER.txt, the output of `make stage N try` on an answer)
-  NN-*/assistant/README.md  <!-- rounds:stageNN begin --> ... <!-- rounds:stageNN end -->  (that stage's rows)
+A stage counts in the ladder and stage tables in its default variant (the first of its REGRESSION_VARIANTS /
+MNIST_VARIANTS) at fp32 and bf16; its other variants fill its variants table. A table shows the rows of one
+run (run_id): rows of several runs are an error unless --allow-mixed-runs, which marks them. A torch.compile
+row that is not clean is named under its table, not shown. Standard library only.
 
-A stage counts in the ladder and the stage-vs-stage tables in its default variant (the first name of
-its REGRESSION_VARIANTS / MNIST_VARIANTS), at fp32 and bf16; its other variants and precisions (the
-attribution rows make bench measures) fill its variants table.
-
-Every table shows setup (untimed preparations: handles, autotuning, graph capture), e2e and wall =
-setup + e2e, the spread of the timed runs, and step speedups on e2e and on wall; each stage README
-says after how many epochs its fixed cost (setup + e2e − epochs × ms/epoch) pays back against the stage
-before. A table shows the rows of one run (run_id): rows of several runs stop the generator, unless
---allow-mixed-runs, which marks them visibly instead; rows that record no run (CSV schema 1) are marked
-as such. A torch.compile row that is not clean (graph breaks, recompiles, or no audit) is named under
-its table, not shown.
-
-A file without its markers is left untouched. Standard library only.
-
-  python3 bench/make_tables.py                   update the READMEs from results/
-  python3 bench/make_tables.py --print           print the tables, change nothing
-  python3 bench/make_tables.py --check           exit 1 if a README is not what results/ gives, or its
-                                                 prose says "as predicted" outside a generated outcome
-                                                 block whose verdict is hit
-  python3 bench/make_tables.py --allow-mixed-runs  tables may mix runs, marked
+  python3 bench/make_tables.py [--print | --check] [--allow-mixed-runs] [--root DIR] [--results DIR]
+  --check exits 1 if a README is not what results/ gives, or its prose says "as predicted" outside a
+  generated outcome block whose verdict is hit.
 """
 
 import argparse

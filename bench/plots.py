@@ -1,20 +1,11 @@
 #!/usr/bin/env python3
 """bench/plots.py: the PNG figures of results/, drawn only from the CSV files next to them.
 
-For every result file results/<slug>.csv (with <slug>-curves.csv.gz and <slug>-breakdown.csv when they
-exist) it writes:
-
-  <slug>-ladder-regression.png  e2e and loop time per stage (log scale), PyTorch modes as lines
-  <slug>-ladder-mnist.png       the same, one panel per canonical --hidden
-  <slug>-size-sweep.png         regression: ms/epoch and GB/s against the number of points (log-log)
-  <slug>-width-sweep.png        MNIST, 2 hidden layers of width W: ms/epoch and GFLOP/s against W
-  <slug>-persistent-sweep.png   MNIST, 1 hidden layer of width W (or none): ms/epoch of stages 07 and 08
-  <slug>-loss-curves.png        last stage vs PyTorch eager vs the CPU reference, overlaid
-  <slug>-breakdown.png          where each stage's time goes (--breakdown runs), per phase
-
-A figure without rows behind it is not drawn, and an old PNG of that name is removed, so no figure
-outlives its data. The selection functions need only the standard library (tests/bench/test_bench.py tests
-them); drawing needs matplotlib.
+For every results/<slug>.csv (with <slug>-curves.csv.gz and <slug>-breakdown.csv where they exist) it writes
+<slug>-NAME.png for each of FIGURES: the stage ladders (log scale, PyTorch modes as lines), the regression
+size sweep, the MNIST width and persistent sweeps, the loss curves, the per-phase breakdown. A figure without
+rows is not drawn and an old PNG of its name is removed, so no figure outlives its data. The selection
+functions need only the standard library; drawing needs matplotlib.
 
   python3 bench/plots.py [--results DIR] [--out DIR]
 """
