@@ -700,7 +700,7 @@ def answer_key_block(datasets, stages, known=None):
 
 
 # ----------------------------------------------------------------------------
-# compute-sanitizer: the summaries `make sanitize` records, shown as printed
+# compute-sanitizer: the summaries `make sanitize` records, linked with their verdicts
 
 SANITIZE_SUFFIX = "-sanitize.txt"
 ALL_VARIANTS_SUFFIX = "-sanitize-all-variants.txt"
@@ -708,37 +708,42 @@ ALL_VARIANTS_SUFFIX = "-sanitize-all-variants.txt"
 
 def sanitize_summaries(results_dir):
     """[(file name, lines)] of the full-matrix summaries in results_dir (sorted by name)."""
-    if not os.path.isdir(results_dir):
-        return []
+    names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
     found = []
-    for name in sorted(os.listdir(results_dir)):
-        if name.endswith(SANITIZE_SUFFIX):
-            with open(os.path.join(results_dir, name), encoding="utf-8") as f:
-                found.append((name, [line.rstrip() for line in f.read().rstrip("\n").split("\n")]))
+    for name in (n for n in names if n.endswith(SANITIZE_SUFFIX)):
+        with open(os.path.join(results_dir, name), encoding="utf-8") as f:
+            found.append((name, [line.rstrip() for line in f.read().rstrip("\n").split("\n")]))
     return found
 
 
+def sanitize_verdicts(header, line):
+    """'mnist: clean under all 4 tools' or 'mnist: racecheck 2 errors (library) 5s': a table line's cells
+    that are not clean, cut at the header's column starts."""
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+    tools = header.split()[2:]
+    bad = [f"{tool} {cell}" for tool, cell in zip(tools, cells[2:]) if not cell.startswith("clean")]
+    return f"{cells[1]}: " + (", ".join(bad) if bad else f"clean under all {len(tools)} tools")
+
+
 def sanitize_block(summaries, results_dir, stage=None):
-    """The text between the sanitize markers: each summary's source line (its first line: tool version,
-    device, time), then its table as a code block, all of it or only stage's rows and the verdict."""
+    """The text between the sanitize markers (docs/RESULTS.md and the stage READMEs, one folder deep): a link to
+    each summary with its first line (tool version, device, time), then its verdict line, or stage's rows'."""
     blocks = []
     for name, lines in summaries:
-        if len(lines) < 3:
-            continue
-        header, table = lines[1], lines[2:]
-        if stage is not None:
-            table = [line for line in table if line.split()[:1] == [stage]]
-            if not table:
-                continue
-        text = f"`results/{name}`: {lines[0]}\n\n```\n" + "\n".join([header] + table) + "\n```"
-        if stage is None:
+        link = f"[`results/{name}`](../results/{name}) ({lines[0]})"
+        if stage is None and len(lines) >= 3:
+            text = f"{link}: *{lines[-1]}*"
             variants = name[:-len(SANITIZE_SUFFIX)] + ALL_VARIANTS_SUFFIX
-            path = os.path.join(results_dir, variants)
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
+            if os.path.exists(os.path.join(results_dir, variants)):
+                with open(os.path.join(results_dir, variants), encoding="utf-8") as f:
                     last = f.read().rstrip("\n").split("\n")[-1]
-                text += f"\n\nEvery variant and precision (`SAN_VARIANTS=all`): `results/{variants}`, which ends: *{last}*"
-        blocks.append(text)
+                text += f"\n\nEvery variant and precision (`SAN_VARIANTS=all`): [`results/{variants}`](../results/{variants}), which ends: *{last}*"
+            blocks.append(text)
+        elif stage is not None:
+            mine = [sanitize_verdicts(lines[1], line) for line in lines[2:] if line.split()[:1] == [stage]]
+            if mine:
+                blocks.append(f"{link}, stage {stage}: " + "; ".join(mine) + ".")
     return "\n\n".join(blocks) if blocks else "*Not run yet: run `make sanitize` on a GPU machine.*"
 
 

@@ -779,26 +779,26 @@ class SanitizeBlockTest(unittest.TestCase):
         with open(os.path.join(self.dir, "fixture-gpu-sanitize.txt"), "w") as f:
             f.write(self.SUMMARY)
 
-    def test_whole_table_as_printed_without_trailing_blanks(self):
+    def test_linked_with_its_verdict(self):
         block = make_tables.sanitize_block(make_tables.sanitize_summaries(self.dir), self.dir)
-        self.assertIn("`results/fixture-gpu-sanitize.txt`: compute-sanitizer 1.0 on FIXTURE-GPU", block)
-        self.assertIn("06     mnist      clean 4s    2 errors (library) 5s\n", block)
-        self.assertIn("sanitize: 1 of 6 runs not clean", block)
-        self.assertNotRegex(block, r" \n")
+        self.assertIn("[`results/fixture-gpu-sanitize.txt`](../results/fixture-gpu-sanitize.txt) (compute-sanitizer "
+                      "1.0 on FIXTURE-GPU, commit abc, 4 runs at a time, 9 s in all)", block)
+        self.assertIn("*sanitize: 1 of 6 runs not clean", block)
         self.assertNotIn("SAN_VARIANTS=all", block)
 
     def test_stage_rows_only(self):
         block = make_tables.sanitize_block(make_tables.sanitize_summaries(self.dir), self.dir, "05")
-        self.assertIn("stage  trainer    memcheck    racecheck\n05     mnist", block)
-        self.assertIn("05     regression", block)
-        self.assertNotIn("06     mnist", block)
+        self.assertIn(", stage 05: mnist: clean under all 2 tools; regression: clean under all 2 tools.", block)
+        self.assertNotIn("06", block)
         self.assertNotIn("sanitize: 1 of 6", block)
+        block = make_tables.sanitize_block(make_tables.sanitize_summaries(self.dir), self.dir, "06")
+        self.assertIn(", stage 06: mnist: racecheck 2 errors (library) 5s.", block)
 
     def test_all_variants_summary_is_named_with_its_verdict(self):
         with open(os.path.join(self.dir, "fixture-gpu-sanitize-all-variants.txt"), "w") as f:
             f.write(self.SUMMARY.replace("1 of 6", "3 of 20"))
         block = make_tables.sanitize_block(make_tables.sanitize_summaries(self.dir), self.dir)
-        self.assertIn("`results/fixture-gpu-sanitize-all-variants.txt`, which ends: *sanitize: 3 of 20 runs", block)
+        self.assertIn("(../results/fixture-gpu-sanitize-all-variants.txt), which ends: *sanitize: 3 of 20 runs", block)
 
     def test_no_summary_and_no_rows_of_a_stage(self):
         self.assertIn("Not run yet", make_tables.sanitize_block([], self.dir))
