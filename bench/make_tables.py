@@ -46,7 +46,8 @@ def fmt_times(value):
 
 
 def markdown_table(header, align, lines):
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    """align: a letter a column, l (left) or r (right)."""
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(":--" if a == "l" else "--:" for a in align) + "|"]
     out += ["| " + " | ".join(cells) + " |" for cells in lines]
     return "\n".join(out)
 
@@ -66,14 +67,8 @@ def source_line(rows, device, source):
 # the ladder: every stage of one configuration, then the PyTorch baselines
 
 def ladder_lines(entries, stage_names=None):
-    """The cells of a ladder table: label, setup, e2e, wall (setup + e2e), e2e spread, loop, ms/epoch,
-    throughput, step speedup (e2e), step speedup (wall), cumulative, ÷ best stage.
-
-    step speedup: e2e (wall) of the stage above / this e2e (wall) (the stage it compares with is named
-    when stages are missing); cumulative: e2e of the first stage / this e2e; ÷ best stage (PyTorch
-    rows): this e2e / e2e of the fastest stage of the same precision (fp32 when there is none). Only
-    rows that ran the configuration's epochs are compared.
-    """
+    """The cells of a ladder table (ladder_table's header); the speedups as FOOTNOTE_TIMES defines them, the
+    stage compared with named when stages are missing. Only rows that ran the configuration's epochs compare."""
     rungs = [e for e in entries if e.is_ladder_stage and e.comparable and e.e2e]
     first = rungs[0] if rungs else None
     best = {}
@@ -111,7 +106,7 @@ def ladder_table(rows, config, device, source, stage_names=None, defaults=None):
     unit = "GB/s" if config.trainer == "regression" else "GFLOP/s"
     header = ["", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch", unit, "step speedup (e2e)",
               "step speedup (wall)", "cumulative speedup", "÷ best stage"]
-    table = markdown_table(header, [":--"] + ["--:"] * 11, ladder_lines(entries, stage_names))
+    table = markdown_table(header, "l" + "r" * 11, ladder_lines(entries, stage_names))
     shown = [e.row for e in entries]
     notes = runs_note(shown, f"the {short_name(config)} ladder of {source}") + unclean_note(rows, config)
     return f"**{config.title()}**  \n{source_line(shown, device, source)}\n\n{notes}{table}"
@@ -240,7 +235,7 @@ def headline_block(datasets, stage_names=None, known=None, ideas=None):
         parts.append(f"**Every stage: {title}**  \n"
                      f"{source_line(shown, rc.device_of(rows), source)}\n\n"
                      f"{runs_note(shown, f'the headline table of {source}')}"
-                     f"{markdown_table(header, [':--', ':--'] + ['--:'] * 6, lines)}\n\n"
+                     f"{markdown_table(header, 'll' + 'r' * 6, lines)}\n\n"
                      f"PyTorch's best (its fastest fp32 mode): {named or 'no PyTorch rows'}.")
     note = ("Each stage in its default variant at fp32, newest rows. e2e: from the training data in host memory to "
             "the trained parameters back in host memory; ms/epoch: the median epoch (docs/DESIGN.md, \"Timing\"). "
@@ -346,7 +341,7 @@ def stage_block(datasets, stage, stage_names=None, known=None):
     for source, rows in datasets:
         defaults = rc.variant_defaults(rows, known)
         lines, shown = stage_lines(rows, stage, stage_names, defaults)
-        table = markdown_table(header, [":--", ":--"] + ["--:"] * 10, lines)
+        table = markdown_table(header, "ll" + "r" * 10, lines)
         parts.append(f"{source_line(shown, rc.device_of(rows), source)}\n\n"
                      f"{runs_note(shown, f'the stage {stage} table of {source}')}{table}")
         payback = payback_block(rows, stage, stage_names, defaults)
@@ -355,7 +350,7 @@ def stage_block(datasets, stage, stage_names=None, known=None):
         variants, variant_rows = variant_lines(rows, stage, defaults)
         if variants:
             any_variants = True
-            table = markdown_table(variant_header, [":--", ":--", ":--"] + ["--:"] * 9, variants)
+            table = markdown_table(variant_header, "lll" + "r" * 9, variants)
             parts.append(f"**Variants of stage {stage}** (`--variant`, `--precision`)  \n"
                          f"{source_line(variant_rows, rc.device_of(rows), source)}\n\n"
                          f"{runs_note(variant_rows, f'the stage {stage} variants table of {source}')}{table}")
@@ -397,26 +392,13 @@ def vector_add_lines(rows):
 
 
 def vector_add_block(datasets):
-    parts = []
-    header = ["version", "with transfers ms", "GB/s", "speedup", "kernel only ms", "GB/s", "speedup"]
-    for source, rows in datasets:
-        lines, shown = vector_add_lines(rows)
-        if not lines:
-            parts.append(f"No vector-add rows in `{source}` yet.")
-            continue
-        n = rc.integer(shown[-1], "points")
-        table = markdown_table(header, [":--"] + ["--:"] * 6, lines)
-        parts.append(f"c = a + b on n = {n:,} floats  \n{source_line(shown, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(shown, f'the vector-add table of {source}')}{table}")
-    if not parts:
-        return NO_RESULTS
-    notes = ("GB/s: the bytes the add must move, 3 × 4 B × n (a and b read, c written) ÷ time. Speedup: the "
-             "row above ÷ this row. " + FOOTNOTE_GENERATED)
-    return "\n\n".join(parts + [f"<sub>{notes}</sub>"])
+    note = ("GB/s: the bytes the add must move, 3 × 4 B × n (a and b read, c written) ÷ time. Speedup: the "
+            "row above ÷ this row. " + FOOTNOTE_GENERATED)
+    return results_tables(datasets, None, lambda rows, _: vector_add_lines(rows),
+                          ["version", "with transfers ms", "GB/s", "speedup", "kernel only ms", "GB/s", "speedup"],
+                          "l" + "r" * 6, what="the vector-add table", note=note,
+                          title=lambda shown: f"c = a + b on n = {rc.integer(shown[-1], 'points'):,} floats  \n")
 
-
-# ----------------------------------------------------------------------------
-# markers
 
 # ----------------------------------------------------------------------------
 # a stage's targets: the benchmark figures it is asked to reach (fp32, default variants)
@@ -429,15 +411,16 @@ STAGE07_TARGETS = [
 ]
 
 
-def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None):
+def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None, title=None):
     """One table per results file: lines_of(rows, variant defaults) gives (cells, rows shown), and a file with
-    no row shown is left out. what: the subject of runs_note (None: none); note: a footnote under the tables."""
+    no row shown is left out. what: the subject of runs_note (None: none); note: a footnote under the tables;
+    title(rows shown): a line above each table."""
     blocks = []
     for source, rows in datasets:
         lines, shown = lines_of(rows, rc.variant_defaults(rows, known))
         if not shown:
             continue
-        blocks.append(source_line(shown, rc.device_of(shown), source) + "\n\n"
+        blocks.append((title(shown) if title else "") + source_line(shown, rc.device_of(shown), source) + "\n\n"
                       + (runs_note(shown, f"{what} of {source}") if what else "")
                       + markdown_table(headers, aligns, lines))
     if not blocks:
@@ -445,7 +428,7 @@ def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=N
     return "\n\n".join(blocks + ([f"<sub>{note}</sub>"] if note else []))
 
 
-TARGET_HEADERS = (["", "figure", "target", "measured", ""], [":--", ":--", "--:", "--:", ":--"])
+TARGET_HEADERS = (["", "figure", "target", "measured", ""], "llrrl")
 
 
 def target_verdict(measured, target):
@@ -563,7 +546,7 @@ def sweep_block(datasets, known=None):
             "0 and 128); ms/epoch: the median epoch, comparable across epoch counts. 07 ÷ 08 above 1: stage 08 "
             "faster. " + FOOTNOTE_GENERATED)
     return results_tables(datasets, known, sweep_lines, ["hidden units", "stage 07 ms/epoch", "stage 08 ms/epoch",
-                          "07 ÷ 08"], [":--", "--:", "--:", "--:"], note=note)
+                          "07 ÷ 08"], "lrrr", note=note)
 
 
 # ----------------------------------------------------------------------------
@@ -598,12 +581,8 @@ def step_figures(entry):
 
 
 def steps_lines(rows, stage, stage_names=None, defaults=None):
-    """(regression cells, MNIST cells, rows shown) of a stage's per-step tables: the stage before (none
-    for the first stage) and this stage, newest default fp32 rows.
-
-    regression: run, loop ms, µs per epoch (loop ÷ epochs), e2e − loop ms (outside the loop), µs saved
-    per epoch. MNIST, per --hidden: configuration, run, ms/epoch, steps per epoch, µs per step (ms/epoch ÷
-    steps), µs saved per step. Saved: the stage before's µs ÷ step minus this stage's (on this stage's line)."""
+    """(regression cells, MNIST cells, rows shown) of a stage's per-step tables (steps_block's headers and note):
+    the stage before (none for the first stage) and this stage, newest default fp32 rows."""
     regression, mnist, shown = [], [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage)
@@ -642,9 +621,9 @@ def steps_block(datasets, stage, stage_names=None, known=None):
             parts.append(f"No stage {stage} rows in `{source}` yet.")
             continue
         tables = markdown_table(["regression 5M", "loop ms", "µs per epoch", "e2e − loop ms", "µs saved per epoch"],
-                                [":--"] + ["--:"] * 4, regression)
+                                "l" + "r" * 4, regression)
         tables += "\n\n" + markdown_table(["configuration", "run", "ms/epoch", "steps per epoch", "µs per step",
-                                            "µs saved per step"], [":--", ":--"] + ["--:"] * 4, mnist)
+                                            "µs saved per step"], "ll" + "r" * 4, mnist)
         parts.append(f"{source_line(shown, rc.device_of(rows), source)}\n\n"
                      f"{runs_note(shown, f'the stage {stage} per-step table of {source}')}{tables}")
     note = (f"Stage {stage} and the stage before it (the first stage: its own figures only), each in its default "
@@ -696,7 +675,7 @@ def answer_key_block(datasets, stages, known=None):
     return results_tables(datasets, known, lambda rows, defaults: answer_key_lines(rows, stages, defaults),
                           ["stage", "regression e2e ms (range)", "regression loop ms", "MNIST hidden 0 e2e ms (range)",
                            "MNIST hidden 128 e2e ms (range)", "MNIST hidden 128 ms/epoch"],
-                          [":--", "--:", "--:", "--:", "--:", "--:"], what="the answer key", note=note)
+                          "l" + "r" * 5, what="the answer key", note=note)
 
 
 # ----------------------------------------------------------------------------
@@ -1026,7 +1005,7 @@ def kernel_ladder_block(datasets, stage, ladder):
             columns = 8 if any(cells[7] for cells in lines) else 7  # setup only where measured
             header = ["#", "version", "ms (min–max)", first["unit"] or "rate", "% of ceiling", "step", "cumulative",
                       "setup ms"]
-            table = markdown_table(header[:columns], ["--:", ":--"] + ["--:"] * (columns - 2),
+            table = markdown_table(header[:columns], "rl" + "r" * (columns - 2),
                                    [cells[:columns] for cells in lines])
             parts.append(f"**Stage {stage} · {ladder} ladder · {shape}**  \n{first['device']} · `{source}`{commit}"
                          f" · run {first['run']}, {first['repeats']} timed runs a version\n\n{table}")
@@ -1123,7 +1102,7 @@ def rounds_block(rounds, stage=None, base="."):
                 "above 1: the answer is faster), the stage's own file and the answer timed one after the other "
                 "with the same flags (the canonical configuration, medians of 3 runs), GPU and commit from its "
                 "header. " + generated_note("those files") + "</sub>")
-    align = [":--"] * 4 + ["--:"] * 5 + [":--"] * 3
+    align = "l" * 4 + "r" * 5 + "l" * 3
     return markdown_table(header, align, lines) + "\n\n" + footnote
 
 
@@ -1497,7 +1476,7 @@ def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
         lines, used, h, m = outcome_lines(rows, stage, predictions, stage_names, defaults)
         hits, misses = hits + h, misses + m
         table = markdown_table(["configuration", "metric", "predicted", "measured", "measured ÷ predicted",
-                                "verdict"], [":--", ":--", "--:", "--:", "--:", ":--"], lines)
+                                "verdict"], "llrrrl", lines)
         parts.append(f"{source_line(used, rc.device_of(rows), source)}\n\n"
                      f"{runs_note(used, f'the stage {stage} outcome of {source}')}{table}")
     if not hits and not misses:
