@@ -6,7 +6,7 @@ file without its markers is left untouched), and names the file, device, commit 
 NAME: ladder:headline (README.md); ladder:regression, ladder:mnist, sanitize:summary (docs/RESULTS.md);
 results:stageNN, steps:stageNN, sanitize:stageNN, outcome:stageNN (the stage's predictions table against
 its rows), ladder:NAME (the kernel ladder NN-*/NAME_ladder.cu), profile:stageNN SELECTION (lines of
-results/<gpu>-profile-NN.txt), targets:stage07, targets:stage08, sweep:stage08 (stage READMEs); rounds:all
+results/<gpu>-profile-NN.txt), sweep:stage08 (stage READMEs); rounds:all
 and rounds:stageNN (the recorded `make stage N try` outputs); answerkey (TEACHING.md).
 
 A stage counts in the ladder and stage tables in its default variant (the first of its REGRESSION_VARIANTS /
@@ -63,6 +63,35 @@ def source_line(rows, device, source):
     return text + provenance_suffix(rows)
 
 
+def sourced_table(shown, rows, source, what, table, title=""):
+    """A table of a results file's rows under its title, its source line (the device of rows, the provenance of
+    the rows shown) and their runs_note, what naming the table there (None: no note)."""
+    note = runs_note(shown, f"{what} of {source}") if what else ""
+    return f"{title}{source_line(shown, rc.device_of(rows), source)}\n\n{note}{table}"
+
+
+def results_parts(datasets, known, part_of):
+    """part_of(source, rows, variant defaults) for each results file, leaving out the files it gives nothing."""
+    parts = [part_of(source, rows, rc.variant_defaults(rows, known)) for source, rows in datasets]
+    return [part for part in parts if part]
+
+
+def with_note(parts, note):
+    """The parts, then note in small print; NO_RESULTS without parts."""
+    return "\n\n".join(parts + [f"<sub>{note}</sub>"]) if parts else NO_RESULTS
+
+
+def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None, title=None):
+    """One table per results file: lines_of(rows, variant defaults) gives (cells, rows shown), and a file with
+    no row shown is left out. what: the subject of runs_note; title(rows shown): a line above each table."""
+    def part(source, rows, defaults):
+        lines, shown = lines_of(rows, defaults)
+        if shown:
+            return sourced_table(shown, shown, source, what, markdown_table(headers, aligns, lines),
+                                 title(shown) if title else "")
+    return with_note(results_parts(datasets, known, part), note)
+
+
 # ----------------------------------------------------------------------------
 # the ladder: every stage of one configuration, then the PyTorch baselines
 
@@ -99,7 +128,7 @@ def ladder_lines(entries, stage_names=None):
     return lines
 
 
-def ladder_table(rows, config, device, source, stage_names=None, defaults=None):
+def ladder_table(rows, config, source, stage_names=None, defaults=None):
     entries = rc.select_entries(rows, config, defaults)
     if not entries:
         return f"**{config.title()}**: no rows in `{source}` yet."
@@ -107,9 +136,8 @@ def ladder_table(rows, config, device, source, stage_names=None, defaults=None):
     header = ["", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch", unit, "step speedup (e2e)",
               "step speedup (wall)", "cumulative speedup", "÷ best stage"]
     table = markdown_table(header, "l" + "r" * 11, ladder_lines(entries, stage_names))
-    shown = [e.row for e in entries]
-    notes = runs_note(shown, f"the {short_name(config)} ladder of {source}") + unclean_note(rows, config)
-    return f"**{config.title()}**  \n{source_line(shown, device, source)}\n\n{notes}{table}"
+    return sourced_table([e.row for e in entries], rows, source, f"the {short_name(config)} ladder",
+                         unclean_note(rows, config) + table, f"**{config.title()}**  \n")
 
 
 FOOTNOTE_TIMES = (
@@ -141,18 +169,12 @@ NO_RESULTS = "*Not measured yet: run `make bench` on a GPU machine.*"
 def ladder_block(datasets, trainer, stage_names=None, known=None):
     """The text between the ladder:<trainer> markers: every configuration of every results file.
     known: rc.source_default_variants of the repository (which variant is each stage's default)."""
-    if not datasets:
-        return NO_RESULTS
-    parts = []
-    for source, rows in datasets:
-        device = rc.device_of(rows)
-        defaults = rc.variant_defaults(rows, known)
-        for config in rc.canonical_configs():
-            if config.trainer == trainer:
-                parts.append(ladder_table(rows, config, device, source, stage_names, defaults))
+    def part(source, rows, defaults):
+        return "\n\n".join(ladder_table(rows, config, source, stage_names, defaults)
+                           for config in rc.canonical_configs() if config.trainer == trainer)
     notes = [FOOTNOTE_TIMES, FOOTNOTE_SETUP, FOOTNOTE_GBS if trainer == "regression" else FOOTNOTE_GFLOPS,
              FOOTNOTE_GENERATED]
-    return "\n\n".join(parts + ["<sub>" + " ".join(notes) + "</sub>"])
+    return with_note(results_parts(datasets, known, part), " ".join(notes))
 
 
 # ----------------------------------------------------------------------------
@@ -216,34 +238,29 @@ def headline_lines(rows, ideas=None, defaults=None):
 def headline_block(datasets, stage_names=None, known=None, ideas=None):
     """The text between the ladder:headline markers of the top README: per results file, one line per stage
     (headline_lines), then which PyTorch mode was the best."""
-    if not datasets:
-        return NO_RESULTS
     header = ["stage", "idea", "regression e2e ms", "÷ stage before (e2e)", "× PyTorch's best (e2e)",
               "MNIST --hidden 128 ms/epoch", "÷ stage before (e2e)", "× PyTorch's best (e2e)"]
-    parts = []
-    for source, rows in datasets:
-        lines, shown, best = headline_lines(rows, ideas, rc.variant_defaults(rows, known))
+    title = " · ".join(f"{short_name(c)}{'' if c.trainer == 'regression' else f', batch {rc.MNIST_BATCH}'}, "
+                       f"{c.epochs} epochs" for c in HEADLINE_CONFIGS)
+
+    def part(source, rows, defaults):
+        lines, shown, best = headline_lines(rows, ideas, defaults)
         if not lines:
-            parts.append(f"No stage rows in `{source}` yet.")
-            continue
+            return f"No stage rows in `{source}` yet."
         for line in lines:
             line[0] = (stage_names or {}).get(line[0], line[0])
         named = "; ".join(f"{short_name(c)} `{best[c.trainer].row['variant']}`, {fmt_3(best[c.trainer].e2e)} ms e2e"
                           for c in HEADLINE_CONFIGS if best[c.trainer] is not None)
-        title = " · ".join(f"{short_name(c)}{'' if c.trainer == 'regression' else f', batch {rc.MNIST_BATCH}'}, "
-                           f"{c.epochs} epochs" for c in HEADLINE_CONFIGS)
-        parts.append(f"**Every stage: {title}**  \n"
-                     f"{source_line(shown, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(shown, f'the headline table of {source}')}"
-                     f"{markdown_table(header, 'll' + 'r' * 6, lines)}\n\n"
-                     f"PyTorch's best (its fastest fp32 mode): {named or 'no PyTorch rows'}.")
+        return sourced_table(shown, rows, source, "the headline table", markdown_table(header, "ll" + "r" * 6, lines)
+                             + f"\n\nPyTorch's best (its fastest fp32 mode): {named or 'no PyTorch rows'}.",
+                             f"**Every stage: {title}**  \n")
     note = ("Each stage in its default variant at fp32, newest rows. e2e: from the training data in host memory to "
             "the trained parameters back in host memory; ms/epoch: the median epoch (docs/DESIGN.md, \"Timing\"). "
             "÷ stage before: the stage before's e2e ÷ this stage's (the stage it compares with is named when one is "
             "missing); × PyTorch's best: the e2e of PyTorch's fastest fp32 mode on the same configuration ÷ this "
             "stage's e2e (above 1: the stage is faster). Every column, precision and PyTorch mode: the "
             "per-trainer tables of docs/RESULTS.md. " + FOOTNOTE_GENERATED)
-    return "\n\n".join(parts + [f"<sub>{note}</sub>"])
+    return with_note(results_parts(datasets, known, part), note)
 
 
 # ----------------------------------------------------------------------------
@@ -330,30 +347,29 @@ def variant_lines(rows, stage, defaults=None):
 
 
 def stage_block(datasets, stage, stage_names=None, known=None):
-    if not datasets:
-        return NO_RESULTS
-    parts = []
+    """The text between the results:stageNN markers: per results file, the stage table (stage_lines), when its
+    fixed cost pays back (payback_block) and its variants table (variant_lines)."""
     header = ["configuration", "run", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch",
               "throughput", "speedup (e2e)", "speedup (wall)", "speedup (ms/epoch)"]
     variant_header = ["configuration", "variant", "precision", "setup ms", "e2e ms", "wall ms", "e2e spread",
                       "loop ms", "ms/epoch", "throughput", "vs default (e2e)", "vs default (wall)"]
     any_variants = False
-    for source, rows in datasets:
-        defaults = rc.variant_defaults(rows, known)
+
+    def part(source, rows, defaults):
+        nonlocal any_variants
         lines, shown = stage_lines(rows, stage, stage_names, defaults)
-        table = markdown_table(header, "ll" + "r" * 10, lines)
-        parts.append(f"{source_line(shown, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(shown, f'the stage {stage} table of {source}')}{table}")
-        payback = payback_block(rows, stage, stage_names, defaults)
-        if payback:
-            parts.append(payback)
+        parts = [sourced_table(shown, rows, source, f"the stage {stage} table",
+                               markdown_table(header, "ll" + "r" * 10, lines)),
+                 payback_block(rows, stage, stage_names, defaults)]
         variants, variant_rows = variant_lines(rows, stage, defaults)
         if variants:
             any_variants = True
-            table = markdown_table(variant_header, "lll" + "r" * 9, variants)
-            parts.append(f"**Variants of stage {stage}** (`--variant`, `--precision`)  \n"
-                         f"{source_line(variant_rows, rc.device_of(rows), source)}\n\n"
-                         f"{runs_note(variant_rows, f'the stage {stage} variants table of {source}')}{table}")
+            parts.append(sourced_table(variant_rows, rows, source, f"the stage {stage} variants table",
+                                       markdown_table(variant_header, "lll" + "r" * 9, variants),
+                                       f"**Variants of stage {stage}** (`--variant`, `--precision`)  \n"))
+        return "\n\n".join(part for part in parts if part)
+
+    parts = results_parts(datasets, known, part)
     notes = [
         f"Stage {stage} against the stage before it (stage 02: against the CPU reference), each in its "
         "default variant at fp32. Speedups: the earlier run ÷ this one; e2e only when both ran the same epochs.",
@@ -362,7 +378,7 @@ def stage_block(datasets, stage, stage_names=None, known=None):
         notes.append("Variants: the same configurations with `--variant` or `--precision`; vs default = the "
                      "default variant's fp32 e2e ÷ this e2e (above 1: faster than the default).")
     notes += [FOOTNOTE_SETUP, FOOTNOTE_GBS, FOOTNOTE_GFLOPS, FOOTNOTE_GENERATED]
-    return "\n\n".join(parts + ["<sub>" + " ".join(notes) + "</sub>"])
+    return with_note(parts, " ".join(notes))
 
 
 # ----------------------------------------------------------------------------
@@ -401,130 +417,7 @@ def vector_add_block(datasets):
 
 
 # ----------------------------------------------------------------------------
-# a stage's targets: the benchmark figures it is asked to reach (fp32, default variants)
-
-# (configuration label, trainer, hidden, measured figure, column, target in ms)
-STAGE07_TARGETS = [
-    ("regression 5M points, 200 epochs", "regression", None, "loop ms", "loop", 3.0),
-    ("MNIST --hidden 0", "mnist", "0", "loop ms per epoch", "ms_per_epoch", 2.5),
-    ("MNIST --hidden 128", "mnist", "128", "loop ms per epoch", "ms_per_epoch", 6.0),
-]
-
-
-def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None, title=None):
-    """One table per results file: lines_of(rows, variant defaults) gives (cells, rows shown), and a file with
-    no row shown is left out. what: the subject of runs_note (None: none); note: a footnote under the tables;
-    title(rows shown): a line above each table."""
-    blocks = []
-    for source, rows in datasets:
-        lines, shown = lines_of(rows, rc.variant_defaults(rows, known))
-        if not shown:
-            continue
-        blocks.append((title(shown) if title else "") + source_line(shown, rc.device_of(shown), source) + "\n\n"
-                      + (runs_note(shown, f"{what} of {source}") if what else "")
-                      + markdown_table(headers, aligns, lines))
-    if not blocks:
-        return NO_RESULTS
-    return "\n\n".join(blocks + ([f"<sub>{note}</sub>"] if note else []))
-
-
-TARGET_HEADERS = (["", "figure", "target", "measured", ""], "llrrl")
-
-
-def target_verdict(measured, target):
-    """A figure against its target (at most target): met, or missed with how far."""
-    return "met" if measured <= target else f"missed: {rc.ratio(measured, target):.1f}× the target"
-
-
-def stage07_target_lines(rows, defaults=None):
-    """(cells, rows shown) of stage 07's targets: each against the newest stage-07 row."""
-    lines, shown = [], []
-    for label, trainer, hidden, figure, column, target in STAGE07_TARGETS:
-        config = next(c for c in rc.canonical_configs()
-                      if c.trainer == trainer and (hidden is None or c.hidden == hidden))
-        this = stage_entry(rc.select_entries(rows, config, defaults), "07")
-        if this is None:
-            lines.append([label, figure, f"≤ {target:g}", "no result yet", ""])
-            continue
-        measured = getattr(this, column)
-        lines.append([label, figure, f"≤ {target:g}", fmt_3(measured), target_verdict(measured, target)])
-        shown.append(this.row)
-    return lines, shown
-
-
-def targets_block(datasets, known=None):
-    """The text between the targets:stage07 markers: each target against the newest stage-07 row."""
-    return results_tables(datasets, known, stage07_target_lines, *TARGET_HEADERS, what="the stage 07 targets")
-
-
-# (MNIST --hidden, ms/epoch at most) of stage 08; both at least STAGE08_VS_PYTORCH× PyTorch cuda-graph's ms/epoch
-STAGE08_EPOCH_TARGETS = [("0", 2.5), ("128", 6.0)]
-STAGE08_VS_PYTORCH = 10.0
-STAGE08_NO_SLOWER_THAN_07 = "1024,1024"  # where the persistent kernel does not apply: 07's path, no slower
-
-
-def same_run(entry, other):
-    """other when it comes from the same run as entry (the same run id), else None."""
-    if entry is None or other is None or other.row.get("run_id", "") != entry.row.get("run_id", ""):
-        return None
-    return other
-
-
-def stage08_target_lines(rows, defaults=None):
-    """(cells, rows shown) of stage 08's targets: label, figure, target, measured, verdict (met, or missed
-    with how far). Figures are ms/epoch (the median epoch) of the newest rows; the rivals (PyTorch
-    cuda-graph, stage 07) count only from the stage-08 row's run."""
-    lines, shown = [], []
-    configs = {c.hidden: c for c in rc.canonical_configs() if c.trainer == "mnist"}
-    versus, at_least = "PyTorch cuda-graph ÷ 08, ms/epoch", f"≥ {STAGE08_VS_PYTORCH:g}×"
-    for hidden, target in STAGE08_EPOCH_TARGETS:
-        label = f"MNIST --hidden {hidden}"
-        entries = rc.select_entries(rows, configs[hidden], defaults)
-        this = stage_entry(entries, "08")
-        if this is None or this.ms_per_epoch is None:
-            lines.append([label, "ms/epoch", f"≤ {target:g}", "no result yet", ""])
-            lines.append([label, versus, at_least, "no result yet", ""])
-            continue
-        shown.append(this.row)
-        lines.append([label, "ms/epoch", f"≤ {target:g}", fmt_3(this.ms_per_epoch),
-                      target_verdict(this.ms_per_epoch, target)])
-        graph = same_run(this, next((e for e in entries if e.kind == "pytorch" and e.row["variant"] == "cuda-graph"),
-                                    None))
-        speedup = rc.ratio(graph.ms_per_epoch, this.ms_per_epoch) if graph else None
-        if speedup is None:
-            lines.append([label, versus, at_least, "no PyTorch cuda-graph row of the same run", ""])
-            continue
-        shown.append(graph.row)
-        measured = f"{speedup:.1f}× ({fmt_3(graph.ms_per_epoch)} ÷ {fmt_3(this.ms_per_epoch)})"
-        lines.append([label, versus, at_least, measured, "met" if speedup >= STAGE08_VS_PYTORCH else "missed"])
-    hidden = STAGE08_NO_SLOWER_THAN_07
-    label, figure = f"MNIST --hidden {hidden}", "07 ÷ 08, ms/epoch"
-    entries = rc.select_entries(rows, configs[hidden], defaults)
-    this = stage_entry(entries, "08")
-    seven = same_run(this, stage_entry(entries, "07"))
-    speedup = rc.ratio(seven.ms_per_epoch, this.ms_per_epoch) if seven and this.ms_per_epoch else None
-    if speedup is None:
-        lines.append([label, figure, "≥ 1× (no slower than 07)",
-                      "no result yet" if this is None else "no stage 07 row of the same run", ""])
-    else:
-        shown += [this.row, seven.row]
-        # slower by less than the epochs vary: 08's fastest epoch no slower than 07's slowest
-        spread08, spread07 = rc.spread(this.row, "epoch"), rc.spread(seven.row, "epoch")
-        fastest, slowest = spread08[1] if spread08 else None, spread07[2] if spread07 else None
-        within_spread = fastest is not None and slowest is not None and fastest <= slowest
-        verdict = "met" if speedup >= 1 else "met: within the epochs' spread" if within_spread else "missed"
-        lines.append([label, figure, "≥ 1× (no slower than 07)",
-                      f"{speedup:.2f}× ({fmt_3(seven.ms_per_epoch)} ÷ {fmt_3(this.ms_per_epoch)})", verdict])
-    return lines, shown
-
-
-def stage08_targets_block(datasets, known=None):
-    """The text between the targets:stage08 markers: stage 08's targets against each results file."""
-    note = ("ms/epoch: the median epoch of the newest default-variant fp32 rows; ratios (above 1: stage 08 faster) "
-            "against PyTorch's whole-step CUDA graph (`cuda-graph`) and stage 07 from the same run only. "
-            + FOOTNOTE_GENERATED)
-    return results_tables(datasets, known, stage08_target_lines, *TARGET_HEADERS, what="the stage 08 targets",
-                          note=note)
+# stage 08: the persistent sweep, stages 07 and 08 at each hidden width
 
 
 def sweep_lines(rows, defaults=None):
@@ -611,27 +504,22 @@ def steps_lines(rows, stage, stage_names=None, defaults=None):
 def steps_block(datasets, stage, stage_names=None, known=None):
     """The text between the steps:stageNN markers: per results file, the regression's loop per epoch and
     time outside the loop, and MNIST's time per step, for stage NN and the stage before it."""
-    if not datasets:
-        return NO_RESULTS
-    parts = []
-    for source, rows in datasets:
-        defaults = rc.variant_defaults(rows, known)
+    def part(source, rows, defaults):
         regression, mnist, shown = steps_lines(rows, stage, stage_names, defaults)
         if not shown:
-            parts.append(f"No stage {stage} rows in `{source}` yet.")
-            continue
+            return f"No stage {stage} rows in `{source}` yet."
         tables = markdown_table(["regression 5M", "loop ms", "µs per epoch", "e2e − loop ms", "µs saved per epoch"],
                                 "l" + "r" * 4, regression)
         tables += "\n\n" + markdown_table(["configuration", "run", "ms/epoch", "steps per epoch", "µs per step",
                                             "µs saved per step"], "ll" + "r" * 4, mnist)
-        parts.append(f"{source_line(shown, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(shown, f'the stage {stage} per-step table of {source}')}{tables}")
+        return sourced_table(shown, rows, source, f"the stage {stage} per-step table", tables)
+
     note = (f"Stage {stage} and the stage before it (the first stage: its own figures only), each in its default "
             "variant at fp32, newest rows. Regression: a step is a full-batch epoch; µs per epoch = loop ms ÷ epochs; "
             "e2e − loop: the time outside the training loop (uploads, downloads, evaluation). MNIST: µs per step "
             f"= ms/epoch (the median epoch) ÷ steps per epoch ({rc.MNIST_TRAIN:,} // batch). µs saved: the stage "
             "before's figure minus this stage's (− where this stage is slower). " + FOOTNOTE_GENERATED)
-    return "\n\n".join(parts + [f"<sub>{note}</sub>"])
+    return with_note(results_parts(datasets, known, part), note)
 
 
 # ----------------------------------------------------------------------------
@@ -897,11 +785,8 @@ def all_blocks(datasets, root, results_dir):
                                                      f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
         if nn != "01":
             files[os.path.join(root, d, "README.md")][f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
-        if nn == "07":
-            files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
         if nn == "08":
-            files[os.path.join(root, d, "README.md")].update({"targets:stage08": stage08_targets_block(datasets, known),
-                                                             "sweep:stage08": sweep_block(datasets, known)})
+            files[os.path.join(root, d, "README.md")]["sweep:stage08"] = sweep_block(datasets, known)
         files[os.path.join(root, d, "README.md")].update(kernel_ladder_blocks(ladder_sets, root, nn, d))
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known)}
@@ -1470,15 +1355,17 @@ def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
     one verdict: hit when every prediction measured hit, miss otherwise (or not measured yet)."""
     if not predictions:
         return "*No predictions table in this README.*"
-    parts, hits, misses = [], 0, 0
-    for source, rows in datasets:
-        defaults = rc.variant_defaults(rows, known)
+    hits = misses = 0
+
+    def part(source, rows, defaults):
+        nonlocal hits, misses
         lines, used, h, m = outcome_lines(rows, stage, predictions, stage_names, defaults)
         hits, misses = hits + h, misses + m
         table = markdown_table(["configuration", "metric", "predicted", "measured", "measured ÷ predicted",
                                 "verdict"], "llrrrl", lines)
-        parts.append(f"{source_line(used, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(used, f'the stage {stage} outcome of {source}')}{table}")
+        return sourced_table(used, rows, source, f"the stage {stage} outcome", table)
+
+    parts = results_parts(datasets, known, part)
     if not hits and not misses:
         verdict = "**Verdict: not measured yet.**"
     elif misses:

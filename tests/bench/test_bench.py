@@ -158,7 +158,7 @@ class LadderTest(unittest.TestCase):
         self.assertAlmostEqual(value, 6 * 1_863_690 * 59_904 * 10 / 9.8 / 1e9)
 
     def test_missing_configuration_and_no_results(self):
-        text = make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "FIXTURE-GPU", "x.csv")
+        text = make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "x.csv")
         self.assertIn("no rows in `x.csv` yet", text)
         self.assertEqual(make_tables.ladder_block([], "mnist"), make_tables.NO_RESULTS)
 
@@ -271,30 +271,6 @@ class CurveFileTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             rc.compress_curves(os.path.join(tmp, "absent-curves.csv"))
             self.assertEqual(os.listdir(tmp), [])
-
-
-class TargetsTableTest(unittest.TestCase):
-    """The stage-07 targets: a figure at or under its target is met, one above says by how much."""
-
-    def test_met_and_missed(self):
-        header = ",".join(rc.RESULT_COLUMNS_V1)  # rows of schema 1, as results/ held them
-        rows_text = [header,
-                     "07,regression,default,5000000,,,200,0.01,fp32,FIXTURE-GPU,9.0,13.0,13.0,5,2,0.01,3,"
-                     "0.01,0.02,,0.7,0.3,fix0002",
-                     '07,mnist,default,,128,128,10,0.1,fp32,FIXTURE-GPU,9.0,13.0,13.0,200,120,12,20,'
-                     '0.1,0.1,0.97,,,fix0002']
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "fixture-gpu.csv")
-            with open(path, "w") as f:
-                f.write("\n".join(rows_text) + "\n")
-            rows = rc.read_csv(path, rc.RESULT_COLUMNS)
-        block = make_tables.targets_block([("fixture-gpu.csv", rows)])
-        self.assertRegex(block, r"regression 5M points, 200 epochs \| loop ms \| ≤ 3 \| 2\.00? \| met")
-        self.assertIn("missed: 2.0× the target", block)
-        self.assertIn("MNIST --hidden 0 | loop ms per epoch | ≤ 2.5 | no result yet", block)
-
-    def test_no_rows(self):
-        self.assertIn("Not measured yet", make_tables.targets_block([]))
 
 
 class StepsTableTest(unittest.TestCase):
@@ -1182,27 +1158,27 @@ class OneRunPerTableTest(unittest.TestCase):
     def test_rows_of_two_runs_are_refused(self):
         with MixedRunsPolicy("refuse"):
             with self.assertRaises(make_tables.MixedRunsError) as caught:
-                make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+                make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "x.csv")
         self.assertIn("2 runs (`run-1`, `run-2`)", str(caught.exception))
         with MixedRunsPolicy("refuse"):
             with self.assertRaises(make_tables.MixedRunsError):
                 make_tables.stage_block([("x.csv", self.rows)], "07")
-            one = make_tables.ladder_table(self.rows[:2], rc.Config("mnist", "128"), "GPU", "x.csv")
+            one = make_tables.ladder_table(self.rows[:2], rc.Config("mnist", "128"), "x.csv")
         self.assertNotIn("⚠", one)
         self.assertIn("run `run-1`", one)
 
     def test_or_marked_when_allowed(self):
         with MixedRunsPolicy("mark"):
-            text = make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+            text = make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "x.csv")
         self.assertIn("**⚠ Rows of 2 runs**, not one measurement: `run-1`: 05, 06; `run-2`: 07.", text)
 
     def test_rows_that_record_no_run_are_marked(self):
         old = [dict(r, run_id="") for r in self.rows]
-        text = make_tables.ladder_table(old, rc.Config("mnist", "128"), "GPU", "x.csv")
+        text = make_tables.ladder_table(old, rc.Config("mnist", "128"), "x.csv")
         self.assertIn("⚠ Run not recorded", text)
         with MixedRunsPolicy("refuse"):  # recorded and not recorded together: two runs
             with self.assertRaises(make_tables.MixedRunsError):
-                make_tables.ladder_table(old[:2] + self.rows[2:], rc.Config("mnist", "128"), "GPU", "x.csv")
+                make_tables.ladder_table(old[:2] + self.rows[2:], rc.Config("mnist", "128"), "x.csv")
 
     def test_main_refuses_unless_told(self):
         with tempfile.TemporaryDirectory() as root:
@@ -1262,7 +1238,7 @@ class CompileAuditTest(unittest.TestCase):
             rows = self.rows(breaks, recompiles)
             labels = [e.label() for e in rc.select_entries(rows, rc.Config("mnist", "128"))]
             self.assertNotIn("PyTorch compile-default", labels)
-            text = make_tables.ladder_table(rows, rc.Config("mnist", "128"), "GPU", "x.csv")
+            text = make_tables.ladder_table(rows, rc.Config("mnist", "128"), "x.csv")
             self.assertIn(f"*Not shown as results: PyTorch compile-default: {why}", text)
             self.assertNotIn("| PyTorch compile-default |", text)
             self.assertEqual(plots.ladder_data(rows, rc.Config("mnist", "128"))[1],
@@ -1376,6 +1352,15 @@ class PredictionsTest(unittest.TestCase):
         block = make_tables.outcome_block([("results/x.csv", self.rows())], "07", predictions)
         self.assertIn("**Verdict: miss**: 1 of 3 predictions measured missed their range.", block)
         self.assertNotIn("as predicted", block)
+
+    def test_a_target_is_a_one_bound_prediction(self):
+        target = make_tables.parse_predictions(PREDICTIONS.replace("| 1.3 | 1.5 |", "| 1.3 | 1.5 |\n"
+                                                                   "| regression | 5M | loop_ms | | 3 |"), "x.md")[1:2]
+        met = [timed_row("07", "regression", e2e=7)]  # loop 2 ms
+        self.assertEqual(make_tables.outcome_lines(met, "07", target)[0][0],
+                         ["regression 5M", "loop", "≤ 3 ms", "2.00 ms", "0.67×", "hit"])
+        missed = [timed_row("07", "regression", e2e=11)]  # loop 6 ms: 2× the target
+        self.assertEqual(make_tables.outcome_lines(missed, "07", target)[0][0][3:], ["6.00 ms", "2.00×", "**miss**"])
 
     def test_verdict_hit_only_when_every_prediction_measured_hit(self):
         predictions = make_tables.parse_predictions(PREDICTIONS, "x.md")[:1]
@@ -1646,74 +1631,28 @@ class PersistentSweepDataTest(unittest.TestCase):
                          make_tables.NO_RESULTS)
 
 
-class Stage08TargetsTest(unittest.TestCase):
-    """ms/epoch targets, ≥ 10× PyTorch cuda-graph and no slower than 07 at 1024,1024, rivals of the same run."""
-
-    @staticmethod
-    def rows(h0, h128, graph0, graph128, wide07, wide08, graph_run="run-1"):
-        rows = []
-        for hidden, eight, graph in (("0", h0, graph0), ("128", h128, graph128)):
-            rows += [timed_row("07", hidden=hidden, per_epoch=11.0), timed_row("08", hidden=hidden, per_epoch=eight),
-                     timed_row("pytorch", hidden=hidden, variant="eager", per_epoch=200.0),
-                     timed_row("pytorch", hidden=hidden, variant="cuda-graph", per_epoch=graph, run=graph_run)]
-        return rows + [timed_row("07", hidden="1024,1024", per_epoch=wide07),
-                       timed_row("08", hidden="1024,1024", per_epoch=wide08)]
-
-    def lines(self, rows):
-        return {(c[0], c[1]): c[3:] for c in make_tables.stage08_target_lines(rows)[0]}
-
-    def test_met(self):
-        lines = self.lines(self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0))
-        self.assertEqual(lines[("MNIST --hidden 0", "ms/epoch")], ["2.00", "met"])
-        self.assertEqual(lines[("MNIST --hidden 0", "PyTorch cuda-graph ÷ 08, ms/epoch")], ["15.0× (30.0 ÷ 2.00)", "met"])
-        self.assertEqual(lines[("MNIST --hidden 128", "PyTorch cuda-graph ÷ 08, ms/epoch")], ["12.0× (60.0 ÷ 5.00)", "met"])
-        self.assertEqual(lines[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")], ["1.02× (50.0 ÷ 49.0)", "met"])
-
-    def test_missed(self):
-        lines = self.lines(self.rows(5.0, 6.0, 30.0, 50.0, 50.0, 55.0))
-        self.assertEqual(lines[("MNIST --hidden 0", "ms/epoch")], ["5.00", "missed: 2.0× the target"])
-        self.assertEqual(lines[("MNIST --hidden 128", "ms/epoch")], ["6.00", "met"])  # at the target: met
-        self.assertEqual(lines[("MNIST --hidden 0", "PyTorch cuda-graph ÷ 08, ms/epoch")], ["6.0× (30.0 ÷ 5.00)", "missed"])
-        self.assertEqual(lines[("MNIST --hidden 128", "PyTorch cuda-graph ÷ 08, ms/epoch")][1], "missed")
-        self.assertEqual(lines[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")], ["0.91× (50.0 ÷ 55.0)", "missed"])
-
-    def test_no_slower_within_the_epochs_spread(self):
-        # the same code on both sides: a median slower by less than the epochs vary is met; past it, missed
-        rows = self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 50.1)
-        rows[-2].update(epoch_min_ms="49.8", epoch_max_ms="50.2")
-        rows[-1].update(epoch_min_ms="50.0", epoch_max_ms="50.3")
-        self.assertEqual(self.lines(rows)[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")],
-                         ["1.00× (50.0 ÷ 50.1)", "met: within the epochs' spread"])
-        rows[-1].update(epoch_min_ms="50.25")
-        self.assertEqual(self.lines(rows)[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")][1], "missed")
-
-    def test_rivals_of_another_run_do_not_count(self):
-        lines = self.lines(self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0, graph_run="run-0"))
-        self.assertEqual(lines[("MNIST --hidden 0", "PyTorch cuda-graph ÷ 08, ms/epoch")],
-                         ["no PyTorch cuda-graph row of the same run", ""])
-
-    def test_block_and_no_rows(self):
-        block = make_tables.stage08_targets_block([("results/x.csv", self.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0))])
-        self.assertIn("| MNIST --hidden 0 | ms/epoch | ≤ 2.5 | 2.00 | met |", block)
-        self.assertIn("run `run-1`", block)
-        self.assertEqual(make_tables.stage08_targets_block([]), make_tables.NO_RESULTS)
-        only07 = [timed_row("07", hidden="0", per_epoch=11.0)]
-        self.assertEqual(make_tables.stage08_targets_block([("results/x.csv", only07)]), make_tables.NO_RESULTS)
-        lines = self.lines(only07)
-        self.assertEqual(lines[("MNIST --hidden 0", "ms/epoch")], ["no result yet", ""])
-        self.assertEqual(lines[("MNIST --hidden 1024,1024", "07 ÷ 08, ms/epoch")], ["no result yet", ""])
+def stage08_rows(h0, h128, graph0, graph128, wide07, wide08, graph_run="run-1"):
+    """Stages 07 and 08 (ms/epoch as given) and PyTorch eager and cuda-graph at --hidden 0 and 128, 07 and 08 at
+    1024,1024."""
+    rows = []
+    for hidden, eight, graph in (("0", h0, graph0), ("128", h128, graph128)):
+        rows += [timed_row("07", hidden=hidden, per_epoch=11.0), timed_row("08", hidden=hidden, per_epoch=eight),
+                 timed_row("pytorch", hidden=hidden, variant="eager", per_epoch=200.0),
+                 timed_row("pytorch", hidden=hidden, variant="cuda-graph", per_epoch=graph, run=graph_run)]
+    return rows + [timed_row("07", hidden="1024,1024", per_epoch=wide07),
+                   timed_row("08", hidden="1024,1024", per_epoch=wide08)]
 
 
 class Stage08ReadmeTest(unittest.TestCase):
     """Every NN-* folder is a stage: stage 08's README gets the blocks stage 07's does, and its own."""
 
-    MARKERS = ["results:stage08", "outcome:stage08", "steps:stage08", "targets:stage08", "sweep:stage08",
+    MARKERS = ["results:stage08", "outcome:stage08", "steps:stage08", "sweep:stage08",
                "sanitize:stage08", "profile:stage08 regression=top2 mnist=top6"]
 
     def test_main_fills_every_block_and_an_absent_readme_is_no_error(self):
         with tempfile.TemporaryDirectory() as root:
             os.makedirs(os.path.join(root, "results"))
-            rows = Stage08TargetsTest.rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0) + [
+            rows = stage08_rows(2.0, 5.0, 30.0, 60.0, 50.0, 49.0) + [
                 timed_row("07", hidden="32", per_epoch=12.0, epochs=3), timed_row("08", hidden="32", per_epoch=2.4, epochs=3)]
             rc.append_csv(os.path.join(root, "results", "fixture-gpu.csv"), rc.RESULT_COLUMNS, rows)
             os.makedirs(os.path.join(root, "07-cuda-graphs"))
@@ -1729,7 +1668,6 @@ class Stage08ReadmeTest(unittest.TestCase):
             with open(readme) as f:
                 filled = f.read()
             self.assertIn("| MNIST --hidden 128 | 08 persistent-kernels |", filled)   # results, against 07
-            self.assertIn("| MNIST --hidden 0 | ms/epoch | ≤ 2.5 | 2.00 | met |", filled)  # targets
             self.assertIn("| 32 | 12.0 | 2.40 | 5.00× |", filled)                       # sweep
             self.assertIn("µs saved per step", filled)                                  # steps
             self.assertIn("**Verdict:", filled)                                         # outcome
