@@ -1052,21 +1052,9 @@ def provenance_suffix(rows):
     if torches:
         text += f" · torch {', '.join(torches)}"
     # one entry per kind of CPU row (the CPU reference's rows of several configurations say it once)
-    threads = list(dict.fromkeys(f"{describe_row(row)} {row['threads']}" for row in rows if row.get("threads")))
+    threads = list(dict.fromkeys(f"{rc.row_label(row)} {row['threads']}" for row in rows if row.get("threads")))
     if threads:
         text += " · CPU threads: " + ", ".join(threads)
-    return text
-
-
-def describe_row(row):
-    """A row in a few words: 'CPU reference', 'PyTorch eager', '05', '06 bf16', '04 atomic'."""
-    if row["stage"] == rc.REFERENCE:
-        return "CPU reference"
-    if row["stage"] == rc.PYTORCH:
-        return f"PyTorch {row['variant']}"
-    text = row["stage"]
-    if row.get("precision") and row["precision"] != "fp32":
-        text += f" {row['precision']}"
     return text
 
 
@@ -1086,7 +1074,7 @@ def runs_note(rows, what):
                              "in one `make bench`, or pass --allow-mixed-runs to show them marked")
     groups = []
     for run in runs:
-        members = [describe_row(r) for r in rows if r.get("run_id", "") == run]
+        members = [rc.row_label(r) for r in rows if r.get("run_id", "") == run]
         groups.append(f"{'`' + run + '`' if run else 'no run recorded'}: {', '.join(members)}")
     return f"**⚠ Rows of {len(runs)} runs**, not one measurement: " + "; ".join(groups) + ".\n\n"
 

@@ -11,6 +11,7 @@ functions need only the standard library; drawing needs matplotlib.
 """
 
 import argparse
+import itertools
 import os
 import sys
 
@@ -22,16 +23,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # selecting what to draw (standard library only)
 
 
-def series_label(row):
-    """'02', '07 · bf16', 'PyTorch eager', 'CPU reference': one bar or line of a figure."""
-    if row["stage"] == rc.PYTORCH:
-        return f"PyTorch {row['variant']}"
-    if row["stage"] == rc.REFERENCE:
-        return "CPU reference"
-    precision = row["precision"] or "fp32"
-    return row["stage"] if precision == "fp32" else f"{row['stage']} · {precision}"
-
-
 def ladder_data(rows, config, defaults=None):
     """(bars, lines) for one configuration: bars = (label, e2e, loop) of the CPU reference and the
     stages (default variants, as in the ladder tables), lines = (label, e2e) of the PyTorch modes; only
@@ -41,9 +32,9 @@ def ladder_data(rows, config, defaults=None):
         if not e.comparable or e.e2e is None:
             continue
         if e.kind == "pytorch":
-            lines.append((series_label(e.row), e.e2e))
+            lines.append((rc.row_label(e.row), e.e2e))
         else:
-            bars.append((series_label(e.row), e.e2e, e.loop))
+            bars.append((rc.row_label(e.row), e.e2e, e.loop))
     return bars, lines
 
 
@@ -59,7 +50,7 @@ def _sweep(rows, keep, x_of, defaults=None):
         x, ms = x_of(row), rc.number(row, "ms_per_epoch")
         if x is None or ms is None:
             continue
-        newest[(series_label(row), x)] = (x, ms, rc.throughput(row)[0])
+        newest[(rc.row_label(row), x)] = (x, ms, rc.throughput(row)[0])
     series = {}
     for (label, _), point in newest.items():
         series.setdefault(label, []).append(point)
@@ -179,13 +170,8 @@ def line_style(label):
 
 
 def moving_mean(values, window):
-    sums, out = [0.0], []
-    for v in values:
-        sums.append(sums[-1] + v)
-    for i in range(len(values)):
-        lo = max(0, i + 1 - window)
-        out.append((sums[i + 1] - sums[lo]) / (i + 1 - lo))
-    return out
+    sums = [0.0, *itertools.accumulate(values)]
+    return [(sums[i + 1] - sums[max(0, i + 1 - window)]) / min(i + 1, window) for i in range(len(values))]
 
 
 def panel_grid(plt, count, width, height):
@@ -199,10 +185,23 @@ def panel_grid(plt, count, width, height):
     return fig, flat[:count]
 
 
-def save(fig, title, path, bottom=0.0):
+def save(plt, fig, title, path, bottom=0.0):
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def log_axes(ax, xlabel, ylabel, title=None, legend=7):
+    """Log y, labels, a grid at every tick and the legend, as every line figure has them."""
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    if legend:
+        ax.legend(fontsize=legend)
+    ax.grid(which="both", alpha=0.3)
 
 
 def draw_ladder(plt, panels, title, path):
@@ -223,8 +222,7 @@ def draw_ladder(plt, panels, title, path):
         ax.set_title(subtitle, fontsize=10)
         ax.legend(fontsize=7)
         ax.grid(axis="y", which="both", alpha=0.3)
-    save(fig, title, path)
-    plt.close(fig)
+    save(plt, fig, title, path)
 
 
 def draw_sweep(plt, series, xlabel, unit, title, path, log2_x=False):
@@ -236,13 +234,8 @@ def draw_sweep(plt, series, xlabel, unit, title, path, log2_x=False):
         right.plot([r[0] for r in rates], [r[1] for r in rates], **style)
     for ax, ylabel in ((left, "ms per epoch"), (right, unit)):
         ax.set_xscale("log", base=2 if log2_x else 10)
-        ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(which="both", alpha=0.3)
-    left.legend(fontsize=7)
-    save(fig, title, path)
-    plt.close(fig)
+        log_axes(ax, xlabel, ylabel, legend=7 if ax is left else None)
+    save(plt, fig, title, path)
 
 
 def draw_persistent_sweep(plt, series, title, path):
@@ -255,13 +248,8 @@ def draw_persistent_sweep(plt, series, title, path):
                 color=color_for(stage))
     ax.set_xticks(range(len(widths)))
     ax.set_xticklabels([width_label(w) for w in widths])
-    ax.set_yscale("log")
-    ax.set_xlabel("hidden units (784-W-10; none: 784-10)")
-    ax.set_ylabel("ms per epoch (log scale)")
-    ax.grid(which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    save(fig, title, path)
-    plt.close(fig)
+    log_axes(ax, "hidden units (784-W-10; none: 784-10)", "ms per epoch (log scale)", legend=8)
+    save(plt, fig, title, path)
 
 
 def draw_curves(plt, panels, title, path):
@@ -279,14 +267,9 @@ def draw_curves(plt, panels, title, path):
             if series == "step_loss":
                 ys = moving_mean(ys, SMOOTH_STEPS)
             ax.plot(xs, ys, label=label, color=color_for(label), **style(label))
-        ax.set_yscale("log")
-        ax.set_xlabel("epoch" if series == "train_loss" else f"step (mean of the last {SMOOTH_STEPS} steps)")
-        ax.set_ylabel("loss (log scale)")
-        ax.set_title(subtitle, fontsize=10)
-        ax.legend(fontsize=7)
-        ax.grid(which="both", alpha=0.3)
-    save(fig, title, path)
-    plt.close(fig)
+        log_axes(ax, "epoch" if series == "train_loss" else f"step (mean of the last {SMOOTH_STEPS} steps)",
+                 "loss (log scale)", subtitle)
+    save(plt, fig, title, path)
 
 
 def draw_breakdown(plt, data, title, path):
@@ -312,8 +295,7 @@ def draw_breakdown(plt, data, title, path):
         ax.set_xlabel("% of the phases' sum (timing each phase synchronizes after it)")
         ax.set_title(trainer if trainer == "regression" else f"{trainer} --hidden {hidden}", fontsize=10)
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8)
-    save(fig, title, path, bottom=0.08)
-    plt.close(fig)
+    save(plt, fig, title, path, bottom=0.08)
 
 
 def plot_file(plt, csv_path, out_dir):

@@ -413,17 +413,21 @@ class Entry:
         return self.kind == "stage" and self.precision == "fp32"
 
     def label(self, stage_names=None):
-        if self.kind == "pytorch":
-            text = f"PyTorch {self.row['variant']}"
-        elif self.kind == "reference":
-            text = "CPU reference"
-        else:
-            text = (stage_names or {}).get(self.stage, self.stage)
-            if self.precision != "fp32":
-                text += f" · {self.precision}"
+        text = row_label(self.row, stage_names)
         if not self.comparable and self.epochs is not None:
             text += f" ({self.epochs} epoch{'s' if self.epochs != 1 else ''})"
         return text
+
+
+def row_label(row, stage_names=None):
+    """A row in a few words: 'CPU reference', 'PyTorch eager', '05' (or its name in stage_names), '06 · bf16'."""
+    if row["stage"] == PYTORCH:
+        return f"PyTorch {row['variant']}"
+    if row["stage"] == REFERENCE:
+        return "CPU reference"
+    precision = row["precision"] or "fp32"
+    text = (stage_names or {}).get(row["stage"], row["stage"])
+    return text if precision == "fp32" else f"{text} · {precision}"
 
 
 def _identity(row):
@@ -559,7 +563,7 @@ def spread(row, column="e2e"):
 
 
 def is_compile_mode(row):
-    return row["stage"] == PYTORCH and "compile-" in row["variant"]
+    return row["stage"] == PYTORCH and mode_compiles(row["variant"])
 
 
 def compile_audit(row):
