@@ -122,9 +122,7 @@ def ladder_lines(entries, stage_names=None):
         if e.kind == "pytorch" and e.comparable:
             target = best.get(e.precision) or best.get("fp32")
             versus_best = fmt_times(rc.ratio(e.e2e, target.e2e if target else None))
-        rate, _ = rc.throughput(e.row)
-        lines.append([e.label(stage_names), fmt_setup(e.setup), fmt_3(e.e2e), fmt_3(e.wall), fmt_spread(e.row),
-                      fmt_3(e.loop), fmt_3(e.ms_per_epoch), fmt_3(rate), step, step_wall, cumulative, versus_best])
+        lines.append([e.label(stage_names)] + timing_cells(e, unit=False) + [step, step_wall, cumulative, versus_best])
     return lines
 
 
@@ -288,10 +286,23 @@ def stage_pair(entries, stage, reference=False):
     return stage_entry(entries, stage), before
 
 
+def timing_cells(e, unit=True):
+    """An entry's setup, e2e, wall, e2e spread, loop, ms/epoch and throughput cells (with unit: '2,349 GB/s')."""
+    rate, rate_unit = rc.throughput(e.row)
+    rate_cell = f"{fmt_3(rate)} {rate_unit}" if unit and rate is not None else fmt_3(rate)
+    return [fmt_3(e.setup), fmt_3(e.e2e), fmt_3(e.wall), fmt_spread(e.row), fmt_3(e.loop), fmt_3(e.ms_per_epoch),
+            rate_cell]
+
+
+def speedups(before, this, columns=("e2e", "wall")):
+    """before's figure ÷ this's for each column (— unless both ran the same epochs)."""
+    same_epochs = before.epochs == this.epochs
+    return [fmt_times(rc.ratio(getattr(before, c), getattr(this, c)) if same_epochs else None) for c in columns]
+
+
 def stage_lines(rows, stage, stage_names=None, defaults=None):
-    """(cells, rows shown) of a stage table: per configuration, the stage before and this stage (fp32,
-    default variants): configuration, run, setup, e2e, wall, e2e spread, loop, ms/epoch, throughput,
-    speedup (e2e), speedup (wall), speedup (ms/epoch)."""
+    """(cells, rows shown) of a stage table (stage_block's header): per configuration, the stage before and
+    this stage (fp32, default variants)."""
     lines, shown = [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage, reference=True)
@@ -300,27 +311,18 @@ def stage_lines(rows, stage, stage_names=None, defaults=None):
             lines.append([name, stage, "no result yet"] + [""] * 9)
             continue
         for e in ([before] if before else []) + [this]:
-            speedup_e2e = speedup_wall = speedup_epoch = ""
+            ratios = ["", "", ""]
             if e is this and before is not None:
-                same_epochs = before.epochs == this.epochs
-                speedup_e2e = fmt_times(rc.ratio(before.e2e, this.e2e) if same_epochs else None)
-                speedup_wall = fmt_times(rc.ratio(before.wall, this.wall) if same_epochs else None)
-                speedup_epoch = fmt_times(rc.ratio(before.ms_per_epoch, this.ms_per_epoch))
-            rate, unit = rc.throughput(e.row)
-            lines.append([name, e.label(stage_names), fmt_setup(e.setup), fmt_3(e.e2e), fmt_3(e.wall),
-                          fmt_spread(e.row), fmt_3(e.loop), fmt_3(e.ms_per_epoch),
-                          f"{fmt_3(rate)} {unit}" if rate is not None else NOT_COMPARED,
-                          speedup_e2e, speedup_wall, speedup_epoch])
+                ratios = speedups(before, this) + [fmt_times(rc.ratio(before.ms_per_epoch, this.ms_per_epoch))]
+            lines.append([name, e.label(stage_names)] + timing_cells(e) + ratios)
             shown.append(e.row)
     return lines, shown
 
 
 def variant_lines(rows, stage, defaults=None):
-    """(cells, rows shown) of a stage's variants table: for each configuration where the stage has
-    more than one variant or precision, every one of them, the default (fp32) first: configuration,
-    variant, precision, setup, e2e, wall, e2e spread, loop, ms/epoch, throughput, vs default (e2e), vs
-    default (wall). vs default: the default's e2e (wall) ÷ this e2e (wall) (above 1: faster than the
-    default), when both ran the same epochs."""
+    """(cells, rows shown) of a stage's variants table (stage_block's variant header): for each configuration
+    where the stage has more than one variant or precision, every one of them, the default (fp32) first; vs
+    default: the default's e2e (wall) ÷ this e2e (wall) (above 1: faster than the default)."""
     if defaults is None:
         defaults = rc.variant_defaults(rows)
     lines, shown = [], []
@@ -334,14 +336,8 @@ def variant_lines(rows, stage, defaults=None):
             name = f"`{e.row['variant']}`" + (" (default)" if e.row["variant"] == default else "")
             if not e.comparable and e.epochs is not None:
                 name += f" ({e.epochs} epoch{'s' if e.epochs != 1 else ''})"
-            versus = versus_wall = ""
-            if base is not None and e is not base:
-                versus = fmt_times(rc.ratio(base.e2e, e.e2e) if base.epochs == e.epochs else None)
-                versus_wall = fmt_times(rc.ratio(base.wall, e.wall) if base.epochs == e.epochs else None)
-            rate, unit = rc.throughput(e.row)
-            lines.append([short_name(config), name, e.precision, fmt_setup(e.setup), fmt_3(e.e2e), fmt_3(e.wall),
-                          fmt_spread(e.row), fmt_3(e.loop), fmt_3(e.ms_per_epoch),
-                          f"{fmt_3(rate)} {unit}" if rate is not None else NOT_COMPARED, versus, versus_wall])
+            versus = speedups(base, e) if base is not None and e is not base else ["", ""]
+            lines.append([short_name(config), name, e.precision] + timing_cells(e) + versus)
             shown.append(e.row)
     return lines, shown
 
@@ -1021,13 +1017,6 @@ class MixedRunsError(Exception):
     """A table would show rows of more than one run (run_id) and --allow-mixed-runs was not given."""
 
 
-def fmt_setup(value):
-    """Setup in ms: — when not recorded, 0 when nothing is prepared."""
-    if value is None:
-        return NOT_COMPARED
-    return "0" if value == 0 else rc.three_digits(value)
-
-
 def fmt_spread(row):
     """'118–131 (n=3)', 'n=1', or — when the row records no repeats."""
     found = rc.spread(row)
@@ -1119,8 +1108,8 @@ def payback_sentence(config, before, this, stage_names=None):
         return None
     # the fixed costs are what the break-even compares, so the sentence shows them (setup alone can mislead)
     text = (f"{short_name(config)}, against {before.label(stage_names)}: fixed cost {fmt_3(fixed_cost(this))} ms "
-            f"against {fmt_3(fixed_cost(before))} ms (setup {fmt_setup(this.setup)} against "
-            f"{fmt_setup(before.setup)}), {fmt_3(this.ms_per_epoch)} against {fmt_3(before.ms_per_epoch)} ms an "
+            f"against {fmt_3(fixed_cost(before))} ms (setup {fmt_3(this.setup)} against "
+            f"{fmt_3(before.setup)}), {fmt_3(this.ms_per_epoch)} against {fmt_3(before.ms_per_epoch)} ms an "
             "epoch: ")
     if kind == "at once":
         text += "ahead from the first epoch (its fixed cost is no larger, its epochs no slower)"

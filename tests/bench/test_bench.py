@@ -1053,9 +1053,9 @@ class SetupWallSpreadTest(unittest.TestCase):
     def test_wall_is_setup_plus_e2e_and_needs_both(self):
         self.assertEqual(rc.wall_ms(timed_row("07", setup=130, e2e=227)), 357)
         self.assertIsNone(rc.wall_ms(timed_row("07", e2e=227)))  # schema 1: no setup recorded
-        self.assertEqual(make_tables.fmt_setup(None), "—")
-        self.assertEqual(make_tables.fmt_setup(0.0), "0")
-        self.assertEqual(make_tables.fmt_setup(49.5), "49.5")
+        self.assertEqual(make_tables.fmt_3(None), "—")
+        self.assertEqual(make_tables.fmt_3(0.0), "0")
+        self.assertEqual(make_tables.fmt_3(49.5), "49.5")
 
     def test_spread(self):
         row = timed_row("05", e2e=20)
