@@ -713,21 +713,6 @@ def profile_block(datasets, results_dir, root, stage, picks):
     return "\n\n".join((parts or [missing]) + ([f"<sub>{PROFILE_NOTE}</sub>"] if quoted else []))
 
 
-def add_profile_blocks(files, datasets, results_dir, root, dirs):
-    """Adds a block for each profile marker of each stage README (of files)."""
-    for d in dirs.values():
-        path = os.path.join(root, d, "README.md")
-        if path not in files or not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        for match in PROFILE_MARKER.finditer(text):
-            name, stage = match.group(1), match.group(2)
-            where = f"{path}:{text.count(chr(10), 0, match.start()) + 1}"
-            picks = parse_profile_selection(name[len(f"profile:stage{stage}"):], where)
-            files[path][name] = profile_block(datasets, results_dir, root, stage, picks)
-
-
 def replace_between(text, name, content):
     """text with the part between <!-- name begin --> and <!-- name end --> replaced by content, or
     None when the file has neither marker."""
@@ -776,20 +761,38 @@ def all_blocks(datasets, root, results_dir):
         },
     }
     for nn, d in dirs.items():
-        block = vector_add_block(datasets) if nn == "01" else stage_block(datasets, nn, names, known)
-        files[os.path.join(root, d, "README.md")] = {f"results:stage{nn}": block,
-                                                     f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
+        readme = os.path.join(root, d, "README.md")
+        blocks = files[readme] = {
+            f"results:stage{nn}": vector_add_block(datasets) if nn == "01" else stage_block(datasets, nn, names, known),
+            f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
         if nn != "01":
-            files[os.path.join(root, d, "README.md")][f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
+            blocks[f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
         if nn == "08":
-            files[os.path.join(root, d, "README.md")]["sweep:stage08"] = sweep_block(datasets, known)
-        files[os.path.join(root, d, "README.md")].update(kernel_ladder_blocks(ladder_sets, root, nn, d))
+            blocks["sweep:stage08"] = sweep_block(datasets, known)
+        blocks.update(kernel_ladder_blocks(ladder_sets, root, nn, d))
+        if os.path.exists(readme):
+            blocks.update(readme_blocks(readme, nn, datasets, results_dir, root, names, known))
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known)}
-    add_outcome_blocks(files, root, dirs, datasets, names, known)
-    add_profile_blocks(files, datasets, results_dir, root, dirs)
     add_round_blocks(files, root, dirs, results_dir)
     return files
+
+
+def readme_blocks(path, stage, datasets, results_dir, root, stage_names=None, known=None):
+    """The blocks a stage README's own text asks for: the outcome of its predictions table (stages 02 on), and
+    the quote of each profile marker's selection."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    blocks = {}
+    predictions = parse_predictions(text, path) if stage != "01" else []
+    if predictions:
+        blocks[f"outcome:stage{stage}"] = outcome_block(datasets, stage, predictions, stage_names, known)
+    for match in PROFILE_MARKER.finditer(text):
+        name, profiled = match.group(1), match.group(2)
+        where = f"{path}:{text.count(chr(10), 0, match.start()) + 1}"
+        picks = parse_profile_selection(name[len(f"profile:stage{profiled}"):], where)
+        blocks[name] = profile_block(datasets, results_dir, root, profiled, picks)
+    return blocks
 
 
 # ----------------------------------------------------------------------------
@@ -1353,18 +1356,6 @@ def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
             "for a hit, against the middle of the predicted range (or its one bound); for a miss, against the "
             "bound it passed. Speedups: the stage before ÷ this stage, as in the table above. " + FOOTNOTE_GENERATED)
     return "\n\n".join(parts + [verdict, f"<sub>{note}</sub>"])
-
-
-def add_outcome_blocks(files, root, dirs, datasets, stage_names=None, known=None):
-    """Adds an outcome:stageNN block to each stage README (of files) that has a predictions table."""
-    for nn, d in dirs.items():
-        path = os.path.join(root, d, "README.md")
-        if nn == "01" or path not in files or not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8") as f:
-            predictions = parse_predictions(f.read(), path)
-        if predictions:
-            files[path][f"outcome:stage{nn}"] = outcome_block(datasets, nn, predictions, stage_names, known)
 
 
 AS_PREDICTED = re.compile(r"(?<!not )(?<!not\n)(?<!n't )\bas\s+predicted\b", re.IGNORECASE)
