@@ -11,6 +11,7 @@ functions need only the standard library; drawing needs matplotlib.
 """
 
 import argparse
+import functools
 import itertools
 import os
 import sys
@@ -192,16 +193,18 @@ def save(plt, fig, title, path, bottom=0.0):
     plt.close(fig)
 
 
-def log_axes(ax, xlabel, ylabel, title=None, legend=7):
-    """Log y, labels, a grid at every tick and the legend, as every line figure has them."""
+def log_axes(ax, xlabel, ylabel, title=None, legend=7, grid="both"):
+    """Log y, labels, a grid (grid: its axis) at every tick and the legend, as every figure but the breakdown has
+    them."""
     ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
+    if xlabel:
+        ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title, fontsize=10)
     if legend:
         ax.legend(fontsize=legend)
-    ax.grid(which="both", alpha=0.3)
+    ax.grid(axis=grid, which="both", alpha=0.3)
 
 
 def draw_ladder(plt, panels, title, path):
@@ -217,15 +220,11 @@ def draw_ladder(plt, panels, title, path):
             ax.axhline(e2e, linestyle="--", linewidth=1.2, color=color_for(label), label=f"{label} (e2e)")
         ax.set_xticks(list(x))
         ax.set_xticklabels([b[0] for b in bars], rotation=30, ha="right")
-        ax.set_yscale("log")
-        ax.set_ylabel("ms (log scale)")
-        ax.set_title(subtitle, fontsize=10)
-        ax.legend(fontsize=7)
-        ax.grid(axis="y", which="both", alpha=0.3)
+        log_axes(ax, None, "ms (log scale)", subtitle, grid="y")
     save(plt, fig, title, path)
 
 
-def draw_sweep(plt, series, xlabel, unit, title, path, log2_x=False):
+def draw_sweep(plt, series, title, path, xlabel, unit, log2_x=False):
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     for label, points in series.items():
         style = dict(linestyle=line_style(label), marker="o", label=label, color=color_for(label))
@@ -320,30 +319,25 @@ def plot_file(plt, csv_path, out_dir):
                     panels.append((f"{subtitle}, {config.epochs} epochs", bars, lines))
         return panels
 
-    figures = {
-        "ladder-regression": (ladder_panels("regression"), lambda p, out: draw_ladder(
-            plt, p, f"Regression stage ladder — {source}", out)),
-        "ladder-mnist": (ladder_panels("mnist"), lambda p, out: draw_ladder(
-            plt, p, f"MNIST stage ladder — {source}", out)),
-        "size-sweep": (size_sweep_data(rows, defaults), lambda s, out: draw_sweep(
-            plt, s, "points", "GB/s (minimum traffic)", f"Regression size sweep, "
-            f"{rc.REGRESSION_EPOCHS} epochs — {source}", out)),
-        "width-sweep": (width_sweep_data(rows, defaults), lambda s, out: draw_sweep(
-            plt, s, "hidden width W (784-W-W-10)", "GFLOP/s", f"MNIST width sweep — {source}", out,
-            log2_x=True)),
-        "persistent-sweep": (persistent_sweep_data(rows, defaults), lambda s, out: draw_persistent_sweep(
-            plt, s, f"MNIST persistent sweep: one hidden layer, batch {rc.MNIST_BATCH}, fp32 — {source}", out)),
-        "loss-curves": (curve_panels(curve_rows), lambda p, out: draw_curves(
-            plt, p, f"Loss curves, same data, init and batch order — {source}", out)),
-        "breakdown": (breakdown_data(breakdown_rows), lambda d, out: draw_breakdown(
-            plt, d, f"Per-phase breakdown — {source}", out)),
+    figures = {  # name: (data, draw(plt, data, title, path), title)
+        "ladder-regression": (ladder_panels("regression"), draw_ladder, "Regression stage ladder"),
+        "ladder-mnist": (ladder_panels("mnist"), draw_ladder, "MNIST stage ladder"),
+        "size-sweep": (size_sweep_data(rows, defaults), functools.partial(
+            draw_sweep, xlabel="points", unit="GB/s (minimum traffic)"),
+            f"Regression size sweep, {rc.REGRESSION_EPOCHS} epochs"),
+        "width-sweep": (width_sweep_data(rows, defaults), functools.partial(
+            draw_sweep, xlabel="hidden width W (784-W-W-10)", unit="GFLOP/s", log2_x=True), "MNIST width sweep"),
+        "persistent-sweep": (persistent_sweep_data(rows, defaults), draw_persistent_sweep,
+                             f"MNIST persistent sweep: one hidden layer, batch {rc.MNIST_BATCH}, fp32"),
+        "loss-curves": (curve_panels(curve_rows), draw_curves, "Loss curves, same data, init and batch order"),
+        "breakdown": (breakdown_data(breakdown_rows), draw_breakdown, "Per-phase breakdown"),
     }
     written = []
     for name in FIGURES:
-        data, draw = figures[name]
+        data, draw, title = figures[name]
         out = os.path.join(out_dir, f"{stem}-{name}.png")
         if data:
-            draw(data, out)
+            draw(plt, data, f"{title} — {source}", out)
             written.append(out)
         elif os.path.exists(out):
             os.remove(out)
