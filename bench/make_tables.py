@@ -53,10 +53,7 @@ def markdown_table(header, align, lines):
 
 
 def source_line(rows, device, source):
-    commits = []
-    for row in rows:
-        if row["commit"] and row["commit"] not in commits:
-            commits.append(row["commit"])
+    commits = list(dict.fromkeys(row["commit"] for row in rows if row["commit"]))
     text = f"{device} · `{source}`"
     if commits:
         text += f" · commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
@@ -205,10 +202,8 @@ def pytorch_best(entries):
 
 
 def headline_lines(rows, ideas=None, defaults=None):
-    """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table: per ladder stage (fp32, default
-    variant) of either HEADLINE_CONFIGS: stage, idea, then per configuration its figure (regression: e2e ms;
-    MNIST: ms/epoch), step speedup (e2e) as ladder_lines computes it, and × PyTorch's best: the e2e of
-    pytorch_best ÷ this stage's e2e (above 1: the stage is faster). — where a stage has no row."""
+    """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table (headline_block's header and
+    note): per ladder stage (fp32, default variant) of either HEADLINE_CONFIGS; — where a stage has no row."""
     ideas = ideas or {}
     per_config, shown, best = [], [], {}
     for config in HEADLINE_CONFIGS:
@@ -525,9 +520,8 @@ ANSWER_KEY_SPREAD = 0.2  # another GPU of the same model lands within about this
 
 
 def answer_key_lines(rows, stages, defaults=None):
-    """(cells, rows shown) of the answer key: per stage with a row, its newest default fp32 rows: regression e2e
-    (with its range, ± ANSWER_KEY_SPREAD) and loop, MNIST --hidden 0 e2e (range), --hidden 128 e2e (range) and
-    ms/epoch."""
+    """(cells, rows shown) of the answer key (answer_key_block's header): per stage with a row, its newest
+    default fp32 rows, e2e with its range (± ANSWER_KEY_SPREAD)."""
     configs = {(c.trainer, c.hidden): c for c in rc.canonical_configs()}
     entries = {key: rc.select_entries(rows, config, defaults) for key, config in configs.items()}
 
@@ -820,9 +814,8 @@ def last_run(rows, stage, ladder):
 
 
 def kernel_ladder_lines(rows):
-    """The cells of one shape's table, version order, then the ceiling: version, name, ms (min–max),
-    rate, % of ceiling, step, cumulative, setup ms. step: the row above ÷ this (naming the version it
-    compares with when the one just below is missing); cumulative: the first row ÷ this."""
+    """The cells of one shape's table (kernel_ladder_block's header), version order, then the ceiling; step
+    names the version it compares with when the one just below is missing."""
     rows = sorted(rows, key=lambda r: rc.integer(r, "version") or 0)
     lines, first, previous = [], None, None
     for row in rows:

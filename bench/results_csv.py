@@ -392,12 +392,7 @@ class Entry:
     def __init__(self, row, canonical_epochs):
         self.row = row
         self.stage = row["stage"]
-        if self.stage == PYTORCH:
-            self.kind = "pytorch"
-        elif self.stage == REFERENCE:
-            self.kind = "reference"
-        else:
-            self.kind = "stage"
+        self.kind = {PYTORCH: "pytorch", REFERENCE: "reference"}.get(self.stage, "stage")
         self.precision = row["precision"] or "fp32"
         self.epochs = integer(row, "epochs")
         self.comparable = self.epochs == canonical_epochs  # ran the configuration's epochs
@@ -596,12 +591,7 @@ def unclean_compile_rows(rows, config):
 def run_ids(rows):
     """The distinct run ids of rows in order of first appearance; "" stands for rows that record none
     (schema 1)."""
-    found = []
-    for row in rows:
-        run = row.get("run_id", "")
-        if run not in found:
-            found.append(run)
-    return found
+    return list(dict.fromkeys(row.get("run_id", "") for row in rows))
 
 
 # ----------------------------------------------------------------------------
