@@ -620,10 +620,6 @@ class ProfileError(Exception):
     """A profile marker whose selection cannot be read."""
 
 
-def profile_file(results_dir, slug, stage):
-    return os.path.join(results_dir, f"{slug}-profile-{stage}.txt")
-
-
 def read_profile(path):
     """(provenance line, command line, {trainer: (ncu command, table header, kernel lines, closing line)}) of
     a results/<gpu>-profile-NN.txt as the stage-profile recipe writes it."""
@@ -697,7 +693,7 @@ def profile_block(datasets, results_dir, root, stage, picks):
     missing = f"*(no profile recorded for this GPU yet: run `make stage {int(stage)} profile RECORD=1`)*"
     parts, quoted = [], False
     for slug, device in sorted(gpus.items()):
-        path = profile_file(results_dir, slug, stage)
+        path = os.path.join(results_dir, f"{slug}-profile-{stage}.txt")
         if os.path.exists(path):
             rel = os.path.relpath(path, root)
             parts.append(profile_excerpt(path, picks, path if rel.startswith("..") else rel))

@@ -52,7 +52,6 @@ import plots
 import provenance
 import results_csv as rc
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXIT_USAGE = 2  # common/exit_codes.h: a stage that does not offer a flag value answers with it
 GRACE_S = 10  # an optional run still going this long past the budget is stopped
 
@@ -607,7 +606,7 @@ def main(argv=None):
         seconds = budget_seconds(plan, args.budget_s)
     except ValueError as err:
         parser.error(f"--budget-s / BENCH_BUDGET_S: {err}")
-    os.chdir(REPO_ROOT)
+    os.chdir(provenance.REPO_ROOT)
 
     name = gpu_name()
     if name is None:
@@ -618,7 +617,7 @@ def main(argv=None):
         print("error: no built stage: run make all first", file=sys.stderr)
         return 2
     slug = rc.gpu_slug(name)
-    commit, dirty, run_id, problem = run_provenance(REPO_ROOT, args.commit, args.dirty)
+    commit, dirty, run_id, problem = run_provenance(provenance.REPO_ROOT, args.commit, args.dirty)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
