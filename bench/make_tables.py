@@ -1,62 +1,22 @@
 #!/usr/bin/env python3
-"""bench/make_tables.py: writes the result tables of the READMEs from the CSV files in results/.
+"""bench/make_tables.py: writes the result tables of the READMEs from the files in results/.
 
-Every number in a table comes from one result row (common/report.h schema); each table names the CSV
-file and the device it comes from. The tables go between markers, and nothing outside them changes:
+Each table sits between <!-- NAME begin --> and <!-- NAME end --> markers (nothing outside them changes; a
+file without its markers is left untouched), and names the file, device, commit and run its rows come from.
+NAME: ladder:headline (README.md); ladder:regression, ladder:mnist, sanitize:summary (docs/RESULTS.md);
+results:stageNN, steps:stageNN, sanitize:stageNN, outcome:stageNN (the stage's predictions table against
+its rows), ladder:NAME (the kernel ladder NN-*/NAME_ladder.cu), profile:stageNN SELECTION (lines of
+results/<gpu>-profile-NN.txt), sweep:stage08 (stage READMEs); rounds:all
+and rounds:stageNN (the recorded `make stage N try` outputs); answerkey (TEACHING.md).
 
-  README.md        <!-- ladder:headline begin --> ... <!-- ladder:headline end -->  (one line per stage: its idea,
-                   regression e2e ms, MNIST --hidden 128 ms/epoch, step speedups, × PyTorch's best)
-  docs/RESULTS.md  <!-- ladder:regression begin --> ... <!-- ladder:regression end -->
-                   <!-- ladder:mnist begin --> ... <!-- ladder:mnist end -->     (one table per --hidden)
-  NN-*/README.md   <!-- results:stageNN begin --> ... <!-- results:stageNN end -->  (stage NN vs the one before,
-                   then its variants table where it has other variants or precisions; 01-vector-add: its
-                   versions)
-  NN-*/README.md   <!-- steps:stageNN begin --> ... <!-- steps:stageNN end -->  (stage NN and the one before:
-                   regression loop ms, µs per epoch, e2e − loop; MNIST µs per step per --hidden, and the µs
-                   saved per step; the figures the stage's prose reasons with)
-  07-*/README.md   <!-- targets:stage07 begin --> ... <!-- targets:stage07 end -->  (stage 07's targets
-                   against its measured rows)
-  08-*/README.md   <!-- targets:stage08 begin --> ... <!-- targets:stage08 end -->  (stage 08's targets: ms/epoch,
-                   against PyTorch cuda-graph and against stage 07, same run)
-  08-*/README.md   <!-- sweep:stage08 begin --> ... <!-- sweep:stage08 end -->  (the persistent sweep: one hidden
-                   layer of each width, stage 07 against stage 08, newest run)
-  NN-*/README.md   <!-- outcome:stageNN begin --> ... <!-- outcome:stageNN end -->  (the stage's predictions,
-                   read from its <!-- predictions begin --> ... <!-- predictions end --> table, against
-                   the measured rows: hit or miss, and measured ÷ predicted)
-  docs/RESULTS.md  <!-- sanitize:summary begin --> ... <!-- sanitize:summary end -->  (the compute-sanitizer
-                   table of the last full `make sanitize`, results/<gpu>-sanitize.txt, as it printed it)
-  NN-*/README.md   <!-- sanitize:stageNN begin --> ... <!-- sanitize:stageNN end -->  (that table's rows
-                   of stage NN)
-  NN-*/README.md   <!-- ladder:NAME begin --> ... <!-- ladder:NAME end -->  (kernel ladder NN-*/NAME_ladder.cu:
-                   its last run in results/<gpu>-ladders.csv, one table per shape; bench/kernel_ladders.py)
-  NN-*/README.md   <!-- profile:stageNN regression=top2 mnist=KERNEL,KERNEL begin --> ... <!-- profile:stageNN
-                   ... end -->  (lines of the per-kernel summaries `make stage N profile RECORD=1` wrote to
-                   results/<gpu>-profile-NN.txt: per trainer, its K lines of most time, or the lines of
-                   the kernels named)
-  02-*/README.md   <!-- rounds:all begin --> ... <!-- rounds:all end -->  (the assistant rounds: every
-                   results/<gpu>-try-NN-TRAINER.txt, the output of `make stage N try` on an answer)
-  NN-*/assistant/README.md  <!-- rounds:stageNN begin --> ... <!-- rounds:stageNN end -->  (that stage's rows)
+A stage counts in the ladder and stage tables in its default variant (the first of its REGRESSION_VARIANTS /
+MNIST_VARIANTS) at fp32 and bf16; its other variants fill its variants table. A table shows the rows of one
+run (run_id): rows of several runs are an error unless --allow-mixed-runs, which marks them. A torch.compile
+row that is not clean is named under its table, not shown. Standard library only.
 
-A stage counts in the ladder and the stage-vs-stage tables in its default variant (the first name of
-its REGRESSION_VARIANTS / MNIST_VARIANTS), at fp32 and bf16; its other variants and precisions (the
-attribution rows make bench measures) fill its variants table.
-
-Every table shows setup (untimed preparations: handles, autotuning, graph capture), e2e and wall =
-setup + e2e, the spread of the timed runs, and step speedups on e2e and on wall; each stage README
-says after how many epochs its fixed cost (setup + e2e − epochs × ms/epoch) pays back against the stage
-before. A table shows the rows of one run (run_id): rows of several runs stop the generator, unless
---allow-mixed-runs, which marks them visibly instead; rows that record no run (CSV schema 1) are marked
-as such. A torch.compile row that is not clean (graph breaks, recompiles, or no audit) is named under
-its table, not shown.
-
-A file without its markers is left untouched. Standard library only.
-
-  python3 bench/make_tables.py                   update the READMEs from results/
-  python3 bench/make_tables.py --print           print the tables, change nothing
-  python3 bench/make_tables.py --check           exit 1 if a README is not what results/ gives, or its
-                                                 prose says "as predicted" outside a generated outcome
-                                                 block whose verdict is hit
-  python3 bench/make_tables.py --allow-mixed-runs  tables may mix runs, marked
+  python3 bench/make_tables.py [--print | --check] [--allow-mixed-runs] [--root DIR] [--results DIR]
+  --check exits 1 if a README is not what results/ gives, or its prose says "as predicted" outside a
+  generated outcome block whose verdict is hit.
 """
 
 import argparse
@@ -65,7 +25,6 @@ import os
 import re
 import sys
 
-import kernel_ladders
 import results_csv as rc
 
 NOT_COMPARED = "—"
@@ -87,34 +46,55 @@ def fmt_times(value):
 
 
 def markdown_table(header, align, lines):
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    """align: a letter a column, l (left) or r (right)."""
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(":--" if a == "l" else "--:" for a in align) + "|"]
     out += ["| " + " | ".join(cells) + " |" for cells in lines]
     return "\n".join(out)
 
 
 def source_line(rows, device, source):
-    commits = []
-    for row in rows:
-        if row["commit"] and row["commit"] not in commits:
-            commits.append(row["commit"])
+    commits = list(dict.fromkeys(row["commit"] for row in rows if row["commit"]))
     text = f"{device} · `{source}`"
     if commits:
         text += f" · commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
     return text + provenance_suffix(rows)
 
 
+def sourced_table(shown, rows, source, what, table, title=""):
+    """A table of a results file's rows under its title, its source line (the device of rows, the provenance of
+    the rows shown) and their runs_note, what naming the table there (None: no note)."""
+    note = runs_note(shown, f"{what} of {source}") if what else ""
+    return f"{title}{source_line(shown, rc.device_of(rows), source)}\n\n{note}{table}"
+
+
+def results_parts(datasets, known, part_of):
+    """part_of(source, rows, variant defaults) for each results file, leaving out the files it gives nothing."""
+    parts = [part_of(source, rows, rc.variant_defaults(rows, known)) for source, rows in datasets]
+    return [part for part in parts if part]
+
+
+def with_note(parts, note):
+    """The parts, then note in small print; NO_RESULTS without parts."""
+    return "\n\n".join(parts + [f"<sub>{note}</sub>"]) if parts else NO_RESULTS
+
+
+def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None, title=None):
+    """One table per results file: lines_of(rows, variant defaults) gives (cells, rows shown), and a file with
+    no row shown is left out. what: the subject of runs_note; title(rows shown): a line above each table."""
+    def part(source, rows, defaults):
+        lines, shown = lines_of(rows, defaults)
+        if shown:
+            return sourced_table(shown, shown, source, what, markdown_table(headers, aligns, lines),
+                                 title(shown) if title else "")
+    return with_note(results_parts(datasets, known, part), note)
+
+
 # ----------------------------------------------------------------------------
 # the ladder: every stage of one configuration, then the PyTorch baselines
 
 def ladder_lines(entries, stage_names=None):
-    """The cells of a ladder table: label, setup, e2e, wall (setup + e2e), e2e spread, loop, ms/epoch,
-    throughput, step speedup (e2e), step speedup (wall), cumulative, ÷ best stage.
-
-    step speedup: e2e (wall) of the stage above / this e2e (wall) (the stage it compares with is named
-    when stages are missing); cumulative: e2e of the first stage / this e2e; ÷ best stage (PyTorch
-    rows): this e2e / e2e of the fastest stage of the same precision (fp32 when there is none). Only
-    rows that ran the configuration's epochs are compared.
-    """
+    """The cells of a ladder table (ladder_table's header); the speedups as FOOTNOTE_TIMES defines them, the
+    stage compared with named when stages are missing. Only rows that ran the configuration's epochs compare."""
     rungs = [e for e in entries if e.is_ladder_stage and e.comparable and e.e2e]
     first = rungs[0] if rungs else None
     best = {}
@@ -139,23 +119,20 @@ def ladder_lines(entries, stage_names=None):
         if e.kind == "pytorch" and e.comparable:
             target = best.get(e.precision) or best.get("fp32")
             versus_best = fmt_times(rc.ratio(e.e2e, target.e2e if target else None))
-        rate, _ = rc.throughput(e.row)
-        lines.append([e.label(stage_names), fmt_setup(e.setup), fmt_3(e.e2e), fmt_3(e.wall), fmt_spread(e.row),
-                      fmt_3(e.loop), fmt_3(e.ms_per_epoch), fmt_3(rate), step, step_wall, cumulative, versus_best])
+        lines.append([e.label(stage_names)] + timing_cells(e, unit=False) + [step, step_wall, cumulative, versus_best])
     return lines
 
 
-def ladder_table(rows, config, device, source, stage_names=None, defaults=None):
+def ladder_table(rows, config, source, stage_names=None, defaults=None):
     entries = rc.select_entries(rows, config, defaults)
     if not entries:
         return f"**{config.title()}**: no rows in `{source}` yet."
     unit = "GB/s" if config.trainer == "regression" else "GFLOP/s"
     header = ["", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch", unit, "step speedup (e2e)",
               "step speedup (wall)", "cumulative speedup", "÷ best stage"]
-    table = markdown_table(header, [":--"] + ["--:"] * 11, ladder_lines(entries, stage_names))
-    shown = [e.row for e in entries]
-    notes = runs_note(shown, f"the {short_name(config)} ladder of {source}") + unclean_note(rows, config)
-    return f"**{config.title()}**  \n{source_line(shown, device, source)}\n\n{notes}{table}"
+    table = markdown_table(header, "l" + "r" * 11, ladder_lines(entries, stage_names))
+    return sourced_table([e.row for e in entries], rows, source, f"the {short_name(config)} ladder",
+                         unclean_note(rows, config) + table, f"**{config.title()}**  \n")
 
 
 FOOTNOTE_TIMES = (
@@ -187,18 +164,12 @@ NO_RESULTS = "*Not measured yet: run `make bench` on a GPU machine.*"
 def ladder_block(datasets, trainer, stage_names=None, known=None):
     """The text between the ladder:<trainer> markers: every configuration of every results file.
     known: rc.source_default_variants of the repository (which variant is each stage's default)."""
-    if not datasets:
-        return NO_RESULTS
-    parts = []
-    for source, rows in datasets:
-        device = rc.device_of(rows)
-        defaults = rc.variant_defaults(rows, known)
-        for config in rc.canonical_configs():
-            if config.trainer == trainer:
-                parts.append(ladder_table(rows, config, device, source, stage_names, defaults))
+    def part(source, rows, defaults):
+        return "\n\n".join(ladder_table(rows, config, source, stage_names, defaults)
+                           for config in rc.canonical_configs() if config.trainer == trainer)
     notes = [FOOTNOTE_TIMES, FOOTNOTE_SETUP, FOOTNOTE_GBS if trainer == "regression" else FOOTNOTE_GFLOPS,
              FOOTNOTE_GENERATED]
-    return "\n\n".join(parts + ["<sub>" + " ".join(notes) + "</sub>"])
+    return with_note(results_parts(datasets, known, part), " ".join(notes))
 
 
 # ----------------------------------------------------------------------------
@@ -231,10 +202,8 @@ def pytorch_best(entries):
 
 
 def headline_lines(rows, ideas=None, defaults=None):
-    """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table: per ladder stage (fp32, default
-    variant) of either HEADLINE_CONFIGS: stage, idea, then per configuration its figure (regression: e2e ms;
-    MNIST: ms/epoch), step speedup (e2e) as ladder_lines computes it, and × PyTorch's best: the e2e of
-    pytorch_best ÷ this stage's e2e (above 1: the stage is faster). — where a stage has no row."""
+    """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table (headline_block's header and
+    note): per ladder stage (fp32, default variant) of either HEADLINE_CONFIGS; — where a stage has no row."""
     ideas = ideas or {}
     per_config, shown, best = [], [], {}
     for config in HEADLINE_CONFIGS:
@@ -262,34 +231,29 @@ def headline_lines(rows, ideas=None, defaults=None):
 def headline_block(datasets, stage_names=None, known=None, ideas=None):
     """The text between the ladder:headline markers of the top README: per results file, one line per stage
     (headline_lines), then which PyTorch mode was the best."""
-    if not datasets:
-        return NO_RESULTS
     header = ["stage", "idea", "regression e2e ms", "÷ stage before (e2e)", "× PyTorch's best (e2e)",
               "MNIST --hidden 128 ms/epoch", "÷ stage before (e2e)", "× PyTorch's best (e2e)"]
-    parts = []
-    for source, rows in datasets:
-        lines, shown, best = headline_lines(rows, ideas, rc.variant_defaults(rows, known))
+    title = " · ".join(f"{short_name(c)}{'' if c.trainer == 'regression' else f', batch {rc.MNIST_BATCH}'}, "
+                       f"{c.epochs} epochs" for c in HEADLINE_CONFIGS)
+
+    def part(source, rows, defaults):
+        lines, shown, best = headline_lines(rows, ideas, defaults)
         if not lines:
-            parts.append(f"No stage rows in `{source}` yet.")
-            continue
+            return f"No stage rows in `{source}` yet."
         for line in lines:
             line[0] = (stage_names or {}).get(line[0], line[0])
         named = "; ".join(f"{short_name(c)} `{best[c.trainer].row['variant']}`, {fmt_3(best[c.trainer].e2e)} ms e2e"
                           for c in HEADLINE_CONFIGS if best[c.trainer] is not None)
-        title = " · ".join(f"{short_name(c)}{'' if c.trainer == 'regression' else f', batch {rc.MNIST_BATCH}'}, "
-                           f"{c.epochs} epochs" for c in HEADLINE_CONFIGS)
-        parts.append(f"**Every stage: {title}**  \n"
-                     f"{source_line(shown, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(shown, f'the headline table of {source}')}"
-                     f"{markdown_table(header, [':--', ':--'] + ['--:'] * 6, lines)}\n\n"
-                     f"PyTorch's best (its fastest fp32 mode): {named or 'no PyTorch rows'}.")
+        return sourced_table(shown, rows, source, "the headline table", markdown_table(header, "ll" + "r" * 6, lines)
+                             + f"\n\nPyTorch's best (its fastest fp32 mode): {named or 'no PyTorch rows'}.",
+                             f"**Every stage: {title}**  \n")
     note = ("Each stage in its default variant at fp32, newest rows. e2e: from the training data in host memory to "
             "the trained parameters back in host memory; ms/epoch: the median epoch (docs/DESIGN.md, \"Timing\"). "
             "÷ stage before: the stage before's e2e ÷ this stage's (the stage it compares with is named when one is "
             "missing); × PyTorch's best: the e2e of PyTorch's fastest fp32 mode on the same configuration ÷ this "
             "stage's e2e (above 1: the stage is faster). Every column, precision and PyTorch mode: the "
             "per-trainer tables of docs/RESULTS.md. " + FOOTNOTE_GENERATED)
-    return "\n\n".join(parts + [f"<sub>{note}</sub>"])
+    return with_note(results_parts(datasets, known, part), note)
 
 
 # ----------------------------------------------------------------------------
@@ -317,10 +281,23 @@ def stage_pair(entries, stage, reference=False):
     return stage_entry(entries, stage), before
 
 
+def timing_cells(e, unit=True):
+    """An entry's setup, e2e, wall, e2e spread, loop, ms/epoch and throughput cells (with unit: '2,349 GB/s')."""
+    rate, rate_unit = rc.throughput(e.row)
+    rate_cell = f"{fmt_3(rate)} {rate_unit}" if unit and rate is not None else fmt_3(rate)
+    return [fmt_3(e.setup), fmt_3(e.e2e), fmt_3(e.wall), fmt_spread(e.row), fmt_3(e.loop), fmt_3(e.ms_per_epoch),
+            rate_cell]
+
+
+def speedups(before, this, columns=("e2e", "wall")):
+    """before's figure ÷ this's for each column (— unless both ran the same epochs)."""
+    same_epochs = before.epochs == this.epochs
+    return [fmt_times(rc.ratio(getattr(before, c), getattr(this, c)) if same_epochs else None) for c in columns]
+
+
 def stage_lines(rows, stage, stage_names=None, defaults=None):
-    """(cells, rows shown) of a stage table: per configuration, the stage before and this stage (fp32,
-    default variants): configuration, run, setup, e2e, wall, e2e spread, loop, ms/epoch, throughput,
-    speedup (e2e), speedup (wall), speedup (ms/epoch)."""
+    """(cells, rows shown) of a stage table (stage_block's header): per configuration, the stage before and
+    this stage (fp32, default variants)."""
     lines, shown = [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage, reference=True)
@@ -329,27 +306,18 @@ def stage_lines(rows, stage, stage_names=None, defaults=None):
             lines.append([name, stage, "no result yet"] + [""] * 9)
             continue
         for e in ([before] if before else []) + [this]:
-            speedup_e2e = speedup_wall = speedup_epoch = ""
+            ratios = ["", "", ""]
             if e is this and before is not None:
-                same_epochs = before.epochs == this.epochs
-                speedup_e2e = fmt_times(rc.ratio(before.e2e, this.e2e) if same_epochs else None)
-                speedup_wall = fmt_times(rc.ratio(before.wall, this.wall) if same_epochs else None)
-                speedup_epoch = fmt_times(rc.ratio(before.ms_per_epoch, this.ms_per_epoch))
-            rate, unit = rc.throughput(e.row)
-            lines.append([name, e.label(stage_names), fmt_setup(e.setup), fmt_3(e.e2e), fmt_3(e.wall),
-                          fmt_spread(e.row), fmt_3(e.loop), fmt_3(e.ms_per_epoch),
-                          f"{fmt_3(rate)} {unit}" if rate is not None else NOT_COMPARED,
-                          speedup_e2e, speedup_wall, speedup_epoch])
+                ratios = speedups(before, this) + [fmt_times(rc.ratio(before.ms_per_epoch, this.ms_per_epoch))]
+            lines.append([name, e.label(stage_names)] + timing_cells(e) + ratios)
             shown.append(e.row)
     return lines, shown
 
 
 def variant_lines(rows, stage, defaults=None):
-    """(cells, rows shown) of a stage's variants table: for each configuration where the stage has
-    more than one variant or precision, every one of them, the default (fp32) first: configuration,
-    variant, precision, setup, e2e, wall, e2e spread, loop, ms/epoch, throughput, vs default (e2e), vs
-    default (wall). vs default: the default's e2e (wall) ÷ this e2e (wall) (above 1: faster than the
-    default), when both ran the same epochs."""
+    """(cells, rows shown) of a stage's variants table (stage_block's variant header): for each configuration
+    where the stage has more than one variant or precision, every one of them, the default (fp32) first; vs
+    default: the default's e2e (wall) ÷ this e2e (wall) (above 1: faster than the default)."""
     if defaults is None:
         defaults = rc.variant_defaults(rows)
     lines, shown = [], []
@@ -363,43 +331,36 @@ def variant_lines(rows, stage, defaults=None):
             name = f"`{e.row['variant']}`" + (" (default)" if e.row["variant"] == default else "")
             if not e.comparable and e.epochs is not None:
                 name += f" ({e.epochs} epoch{'s' if e.epochs != 1 else ''})"
-            versus = versus_wall = ""
-            if base is not None and e is not base:
-                versus = fmt_times(rc.ratio(base.e2e, e.e2e) if base.epochs == e.epochs else None)
-                versus_wall = fmt_times(rc.ratio(base.wall, e.wall) if base.epochs == e.epochs else None)
-            rate, unit = rc.throughput(e.row)
-            lines.append([short_name(config), name, e.precision, fmt_setup(e.setup), fmt_3(e.e2e), fmt_3(e.wall),
-                          fmt_spread(e.row), fmt_3(e.loop), fmt_3(e.ms_per_epoch),
-                          f"{fmt_3(rate)} {unit}" if rate is not None else NOT_COMPARED, versus, versus_wall])
+            versus = speedups(base, e) if base is not None and e is not base else ["", ""]
+            lines.append([short_name(config), name, e.precision] + timing_cells(e) + versus)
             shown.append(e.row)
     return lines, shown
 
 
 def stage_block(datasets, stage, stage_names=None, known=None):
-    if not datasets:
-        return NO_RESULTS
-    parts = []
+    """The text between the results:stageNN markers: per results file, the stage table (stage_lines), when its
+    fixed cost pays back (payback_block) and its variants table (variant_lines)."""
     header = ["configuration", "run", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch",
               "throughput", "speedup (e2e)", "speedup (wall)", "speedup (ms/epoch)"]
     variant_header = ["configuration", "variant", "precision", "setup ms", "e2e ms", "wall ms", "e2e spread",
                       "loop ms", "ms/epoch", "throughput", "vs default (e2e)", "vs default (wall)"]
     any_variants = False
-    for source, rows in datasets:
-        defaults = rc.variant_defaults(rows, known)
+
+    def part(source, rows, defaults):
+        nonlocal any_variants
         lines, shown = stage_lines(rows, stage, stage_names, defaults)
-        table = markdown_table(header, [":--", ":--"] + ["--:"] * 10, lines)
-        parts.append(f"{source_line(shown, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(shown, f'the stage {stage} table of {source}')}{table}")
-        payback = payback_block(rows, stage, stage_names, defaults)
-        if payback:
-            parts.append(payback)
+        parts = [sourced_table(shown, rows, source, f"the stage {stage} table",
+                               markdown_table(header, "ll" + "r" * 10, lines)),
+                 payback_block(rows, stage, stage_names, defaults)]
         variants, variant_rows = variant_lines(rows, stage, defaults)
         if variants:
             any_variants = True
-            table = markdown_table(variant_header, [":--", ":--", ":--"] + ["--:"] * 9, variants)
-            parts.append(f"**Variants of stage {stage}** (`--variant`, `--precision`)  \n"
-                         f"{source_line(variant_rows, rc.device_of(rows), source)}\n\n"
-                         f"{runs_note(variant_rows, f'the stage {stage} variants table of {source}')}{table}")
+            parts.append(sourced_table(variant_rows, rows, source, f"the stage {stage} variants table",
+                                       markdown_table(variant_header, "lll" + "r" * 9, variants),
+                                       f"**Variants of stage {stage}** (`--variant`, `--precision`)  \n"))
+        return "\n\n".join(part for part in parts if part)
+
+    parts = results_parts(datasets, known, part)
     notes = [
         f"Stage {stage} against the stage before it (stage 02: against the CPU reference), each in its "
         "default variant at fp32. Speedups: the earlier run ÷ this one; e2e only when both ran the same epochs.",
@@ -408,7 +369,7 @@ def stage_block(datasets, stage, stage_names=None, known=None):
         notes.append("Variants: the same configurations with `--variant` or `--precision`; vs default = the "
                      "default variant's fp32 e2e ÷ this e2e (above 1: faster than the default).")
     notes += [FOOTNOTE_SETUP, FOOTNOTE_GBS, FOOTNOTE_GFLOPS, FOOTNOTE_GENERATED]
-    return "\n\n".join(parts + ["<sub>" + " ".join(notes) + "</sub>"])
+    return with_note(parts, " ".join(notes))
 
 
 # ----------------------------------------------------------------------------
@@ -438,151 +399,16 @@ def vector_add_lines(rows):
 
 
 def vector_add_block(datasets):
-    parts = []
-    header = ["version", "with transfers ms", "GB/s", "speedup", "kernel only ms", "GB/s", "speedup"]
-    for source, rows in datasets:
-        lines, shown = vector_add_lines(rows)
-        if not lines:
-            parts.append(f"No vector-add rows in `{source}` yet.")
-            continue
-        n = rc.integer(shown[-1], "points")
-        table = markdown_table(header, [":--"] + ["--:"] * 6, lines)
-        parts.append(f"c = a + b on n = {n:,} floats  \n{source_line(shown, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(shown, f'the vector-add table of {source}')}{table}")
-    if not parts:
-        return NO_RESULTS
-    notes = ("GB/s: the bytes the add must move, 3 × 4 B × n (a and b read, c written) ÷ time. Speedup: the "
-             "row above ÷ this row. " + FOOTNOTE_GENERATED)
-    return "\n\n".join(parts + [f"<sub>{notes}</sub>"])
+    note = ("GB/s: the bytes the add must move, 3 × 4 B × n (a and b read, c written) ÷ time. Speedup: the "
+            "row above ÷ this row. " + FOOTNOTE_GENERATED)
+    return results_tables(datasets, None, lambda rows, _: vector_add_lines(rows),
+                          ["version", "with transfers ms", "GB/s", "speedup", "kernel only ms", "GB/s", "speedup"],
+                          "l" + "r" * 6, what="the vector-add table", note=note,
+                          title=lambda shown: f"c = a + b on n = {rc.integer(shown[-1], 'points'):,} floats  \n")
 
 
 # ----------------------------------------------------------------------------
-# markers
-
-# ----------------------------------------------------------------------------
-# a stage's targets: the benchmark figures it is asked to reach (fp32, default variants)
-
-# (configuration label, trainer, hidden, measured figure, column, target in ms)
-STAGE07_TARGETS = [
-    ("regression 5M points, 200 epochs", "regression", None, "loop ms", "loop", 3.0),
-    ("MNIST --hidden 0", "mnist", "0", "loop ms per epoch", "ms_per_epoch", 2.5),
-    ("MNIST --hidden 128", "mnist", "128", "loop ms per epoch", "ms_per_epoch", 6.0),
-]
-
-
-def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None):
-    """One table per results file: lines_of(rows, variant defaults) gives (cells, rows shown), and a file with
-    no row shown is left out. what: the subject of runs_note (None: none); note: a footnote under the tables."""
-    blocks = []
-    for source, rows in datasets:
-        lines, shown = lines_of(rows, rc.variant_defaults(rows, known))
-        if not shown:
-            continue
-        blocks.append(source_line(shown, rc.device_of(shown), source) + "\n\n"
-                      + (runs_note(shown, f"{what} of {source}") if what else "")
-                      + markdown_table(headers, aligns, lines))
-    if not blocks:
-        return NO_RESULTS
-    return "\n\n".join(blocks + ([f"<sub>{note}</sub>"] if note else []))
-
-
-TARGET_HEADERS = (["", "figure", "target", "measured", ""], [":--", ":--", "--:", "--:", ":--"])
-
-
-def target_verdict(measured, target):
-    """A figure against its target (at most target): met, or missed with how far."""
-    return "met" if measured <= target else f"missed: {rc.ratio(measured, target):.1f}× the target"
-
-
-def stage07_target_lines(rows, defaults=None):
-    """(cells, rows shown) of stage 07's targets: each against the newest stage-07 row."""
-    lines, shown = [], []
-    for label, trainer, hidden, figure, column, target in STAGE07_TARGETS:
-        config = next(c for c in rc.canonical_configs()
-                      if c.trainer == trainer and (hidden is None or c.hidden == hidden))
-        this = stage_entry(rc.select_entries(rows, config, defaults), "07")
-        if this is None:
-            lines.append([label, figure, f"≤ {target:g}", "no result yet", ""])
-            continue
-        measured = getattr(this, column)
-        lines.append([label, figure, f"≤ {target:g}", fmt_3(measured), target_verdict(measured, target)])
-        shown.append(this.row)
-    return lines, shown
-
-
-def targets_block(datasets, known=None):
-    """The text between the targets:stage07 markers: each target against the newest stage-07 row."""
-    return results_tables(datasets, known, stage07_target_lines, *TARGET_HEADERS, what="the stage 07 targets")
-
-
-# (MNIST --hidden, ms/epoch at most) of stage 08; both at least STAGE08_VS_PYTORCH× PyTorch cuda-graph's ms/epoch
-STAGE08_EPOCH_TARGETS = [("0", 2.5), ("128", 6.0)]
-STAGE08_VS_PYTORCH = 10.0
-STAGE08_NO_SLOWER_THAN_07 = "1024,1024"  # where the persistent kernel does not apply: 07's path, no slower
-
-
-def same_run(entry, other):
-    """other when it comes from the same run as entry (the same run id), else None."""
-    if entry is None or other is None or other.row.get("run_id", "") != entry.row.get("run_id", ""):
-        return None
-    return other
-
-
-def stage08_target_lines(rows, defaults=None):
-    """(cells, rows shown) of stage 08's targets: label, figure, target, measured, verdict (met, or missed
-    with how far). Figures are ms/epoch (the median epoch) of the newest rows; the rivals (PyTorch
-    cuda-graph, stage 07) count only from the stage-08 row's run."""
-    lines, shown = [], []
-    configs = {c.hidden: c for c in rc.canonical_configs() if c.trainer == "mnist"}
-    versus, at_least = "PyTorch cuda-graph ÷ 08, ms/epoch", f"≥ {STAGE08_VS_PYTORCH:g}×"
-    for hidden, target in STAGE08_EPOCH_TARGETS:
-        label = f"MNIST --hidden {hidden}"
-        entries = rc.select_entries(rows, configs[hidden], defaults)
-        this = stage_entry(entries, "08")
-        if this is None or this.ms_per_epoch is None:
-            lines.append([label, "ms/epoch", f"≤ {target:g}", "no result yet", ""])
-            lines.append([label, versus, at_least, "no result yet", ""])
-            continue
-        shown.append(this.row)
-        lines.append([label, "ms/epoch", f"≤ {target:g}", fmt_3(this.ms_per_epoch),
-                      target_verdict(this.ms_per_epoch, target)])
-        graph = same_run(this, next((e for e in entries if e.kind == "pytorch" and e.row["variant"] == "cuda-graph"),
-                                    None))
-        speedup = rc.ratio(graph.ms_per_epoch, this.ms_per_epoch) if graph else None
-        if speedup is None:
-            lines.append([label, versus, at_least, "no PyTorch cuda-graph row of the same run", ""])
-            continue
-        shown.append(graph.row)
-        measured = f"{speedup:.1f}× ({fmt_3(graph.ms_per_epoch)} ÷ {fmt_3(this.ms_per_epoch)})"
-        lines.append([label, versus, at_least, measured, "met" if speedup >= STAGE08_VS_PYTORCH else "missed"])
-    hidden = STAGE08_NO_SLOWER_THAN_07
-    label, figure = f"MNIST --hidden {hidden}", "07 ÷ 08, ms/epoch"
-    entries = rc.select_entries(rows, configs[hidden], defaults)
-    this = stage_entry(entries, "08")
-    seven = same_run(this, stage_entry(entries, "07"))
-    speedup = rc.ratio(seven.ms_per_epoch, this.ms_per_epoch) if seven and this.ms_per_epoch else None
-    if speedup is None:
-        lines.append([label, figure, "≥ 1× (no slower than 07)",
-                      "no result yet" if this is None else "no stage 07 row of the same run", ""])
-    else:
-        shown += [this.row, seven.row]
-        # slower by less than the epochs vary: 08's fastest epoch no slower than 07's slowest
-        spread08, spread07 = rc.spread(this.row, "epoch"), rc.spread(seven.row, "epoch")
-        fastest, slowest = spread08[1] if spread08 else None, spread07[2] if spread07 else None
-        within_spread = fastest is not None and slowest is not None and fastest <= slowest
-        verdict = "met" if speedup >= 1 else "met: within the epochs' spread" if within_spread else "missed"
-        lines.append([label, figure, "≥ 1× (no slower than 07)",
-                      f"{speedup:.2f}× ({fmt_3(seven.ms_per_epoch)} ÷ {fmt_3(this.ms_per_epoch)})", verdict])
-    return lines, shown
-
-
-def stage08_targets_block(datasets, known=None):
-    """The text between the targets:stage08 markers: stage 08's targets against each results file."""
-    note = ("ms/epoch: the median epoch of the newest default-variant fp32 rows; ratios (above 1: stage 08 faster) "
-            "against PyTorch's whole-step CUDA graph (`cuda-graph`) and stage 07 from the same run only. "
-            + FOOTNOTE_GENERATED)
-    return results_tables(datasets, known, stage08_target_lines, *TARGET_HEADERS, what="the stage 08 targets",
-                          note=note)
+# stage 08: the persistent sweep, stages 07 and 08 at each hidden width
 
 
 def sweep_lines(rows, defaults=None):
@@ -604,7 +430,7 @@ def sweep_block(datasets, known=None):
             "0 and 128); ms/epoch: the median epoch, comparable across epoch counts. 07 ÷ 08 above 1: stage 08 "
             "faster. " + FOOTNOTE_GENERATED)
     return results_tables(datasets, known, sweep_lines, ["hidden units", "stage 07 ms/epoch", "stage 08 ms/epoch",
-                          "07 ÷ 08"], [":--", "--:", "--:", "--:"], note=note)
+                          "07 ÷ 08"], "lrrr", note=note)
 
 
 # ----------------------------------------------------------------------------
@@ -639,12 +465,8 @@ def step_figures(entry):
 
 
 def steps_lines(rows, stage, stage_names=None, defaults=None):
-    """(regression cells, MNIST cells, rows shown) of a stage's per-step tables: the stage before (none
-    for the first stage) and this stage, newest default fp32 rows.
-
-    regression: run, loop ms, µs per epoch (loop ÷ epochs), e2e − loop ms (outside the loop), µs saved
-    per epoch. MNIST, per --hidden: configuration, run, ms/epoch, steps per epoch, µs per step (ms/epoch ÷
-    steps), µs saved per step. Saved: the stage before's µs ÷ step minus this stage's (on this stage's line)."""
+    """(regression cells, MNIST cells, rows shown) of a stage's per-step tables (steps_block's headers and note):
+    the stage before (none for the first stage) and this stage, newest default fp32 rows."""
     regression, mnist, shown = [], [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage)
@@ -673,27 +495,22 @@ def steps_lines(rows, stage, stage_names=None, defaults=None):
 def steps_block(datasets, stage, stage_names=None, known=None):
     """The text between the steps:stageNN markers: per results file, the regression's loop per epoch and
     time outside the loop, and MNIST's time per step, for stage NN and the stage before it."""
-    if not datasets:
-        return NO_RESULTS
-    parts = []
-    for source, rows in datasets:
-        defaults = rc.variant_defaults(rows, known)
+    def part(source, rows, defaults):
         regression, mnist, shown = steps_lines(rows, stage, stage_names, defaults)
         if not shown:
-            parts.append(f"No stage {stage} rows in `{source}` yet.")
-            continue
+            return f"No stage {stage} rows in `{source}` yet."
         tables = markdown_table(["regression 5M", "loop ms", "µs per epoch", "e2e − loop ms", "µs saved per epoch"],
-                                [":--"] + ["--:"] * 4, regression)
+                                "l" + "r" * 4, regression)
         tables += "\n\n" + markdown_table(["configuration", "run", "ms/epoch", "steps per epoch", "µs per step",
-                                            "µs saved per step"], [":--", ":--"] + ["--:"] * 4, mnist)
-        parts.append(f"{source_line(shown, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(shown, f'the stage {stage} per-step table of {source}')}{tables}")
+                                            "µs saved per step"], "ll" + "r" * 4, mnist)
+        return sourced_table(shown, rows, source, f"the stage {stage} per-step table", tables)
+
     note = (f"Stage {stage} and the stage before it (the first stage: its own figures only), each in its default "
             "variant at fp32, newest rows. Regression: a step is a full-batch epoch; µs per epoch = loop ms ÷ epochs; "
             "e2e − loop: the time outside the training loop (uploads, downloads, evaluation). MNIST: µs per step "
             f"= ms/epoch (the median epoch) ÷ steps per epoch ({rc.MNIST_TRAIN:,} // batch). µs saved: the stage "
             "before's figure minus this stage's (− where this stage is slower). " + FOOTNOTE_GENERATED)
-    return "\n\n".join(parts + [f"<sub>{note}</sub>"])
+    return with_note(results_parts(datasets, known, part), note)
 
 
 # ----------------------------------------------------------------------------
@@ -703,9 +520,8 @@ ANSWER_KEY_SPREAD = 0.2  # another GPU of the same model lands within about this
 
 
 def answer_key_lines(rows, stages, defaults=None):
-    """(cells, rows shown) of the answer key: per stage with a row, its newest default fp32 rows: regression e2e
-    (with its range, ± ANSWER_KEY_SPREAD) and loop, MNIST --hidden 0 e2e (range), --hidden 128 e2e (range) and
-    ms/epoch."""
+    """(cells, rows shown) of the answer key (answer_key_block's header): per stage with a row, its newest
+    default fp32 rows, e2e with its range (± ANSWER_KEY_SPREAD)."""
     configs = {(c.trainer, c.hidden): c for c in rc.canonical_configs()}
     entries = {key: rc.select_entries(rows, config, defaults) for key, config in configs.items()}
 
@@ -737,11 +553,11 @@ def answer_key_block(datasets, stages, known=None):
     return results_tables(datasets, known, lambda rows, defaults: answer_key_lines(rows, stages, defaults),
                           ["stage", "regression e2e ms (range)", "regression loop ms", "MNIST hidden 0 e2e ms (range)",
                            "MNIST hidden 128 e2e ms (range)", "MNIST hidden 128 ms/epoch"],
-                          [":--", "--:", "--:", "--:", "--:", "--:"], what="the answer key", note=note)
+                          "l" + "r" * 5, what="the answer key", note=note)
 
 
 # ----------------------------------------------------------------------------
-# compute-sanitizer: the summaries `make sanitize` records, shown as printed
+# compute-sanitizer: the summaries `make sanitize` records, linked with their verdicts
 
 SANITIZE_SUFFIX = "-sanitize.txt"
 ALL_VARIANTS_SUFFIX = "-sanitize-all-variants.txt"
@@ -749,37 +565,42 @@ ALL_VARIANTS_SUFFIX = "-sanitize-all-variants.txt"
 
 def sanitize_summaries(results_dir):
     """[(file name, lines)] of the full-matrix summaries in results_dir (sorted by name)."""
-    if not os.path.isdir(results_dir):
-        return []
+    names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
     found = []
-    for name in sorted(os.listdir(results_dir)):
-        if name.endswith(SANITIZE_SUFFIX):
-            with open(os.path.join(results_dir, name), encoding="utf-8") as f:
-                found.append((name, [line.rstrip() for line in f.read().rstrip("\n").split("\n")]))
+    for name in (n for n in names if n.endswith(SANITIZE_SUFFIX)):
+        with open(os.path.join(results_dir, name), encoding="utf-8") as f:
+            found.append((name, [line.rstrip() for line in f.read().rstrip("\n").split("\n")]))
     return found
 
 
+def sanitize_verdicts(header, line):
+    """'mnist: clean under all 4 tools' or 'mnist: racecheck 2 errors (library) 5s': a table line's cells
+    that are not clean, cut at the header's column starts."""
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+    tools = header.split()[2:]
+    bad = [f"{tool} {cell}" for tool, cell in zip(tools, cells[2:]) if not cell.startswith("clean")]
+    return f"{cells[1]}: " + (", ".join(bad) if bad else f"clean under all {len(tools)} tools")
+
+
 def sanitize_block(summaries, results_dir, stage=None):
-    """The text between the sanitize markers: each summary's source line (its first line: tool version,
-    device, time), then its table as a code block, all of it or only stage's rows and the verdict."""
+    """The text between the sanitize markers (docs/RESULTS.md and the stage READMEs, one folder deep): a link to
+    each summary with its first line (tool version, device, time), then its verdict line, or stage's rows'."""
     blocks = []
     for name, lines in summaries:
-        if len(lines) < 3:
-            continue
-        header, table = lines[1], lines[2:]
-        if stage is not None:
-            table = [line for line in table if line.split()[:1] == [stage]]
-            if not table:
-                continue
-        text = f"`results/{name}`: {lines[0]}\n\n```\n" + "\n".join([header] + table) + "\n```"
-        if stage is None:
+        link = f"[`results/{name}`](../results/{name}) ({lines[0]})"
+        if stage is None and len(lines) >= 3:
+            text = f"{link}: *{lines[-1]}*"
             variants = name[:-len(SANITIZE_SUFFIX)] + ALL_VARIANTS_SUFFIX
-            path = os.path.join(results_dir, variants)
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
+            if os.path.exists(os.path.join(results_dir, variants)):
+                with open(os.path.join(results_dir, variants), encoding="utf-8") as f:
                     last = f.read().rstrip("\n").split("\n")[-1]
-                text += f"\n\nEvery variant and precision (`SAN_VARIANTS=all`): `results/{variants}`, which ends: *{last}*"
-        blocks.append(text)
+                text += f"\n\nEvery variant and precision (`SAN_VARIANTS=all`): [`results/{variants}`](../results/{variants}), which ends: *{last}*"
+            blocks.append(text)
+        elif stage is not None:
+            mine = [sanitize_verdicts(lines[1], line) for line in lines[2:] if line.split()[:1] == [stage]]
+            if mine:
+                blocks.append(f"{link}, stage {stage}: " + "; ".join(mine) + ".")
     return "\n\n".join(blocks) if blocks else "*Not run yet: run `make sanitize` on a GPU machine.*"
 
 
@@ -797,10 +618,6 @@ PROFILE_NOTE = (
 
 class ProfileError(Exception):
     """A profile marker whose selection cannot be read."""
-
-
-def profile_file(results_dir, slug, stage):
-    return os.path.join(results_dir, f"{slug}-profile-{stage}.txt")
 
 
 def read_profile(path):
@@ -876,7 +693,7 @@ def profile_block(datasets, results_dir, root, stage, picks):
     missing = f"*(no profile recorded for this GPU yet: run `make stage {int(stage)} profile RECORD=1`)*"
     parts, quoted = [], False
     for slug, device in sorted(gpus.items()):
-        path = profile_file(results_dir, slug, stage)
+        path = os.path.join(results_dir, f"{slug}-profile-{stage}.txt")
         if os.path.exists(path):
             rel = os.path.relpath(path, root)
             parts.append(profile_excerpt(path, picks, path if rel.startswith("..") else rel))
@@ -884,21 +701,6 @@ def profile_block(datasets, results_dir, root, stage, picks):
         else:
             parts.append(f"{device}: {missing}")
     return "\n\n".join((parts or [missing]) + ([f"<sub>{PROFILE_NOTE}</sub>"] if quoted else []))
-
-
-def add_profile_blocks(files, datasets, results_dir, root, dirs):
-    """Adds a block for each profile marker of each stage README (of files)."""
-    for d in dirs.values():
-        path = os.path.join(root, d, "README.md")
-        if path not in files or not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        for match in PROFILE_MARKER.finditer(text):
-            name, stage = match.group(1), match.group(2)
-            where = f"{path}:{text.count(chr(10), 0, match.start()) + 1}"
-            picks = parse_profile_selection(name[len(f"profile:stage{stage}"):], where)
-            files[path][name] = profile_block(datasets, results_dir, root, stage, picks)
 
 
 def replace_between(text, name, content):
@@ -928,15 +730,6 @@ def render_file(path, blocks):
     return old, new
 
 
-def load_datasets(results_dir, root):
-    datasets = []
-    for path in rc.result_files(results_dir):
-        rows = rc.read_csv(path, rc.RESULT_COLUMNS)
-        rel = os.path.relpath(path, root)
-        datasets.append((path if rel.startswith("..") else rel, rows))
-    return datasets
-
-
 RESULTS_DOC = os.path.join("docs", "RESULTS.md")  # the ladder tables and the sanitizer table
 
 
@@ -946,7 +739,7 @@ def all_blocks(datasets, root, results_dir):
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
     summaries = sanitize_summaries(results_dir)
-    ladder_sets = kernel_ladders.load(results_dir, root)
+    ladder_sets = rc.load_datasets(results_dir, root, LADDER_COLUMNS)
     files = {
         os.path.join(root, "README.md"): {
             "ladder:headline": headline_block(datasets, names, known, stage_ideas(root)),
@@ -958,23 +751,149 @@ def all_blocks(datasets, root, results_dir):
         },
     }
     for nn, d in dirs.items():
-        block = vector_add_block(datasets) if nn == "01" else stage_block(datasets, nn, names, known)
-        files[os.path.join(root, d, "README.md")] = {f"results:stage{nn}": block,
-                                                     f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
+        readme = os.path.join(root, d, "README.md")
+        blocks = files[readme] = {
+            f"results:stage{nn}": vector_add_block(datasets) if nn == "01" else stage_block(datasets, nn, names, known),
+            f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
         if nn != "01":
-            files[os.path.join(root, d, "README.md")][f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
-        if nn == "07":
-            files[os.path.join(root, d, "README.md")]["targets:stage07"] = targets_block(datasets, known)
+            blocks[f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
         if nn == "08":
-            files[os.path.join(root, d, "README.md")].update({"targets:stage08": stage08_targets_block(datasets, known),
-                                                             "sweep:stage08": sweep_block(datasets, known)})
-        files[os.path.join(root, d, "README.md")].update(kernel_ladders.readme_blocks(ladder_sets, root, nn, d))
+            blocks["sweep:stage08"] = sweep_block(datasets, known)
+        blocks.update(kernel_ladder_blocks(ladder_sets, root, nn, d))
+        if os.path.exists(readme):
+            blocks.update(readme_blocks(readme, nn, datasets, results_dir, root, names, known))
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known)}
-    add_outcome_blocks(files, root, dirs, datasets, names, known)
-    add_profile_blocks(files, datasets, results_dir, root, dirs)
     add_round_blocks(files, root, dirs, results_dir)
     return files
+
+
+def readme_blocks(path, stage, datasets, results_dir, root, stage_names=None, known=None):
+    """The blocks a stage README's own text asks for: the outcome of its predictions table (stages 02 on), and
+    the quote of each profile marker's selection."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    blocks = {}
+    predictions = parse_predictions(text, path) if stage != "01" else []
+    if predictions:
+        blocks[f"outcome:stage{stage}"] = outcome_block(datasets, stage, predictions, stage_names, known)
+    for match in PROFILE_MARKER.finditer(text):
+        name, profiled = match.group(1), match.group(2)
+        where = f"{path}:{text.count(chr(10), 0, match.start()) + 1}"
+        picks = parse_profile_selection(name[len(f"profile:stage{profiled}"):], where)
+        blocks[name] = profile_block(datasets, results_dir, root, profiled, picks)
+    return blocks
+
+
+# ----------------------------------------------------------------------------
+# kernel ladders (NN-*/NAME_ladder.cu): `make stage N ladder RECORD=1` appends one row per version and shape to
+# results/<gpu>-ladders.csv; a ladder:NAME block shows the last run of each file, one table per shape
+
+# common/ladder.h LADDER_CSV_HEADER; tests/bench/test_bench.py checks that the two stay equal.
+LADDER_COLUMNS = (
+    "stage", "ladder", "shape", "version", "name", "median_ms", "min_ms", "max_ms", "setup_ms", "rate", "unit",
+    "ceiling", "ceiling_ms", "ceiling_rate", "repeats", "device", "cc", "cuda", "driver", "commit", "run",
+)
+
+
+def ladder_names(root, stage_dir):
+    """The ladders a stage folder holds: 'reduce' for reduce_ladder.cu, sorted."""
+    folder = os.path.join(root, stage_dir)
+    files = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(m.group(1) for m in (re.fullmatch(r"(\w+)_ladder\.cu", f) for f in files) if m)
+
+
+def last_run(rows, stage, ladder):
+    """The rows of the last run (in file order) that wrote rows of this stage and ladder."""
+    mine = [r for r in rows if r["stage"] == stage and r["ladder"] == ladder]
+    return [r for r in mine if r["run"] == mine[-1]["run"]] if mine else []
+
+
+def kernel_ladder_lines(rows):
+    """The cells of one shape's table (kernel_ladder_block's header), version order, then the ceiling; step
+    names the version it compares with when the one just below is missing."""
+    rows = sorted(rows, key=lambda r: rc.integer(r, "version") or 0)
+    lines, first, previous = [], None, None
+    for row in rows:
+        ms, rate, ceiling = rc.number(row, "median_ms"), rc.number(row, "rate"), rc.number(row, "ceiling_rate")
+        version = rc.integer(row, "version")
+        step = NOT_COMPARED
+        if previous is not None:
+            step = fmt_times(rc.ratio(rc.number(previous, "median_ms"), ms))
+            if version - rc.integer(previous, "version") != 1:
+                step += f" (vs {previous['version']})"
+        cumulative = fmt_times(rc.ratio(rc.number(first, "median_ms"), ms)) if first is not None else "1.00×"
+        share = rc.ratio(rate, ceiling)
+        setup = rc.number(row, "setup_ms")
+        lines.append([str(version), f"`{row['name']}`",
+                      f"{fmt_3(ms)} ({fmt_3(rc.number(row, 'min_ms'))}–{fmt_3(rc.number(row, 'max_ms'))})",
+                      fmt_3(rate), f"{100 * share:.1f}%" if share is not None else NOT_COMPARED,
+                      step, cumulative, "" if setup is None else fmt_3(setup)])
+        first = first or row
+        previous = row
+    if rows:
+        last = rows[-1]
+        lines.append(["", f"ceiling: {last['ceiling']}", fmt_3(rc.number(last, "ceiling_ms")),
+                      fmt_3(rc.number(last, "ceiling_rate")), "100%", "", "", ""])
+    return lines
+
+
+LADDER_STEPS = "Step: the row above ÷ this row; cumulative: the first row ÷ this row."
+LADDER_FOOTNOTE = (
+    "ms per call: median of the timed runs after 3 warm-ups, min–max in brackets (a GEMM run is 10 calls back "
+    "to back). Rate at the median: GB/s of the bytes the kernel must read, or GFLOP/s = 2 m n k ÷ time. % of "
+    f"ceiling: this rate ÷ the ceiling's, measured in the same run. {LADDER_STEPS} Setup: host time to plan the "
+    f"version before its first call (autotuning included). {FOOTNOTE_GENERATED}"
+)
+LADDER_FOOTNOTES = {
+    # 05-streams/upload_ladder.cu times copies on the host clock, not kernels on events
+    "upload": (
+        "ms per upload: host clock from the call until the bytes are on the device, median of the timed runs "
+        "after 3 warm-ups, min–max in brackets. Rate: GB/s of the bytes moved (x and y, 8 B a point). % of "
+        f"ceiling: this rate ÷ a pinned cudaMemcpy's of the same bytes, measured in the same run. {LADDER_STEPS} "
+        "Setup: host time before the version's first upload, once (pinned slots, copy threads: a trainer's "
+        "setup_ms); for `host-register` the registration of the caller's array, which its time includes (every "
+        f"new array pays it again). {FOOTNOTE_GENERATED}"
+    ),
+    # 08-persistent-kernels/persistent_ladder.cu: a run is S SGD steps; its ceiling is its baseline
+    "persistent": (
+        "ms per step: one run of S steps (one graph launch or one kernel launch) between CUDA events, ÷ S; "
+        "median of the timed runs after 3 warm-ups, min–max in brackets, each run from the same initial weights "
+        "(restored untimed). Rate: GFLOP/s of a step's GEMMs (forward and gradients). The ceiling row is version "
+        "0, `step-graph` (three kernels a step, all S steps in one CUDA graph), the baseline the persistent "
+        f"versions must beat: % of ceiling above 100% is faster than it. {LADDER_STEPS} {FOOTNOTE_GENERATED}"
+    ),
+}
+
+
+def kernel_ladder_block(datasets, stage, ladder):
+    """The text between the ladder:<ladder> markers of stage's README."""
+    parts = []
+    for source, rows in datasets:
+        run = last_run(rows, stage, ladder)
+        first = run[0] if run else {}
+        commit = f" · commit {first['commit']}" if run and first["commit"] else ""
+        for shape in dict.fromkeys(r["shape"] for r in run):
+            lines = kernel_ladder_lines([r for r in run if r["shape"] == shape])
+            columns = 8 if any(cells[7] for cells in lines) else 7  # setup only where measured
+            header = ["#", "version", "ms (min–max)", first["unit"] or "rate", "% of ceiling", "step", "cumulative",
+                      "setup ms"]
+            table = markdown_table(header[:columns], "rl" + "r" * (columns - 2),
+                                   [cells[:columns] for cells in lines])
+            parts.append(f"**Stage {stage} · {ladder} ladder · {shape}**  \n{first['device']} · `{source}`{commit}"
+                         f" · run {first['run']}, {first['repeats']} timed runs a version\n\n{table}")
+    if not parts:
+        return (f"*Not measured yet: run `make stage {int(stage)} ladder RECORD=1` on a GPU machine, then "
+                "`python3 bench/make_tables.py`.*")
+    return "\n\n".join(parts + [f"<sub>{LADDER_FOOTNOTES.get(ladder, LADDER_FOOTNOTE)}</sub>"])
+
+
+def kernel_ladder_blocks(datasets, root, stage, stage_dir):
+    """{'ladder:NAME': text} for every ladder the stage folder holds or the results name."""
+    names = set(ladder_names(root, stage_dir))
+    for _, rows in datasets:
+        names.update(r["ladder"] for r in rows if r["stage"] == stage)
+    return {f"ladder:{name}": kernel_ladder_block(datasets, stage, name) for name in sorted(names)}
 
 
 # ----------------------------------------------------------------------------
@@ -1056,7 +975,7 @@ def rounds_block(rounds, stage=None, base="."):
                 "above 1: the answer is faster), the stage's own file and the answer timed one after the other "
                 "with the same flags (the canonical configuration, medians of 3 runs), GPU and commit from its "
                 "header. " + generated_note("those files") + "</sub>")
-    align = [":--"] * 4 + ["--:"] * 5 + [":--"] * 3
+    align = "l" * 4 + "r" * 5 + "l" * 3
     return markdown_table(header, align, lines) + "\n\n" + footnote
 
 
@@ -1090,13 +1009,6 @@ class MixedRunsError(Exception):
     """A table would show rows of more than one run (run_id) and --allow-mixed-runs was not given."""
 
 
-def fmt_setup(value):
-    """Setup in ms: — when not recorded, 0 when nothing is prepared."""
-    if value is None:
-        return NOT_COMPARED
-    return "0" if value == 0 else rc.three_digits(value)
-
-
 def fmt_spread(row):
     """'118–131 (n=3)', 'n=1', or — when the row records no repeats."""
     found = rc.spread(row)
@@ -1121,21 +1033,9 @@ def provenance_suffix(rows):
     if torches:
         text += f" · torch {', '.join(torches)}"
     # one entry per kind of CPU row (the CPU reference's rows of several configurations say it once)
-    threads = list(dict.fromkeys(f"{describe_row(row)} {row['threads']}" for row in rows if row.get("threads")))
+    threads = list(dict.fromkeys(f"{rc.row_label(row)} {row['threads']}" for row in rows if row.get("threads")))
     if threads:
         text += " · CPU threads: " + ", ".join(threads)
-    return text
-
-
-def describe_row(row):
-    """A row in a few words: 'CPU reference', 'PyTorch eager', '05', '06 bf16', '04 atomic'."""
-    if row["stage"] == rc.REFERENCE:
-        return "CPU reference"
-    if row["stage"] == rc.PYTORCH:
-        return f"PyTorch {row['variant']}"
-    text = row["stage"]
-    if row.get("precision") and row["precision"] != "fp32":
-        text += f" {row['precision']}"
     return text
 
 
@@ -1155,7 +1055,7 @@ def runs_note(rows, what):
                              "in one `make bench`, or pass --allow-mixed-runs to show them marked")
     groups = []
     for run in runs:
-        members = [describe_row(r) for r in rows if r.get("run_id", "") == run]
+        members = [rc.row_label(r) for r in rows if r.get("run_id", "") == run]
         groups.append(f"{'`' + run + '`' if run else 'no run recorded'}: {', '.join(members)}")
     return f"**⚠ Rows of {len(runs)} runs**, not one measurement: " + "; ".join(groups) + ".\n\n"
 
@@ -1200,8 +1100,8 @@ def payback_sentence(config, before, this, stage_names=None):
         return None
     # the fixed costs are what the break-even compares, so the sentence shows them (setup alone can mislead)
     text = (f"{short_name(config)}, against {before.label(stage_names)}: fixed cost {fmt_3(fixed_cost(this))} ms "
-            f"against {fmt_3(fixed_cost(before))} ms (setup {fmt_setup(this.setup)} against "
-            f"{fmt_setup(before.setup)}), {fmt_3(this.ms_per_epoch)} against {fmt_3(before.ms_per_epoch)} ms an "
+            f"against {fmt_3(fixed_cost(before))} ms (setup {fmt_3(this.setup)} against "
+            f"{fmt_3(before.setup)}), {fmt_3(this.ms_per_epoch)} against {fmt_3(before.ms_per_epoch)} ms an "
             "epoch: ")
     if kind == "at once":
         text += "ahead from the first epoch (its fixed cost is no larger, its epochs no slower)"
@@ -1424,15 +1324,17 @@ def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
     one verdict: hit when every prediction measured hit, miss otherwise (or not measured yet)."""
     if not predictions:
         return "*No predictions table in this README.*"
-    parts, hits, misses = [], 0, 0
-    for source, rows in datasets:
-        defaults = rc.variant_defaults(rows, known)
+    hits = misses = 0
+
+    def part(source, rows, defaults):
+        nonlocal hits, misses
         lines, used, h, m = outcome_lines(rows, stage, predictions, stage_names, defaults)
         hits, misses = hits + h, misses + m
         table = markdown_table(["configuration", "metric", "predicted", "measured", "measured ÷ predicted",
-                                "verdict"], [":--", ":--", "--:", "--:", "--:", ":--"], lines)
-        parts.append(f"{source_line(used, rc.device_of(rows), source)}\n\n"
-                     f"{runs_note(used, f'the stage {stage} outcome of {source}')}{table}")
+                                "verdict"], "llrrrl", lines)
+        return sourced_table(used, rows, source, f"the stage {stage} outcome", table)
+
+    parts = results_parts(datasets, known, part)
     if not hits and not misses:
         verdict = "**Verdict: not measured yet.**"
     elif misses:
@@ -1443,18 +1345,6 @@ def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
             "for a hit, against the middle of the predicted range (or its one bound); for a miss, against the "
             "bound it passed. Speedups: the stage before ÷ this stage, as in the table above. " + FOOTNOTE_GENERATED)
     return "\n\n".join(parts + [verdict, f"<sub>{note}</sub>"])
-
-
-def add_outcome_blocks(files, root, dirs, datasets, stage_names=None, known=None):
-    """Adds an outcome:stageNN block to each stage README (of files) that has a predictions table."""
-    for nn, d in dirs.items():
-        path = os.path.join(root, d, "README.md")
-        if nn == "01" or path not in files or not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8") as f:
-            predictions = parse_predictions(f.read(), path)
-        if predictions:
-            files[path][f"outcome:stage{nn}"] = outcome_block(datasets, nn, predictions, stage_names, known)
 
 
 AS_PREDICTED = re.compile(r"(?<!not )(?<!not\n)(?<!n't )\bas\s+predicted\b", re.IGNORECASE)
@@ -1499,7 +1389,7 @@ def run(args, results_dir):
     claims = []
 
     try:
-        datasets = load_datasets(results_dir, args.root)
+        datasets = rc.load_datasets(results_dir, args.root)
         files = all_blocks(datasets, args.root, results_dir)
         if args.print:
             for blocks in files.values():

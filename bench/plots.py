@@ -1,25 +1,18 @@
 #!/usr/bin/env python3
 """bench/plots.py: the PNG figures of results/, drawn only from the CSV files next to them.
 
-For every result file results/<slug>.csv (with <slug>-curves.csv.gz and <slug>-breakdown.csv when they
-exist) it writes:
-
-  <slug>-ladder-regression.png  e2e and loop time per stage (log scale), PyTorch modes as lines
-  <slug>-ladder-mnist.png       the same, one panel per canonical --hidden
-  <slug>-size-sweep.png         regression: ms/epoch and GB/s against the number of points (log-log)
-  <slug>-width-sweep.png        MNIST, 2 hidden layers of width W: ms/epoch and GFLOP/s against W
-  <slug>-persistent-sweep.png   MNIST, 1 hidden layer of width W (or none): ms/epoch of stages 07 and 08
-  <slug>-loss-curves.png        last stage vs PyTorch eager vs the CPU reference, overlaid
-  <slug>-breakdown.png          where each stage's time goes (--breakdown runs), per phase
-
-A figure without rows behind it is not drawn, and an old PNG of that name is removed, so no figure
-outlives its data. The selection functions need only the standard library (tests/bench/test_bench.py tests
-them); drawing needs matplotlib.
+For every results/<slug>.csv (with <slug>-curves.csv.gz and <slug>-breakdown.csv where they exist) it writes
+<slug>-NAME.png for each of FIGURES: the stage ladders (log scale, PyTorch modes as lines), the regression
+size sweep, the MNIST width and persistent sweeps, the loss curves, the per-phase breakdown. A figure without
+rows is not drawn and an old PNG of its name is removed, so no figure outlives its data. The selection
+functions need only the standard library; drawing needs matplotlib.
 
   python3 bench/plots.py [--results DIR] [--out DIR]
 """
 
 import argparse
+import functools
+import itertools
 import os
 import sys
 
@@ -31,16 +24,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # selecting what to draw (standard library only)
 
 
-def series_label(row):
-    """'02', '07 · bf16', 'PyTorch eager', 'CPU reference': one bar or line of a figure."""
-    if row["stage"] == rc.PYTORCH:
-        return f"PyTorch {row['variant']}"
-    if row["stage"] == rc.REFERENCE:
-        return "CPU reference"
-    precision = row["precision"] or "fp32"
-    return row["stage"] if precision == "fp32" else f"{row['stage']} · {precision}"
-
-
 def ladder_data(rows, config, defaults=None):
     """(bars, lines) for one configuration: bars = (label, e2e, loop) of the CPU reference and the
     stages (default variants, as in the ladder tables), lines = (label, e2e) of the PyTorch modes; only
@@ -50,9 +33,9 @@ def ladder_data(rows, config, defaults=None):
         if not e.comparable or e.e2e is None:
             continue
         if e.kind == "pytorch":
-            lines.append((series_label(e.row), e.e2e))
+            lines.append((rc.row_label(e.row), e.e2e))
         else:
-            bars.append((series_label(e.row), e.e2e, e.loop))
+            bars.append((rc.row_label(e.row), e.e2e, e.loop))
     return bars, lines
 
 
@@ -68,7 +51,7 @@ def _sweep(rows, keep, x_of, defaults=None):
         x, ms = x_of(row), rc.number(row, "ms_per_epoch")
         if x is None or ms is None:
             continue
-        newest[(series_label(row), x)] = (x, ms, rc.throughput(row)[0])
+        newest[(rc.row_label(row), x)] = (x, ms, rc.throughput(row)[0])
     series = {}
     for (label, _), point in newest.items():
         series.setdefault(label, []).append(point)
@@ -188,13 +171,8 @@ def line_style(label):
 
 
 def moving_mean(values, window):
-    sums, out = [0.0], []
-    for v in values:
-        sums.append(sums[-1] + v)
-    for i in range(len(values)):
-        lo = max(0, i + 1 - window)
-        out.append((sums[i + 1] - sums[lo]) / (i + 1 - lo))
-    return out
+    sums = [0.0, *itertools.accumulate(values)]
+    return [(sums[i + 1] - sums[max(0, i + 1 - window)]) / min(i + 1, window) for i in range(len(values))]
 
 
 def panel_grid(plt, count, width, height):
@@ -208,10 +186,25 @@ def panel_grid(plt, count, width, height):
     return fig, flat[:count]
 
 
-def save(fig, title, path, bottom=0.0):
+def save(plt, fig, title, path, bottom=0.0):
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def log_axes(ax, xlabel, ylabel, title=None, legend=7, grid="both"):
+    """Log y, labels, a grid (grid: its axis) at every tick and the legend, as every figure but the breakdown has
+    them."""
+    ax.set_yscale("log")
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    if legend:
+        ax.legend(fontsize=legend)
+    ax.grid(axis=grid, which="both", alpha=0.3)
 
 
 def draw_ladder(plt, panels, title, path):
@@ -227,16 +220,11 @@ def draw_ladder(plt, panels, title, path):
             ax.axhline(e2e, linestyle="--", linewidth=1.2, color=color_for(label), label=f"{label} (e2e)")
         ax.set_xticks(list(x))
         ax.set_xticklabels([b[0] for b in bars], rotation=30, ha="right")
-        ax.set_yscale("log")
-        ax.set_ylabel("ms (log scale)")
-        ax.set_title(subtitle, fontsize=10)
-        ax.legend(fontsize=7)
-        ax.grid(axis="y", which="both", alpha=0.3)
-    save(fig, title, path)
-    plt.close(fig)
+        log_axes(ax, None, "ms (log scale)", subtitle, grid="y")
+    save(plt, fig, title, path)
 
 
-def draw_sweep(plt, series, xlabel, unit, title, path, log2_x=False):
+def draw_sweep(plt, series, title, path, xlabel, unit, log2_x=False):
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     for label, points in series.items():
         style = dict(linestyle=line_style(label), marker="o", label=label, color=color_for(label))
@@ -245,13 +233,8 @@ def draw_sweep(plt, series, xlabel, unit, title, path, log2_x=False):
         right.plot([r[0] for r in rates], [r[1] for r in rates], **style)
     for ax, ylabel in ((left, "ms per epoch"), (right, unit)):
         ax.set_xscale("log", base=2 if log2_x else 10)
-        ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(which="both", alpha=0.3)
-    left.legend(fontsize=7)
-    save(fig, title, path)
-    plt.close(fig)
+        log_axes(ax, xlabel, ylabel, legend=7 if ax is left else None)
+    save(plt, fig, title, path)
 
 
 def draw_persistent_sweep(plt, series, title, path):
@@ -264,13 +247,8 @@ def draw_persistent_sweep(plt, series, title, path):
                 color=color_for(stage))
     ax.set_xticks(range(len(widths)))
     ax.set_xticklabels([width_label(w) for w in widths])
-    ax.set_yscale("log")
-    ax.set_xlabel("hidden units (784-W-10; none: 784-10)")
-    ax.set_ylabel("ms per epoch (log scale)")
-    ax.grid(which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    save(fig, title, path)
-    plt.close(fig)
+    log_axes(ax, "hidden units (784-W-10; none: 784-10)", "ms per epoch (log scale)", legend=8)
+    save(plt, fig, title, path)
 
 
 def draw_curves(plt, panels, title, path):
@@ -288,14 +266,9 @@ def draw_curves(plt, panels, title, path):
             if series == "step_loss":
                 ys = moving_mean(ys, SMOOTH_STEPS)
             ax.plot(xs, ys, label=label, color=color_for(label), **style(label))
-        ax.set_yscale("log")
-        ax.set_xlabel("epoch" if series == "train_loss" else f"step (mean of the last {SMOOTH_STEPS} steps)")
-        ax.set_ylabel("loss (log scale)")
-        ax.set_title(subtitle, fontsize=10)
-        ax.legend(fontsize=7)
-        ax.grid(which="both", alpha=0.3)
-    save(fig, title, path)
-    plt.close(fig)
+        log_axes(ax, "epoch" if series == "train_loss" else f"step (mean of the last {SMOOTH_STEPS} steps)",
+                 "loss (log scale)", subtitle)
+    save(plt, fig, title, path)
 
 
 def draw_breakdown(plt, data, title, path):
@@ -321,8 +294,7 @@ def draw_breakdown(plt, data, title, path):
         ax.set_xlabel("% of the phases' sum (timing each phase synchronizes after it)")
         ax.set_title(trainer if trainer == "regression" else f"{trainer} --hidden {hidden}", fontsize=10)
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8)
-    save(fig, title, path, bottom=0.08)
-    plt.close(fig)
+    save(plt, fig, title, path, bottom=0.08)
 
 
 def plot_file(plt, csv_path, out_dir):
@@ -347,30 +319,25 @@ def plot_file(plt, csv_path, out_dir):
                     panels.append((f"{subtitle}, {config.epochs} epochs", bars, lines))
         return panels
 
-    figures = {
-        "ladder-regression": (ladder_panels("regression"), lambda p, out: draw_ladder(
-            plt, p, f"Regression stage ladder — {source}", out)),
-        "ladder-mnist": (ladder_panels("mnist"), lambda p, out: draw_ladder(
-            plt, p, f"MNIST stage ladder — {source}", out)),
-        "size-sweep": (size_sweep_data(rows, defaults), lambda s, out: draw_sweep(
-            plt, s, "points", "GB/s (minimum traffic)", f"Regression size sweep, "
-            f"{rc.REGRESSION_EPOCHS} epochs — {source}", out)),
-        "width-sweep": (width_sweep_data(rows, defaults), lambda s, out: draw_sweep(
-            plt, s, "hidden width W (784-W-W-10)", "GFLOP/s", f"MNIST width sweep — {source}", out,
-            log2_x=True)),
-        "persistent-sweep": (persistent_sweep_data(rows, defaults), lambda s, out: draw_persistent_sweep(
-            plt, s, f"MNIST persistent sweep: one hidden layer, batch {rc.MNIST_BATCH}, fp32 — {source}", out)),
-        "loss-curves": (curve_panels(curve_rows), lambda p, out: draw_curves(
-            plt, p, f"Loss curves, same data, init and batch order — {source}", out)),
-        "breakdown": (breakdown_data(breakdown_rows), lambda d, out: draw_breakdown(
-            plt, d, f"Per-phase breakdown — {source}", out)),
+    figures = {  # name: (data, draw(plt, data, title, path), title)
+        "ladder-regression": (ladder_panels("regression"), draw_ladder, "Regression stage ladder"),
+        "ladder-mnist": (ladder_panels("mnist"), draw_ladder, "MNIST stage ladder"),
+        "size-sweep": (size_sweep_data(rows, defaults), functools.partial(
+            draw_sweep, xlabel="points", unit="GB/s (minimum traffic)"),
+            f"Regression size sweep, {rc.REGRESSION_EPOCHS} epochs"),
+        "width-sweep": (width_sweep_data(rows, defaults), functools.partial(
+            draw_sweep, xlabel="hidden width W (784-W-W-10)", unit="GFLOP/s", log2_x=True), "MNIST width sweep"),
+        "persistent-sweep": (persistent_sweep_data(rows, defaults), draw_persistent_sweep,
+                             f"MNIST persistent sweep: one hidden layer, batch {rc.MNIST_BATCH}, fp32"),
+        "loss-curves": (curve_panels(curve_rows), draw_curves, "Loss curves, same data, init and batch order"),
+        "breakdown": (breakdown_data(breakdown_rows), draw_breakdown, "Per-phase breakdown"),
     }
     written = []
     for name in FIGURES:
-        data, draw = figures[name]
+        data, draw, title = figures[name]
         out = os.path.join(out_dir, f"{stem}-{name}.png")
         if data:
-            draw(data, out)
+            draw(plt, data, f"{title} — {source}", out)
             written.append(out)
         elif os.path.exists(out):
             os.remove(out)

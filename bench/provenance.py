@@ -1,18 +1,7 @@
-"""bench/provenance.py: where a row bench/ writes comes from, as common/provenance.c says it for the C rows.
+"""bench/provenance.py: where a row bench/ writes comes from, as common/provenance.c says it for the C rows:
+commit and dirty (resolve_commit), run_id (CUDA_STAGES_RUN_ID, else one per process) and utc.
 
 Standard library only (run_bench.py and the tests use it without PyTorch).
-
-  commit, dirty   the commit the programs were built at, and whether tracked files had uncommitted
-                  changes ("0", "1", "" unknown). In order of preference: what the caller was told
-                  (run_bench.py --commit / --dirty, which it passes on to the PyTorch scripts in
-                  CUDA_STAGES_COMMIT / CUDA_STAGES_DIRTY; or GIT_COMMIT_ID / GIT_DIRTY, as for make);
-                  build/.commit and build/.dirty, which the Makefile writes at every build, so the
-                  commit the C programs carry; git, but only when the repository root is the top of a
-                  git work tree (a copy of the tree inside another repository would otherwise get that
-                  repository's HEAD); "unknown".
-  run_id          CUDA_STAGES_RUN_ID (run_bench.py sets one for all the rows of a `make bench`),
-                  else one per process: "20250101T120000Z-p1234", the C programs' format.
-  utc             when the row was made: "2025-01-01T12:00:00Z".
 """
 
 import os
@@ -93,7 +82,10 @@ def git_state(root=REPO_ROOT):
 
 
 def resolve_commit(root=REPO_ROOT, commit=None, dirty=None, environ=None):
-    """(commit, dirty, where it came from: 'given', 'build/.commit', 'git' or 'unknown')."""
+    """(commit, dirty ("0", "1", "" unknown), where it came from), in order of preference: 'given' (the arguments,
+    which run_bench.py passes on in CUDA_STAGES_COMMIT / CUDA_STAGES_DIRTY; or GIT_COMMIT_ID / GIT_DIRTY, as for
+    make); 'build/.commit' (the commit the C programs carry); 'git', only at the top of a git work tree (a copy
+    inside another repository would get that one's HEAD); 'unknown'."""
     environ = os.environ if environ is None else environ
     for given, given_dirty in ((commit, dirty), (environ.get(COMMIT_ENV), environ.get(DIRTY_ENV)),
                                (environ.get("GIT_COMMIT_ID"), environ.get("GIT_DIRTY"))):

@@ -15,6 +15,7 @@ import math
 import operator
 import re
 import signal
+import statistics
 import sys
 
 import results_csv as rc
@@ -26,11 +27,15 @@ def fail(message, status=2):
     return status
 
 
-def ratio(old, new):
-    """old / new as "1.23x"; "n/a" where either is missing or new is not positive."""
+def ratio(old, new, meaning=False):
+    """old / new as "1.23x"; "n/a" where either is missing or new is not positive. meaning: and what a relative
+    speed means: "(faster)", "(slower)", or "(the same within noise)" within 3 %."""
     if old in ("", None) or new in ("", None) or number(new) <= 0:
         return "n/a"
-    return "%.2fx" % (number(old) / number(new))
+    r = number(old) / number(new)
+    if not meaning:
+        return "%.2fx" % r
+    return "%.2fx (%s)" % (r, "the same within noise" if 0.97 < r < 1.03 else "faster" if r > 1 else "slower")
 
 
 def added(values):
@@ -108,8 +113,7 @@ def short_name(name):
 
 
 def median(values):
-    s, n = sorted(values), len(values)
-    return None if n == 0 else s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    return statistics.median(values) if values else None
 
 
 def fixed(x, *steps):
@@ -168,16 +172,6 @@ def row_file(path):
     return rows if {"stage", "trainer", "loop_ms"} <= set(header) else []
 
 
-def speed(stage_ms, candidate_ms):
-    """The candidate's speed relative to the stage's (stage time / candidate time), and what it means."""
-    if stage_ms == "" or candidate_ms == "" or number(candidate_ms) <= 0:
-        return "n/a"
-    r = number(stage_ms) / number(candidate_ms)
-    if 0.97 < r < 1.03:
-        return "%.2fx (the same within noise)" % r
-    return "%.2fx (%s)" % (r, "faster" if r > 1 else "slower")
-
-
 def trainer_table(stage, own, candidate):
     """One row each: the two runs, then the relative speed."""
     trainer, line = own["trainer"], "    %-16s %-12s %10s %10s %10s %12s  %s"
@@ -187,8 +181,8 @@ def trainer_table(stage, own, candidate):
     for who, row in ((f"stage {stage}", own), ("candidate", candidate)):
         print(line % (who, row["variant"], ms(row["e2e_ms"]), ms(row["loop_ms"]), ms(row["ms_per_epoch"]),
                       num(row["test_loss"]), outcome(row, trainer)))
-    loop = speed(own["loop_ms"], candidate["loop_ms"])
-    print(f"  candidate vs stage {stage}: loop {loop}, e2e {speed(own['e2e_ms'], candidate['e2e_ms'])}")
+    loop = ratio(own["loop_ms"], candidate["loop_ms"], True)
+    print(f"  candidate vs stage {stage}: loop {loop}, e2e {ratio(own['e2e_ms'], candidate['e2e_ms'], True)}")
     print(f"try: PASS, relative loop speed {loop}")
 
 
@@ -203,7 +197,7 @@ def vector_add_table(own_rows, candidate_rows):
     for row in candidate_rows:
         mine = own.get(row["variant"], collections.defaultdict(str))
         s, c, e2e = mine["loop_ms"], row["loop_ms"], mine["e2e_ms"]
-        print(line % (row["variant"], ms(s), ms(c), speed(s, c), ms(e2e), ms(row["e2e_ms"]), speed(e2e, row["e2e_ms"])))
+        print(line % (row["variant"], ms(s), ms(c), ratio(s, c, True), ms(e2e), ms(row["e2e_ms"]), ratio(e2e, row["e2e_ms"], True)))
         if row["variant"] != "cpu" and s != "" and c != "" and number(c) > 0 and number(s) > 0:
             logs.append(math.log(number(s) / number(c)))
     if not logs:

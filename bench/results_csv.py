@@ -1,18 +1,10 @@
-"""bench/results_csv.py: the CSV files of results/ and the rules for choosing rows from them.
+"""bench/results_csv.py: the one reader of the CSV files of results/, and the rules for choosing rows.
 
-Standard library only: the table generator, the plots' data selection and the tests use this module
-on machines without PyTorch or a GPU.
-
-Three kinds of file live in results/, per GPU (<slug> = the GPU's name, lower case, dashes):
-  <slug>.csv            result rows, one per run: RESULT_COLUMNS, the schema of common/report.h
-  <slug>-curves.csv.gz  loss curves in long format: CURVE_COLUMNS (gzip; the run appends to <slug>-curves.csv, then compresses it)
-  <slug>-breakdown.csv  per-phase times of --breakdown runs: BREAKDOWN_COLUMNS
-
-Schema versions: the header is the version. Schema 2 (SCHEMA_VERSION) added setup_ms, the repeats
-(n, min and max of the timed figures), provenance (threads, torch, dirty, run_id, utc) and the
-torch.compile audit (graph_breaks, recompiles) to result rows, and device, commit and run_id to
-curves and breakdowns. read_csv still reads schema 1 files (OLDER_HEADERS): their rows get the new
-columns empty, which the tables show as not recorded. Nothing appends to a file of another header.
+Standard library only (the tables, the reports, the plots' data selection and the tests run without
+PyTorch or a GPU). Per GPU (<slug> = its name, lower case, dashes), results/ holds <slug>.csv (result rows,
+RESULT_COLUMNS: common/report.h), <slug>-curves.csv.gz (loss curves, CURVE_COLUMNS, gzip) and
+<slug>-breakdown.csv (BREAKDOWN_COLUMNS). The header is the schema version: schema 1 files (OLDER_HEADERS)
+are still read, their missing columns empty, and never appended to.
 """
 
 import collections
@@ -113,36 +105,28 @@ def read_header(path):
         return tuple(next(csv.reader(f), ()))
 
 
-def read_csv(path, columns):
-    """Every row of path (plain or .gz) as a dict of strings, keyed by columns; SchemaError unless the
-    header equals columns or is an older schema's header of the same file kind (OLDER_HEADERS), whose
-    rows get the columns it lacks empty."""
-    columns = tuple(columns)
+def read_rows(path, columns=None):
+    """(header, rows) of a CSV file (plain or .gz), blank lines skipped, each row a defaultdict(str) so that a
+    field the file lacks reads as empty. With columns: SchemaError unless the header is columns or an older
+    schema's header of the same file kind (OLDER_HEADERS), or a line has another number of fields."""
     with open_text(path) as f:
         reader = csv.reader(f)
         header = tuple(next(reader, ()))
-        if header != columns and header not in OLDER_HEADERS.get(columns, ()):
+        if columns is not None and schema_of(header, columns) is None:
             raise SchemaError(f"{path}: header {','.join(header)!r} is not {','.join(columns)!r}")
         rows = []
         for line, values in enumerate(reader, start=2):
-            if not values:
+            if not "".join(values).strip():
                 continue
-            if len(values) != len(header):
+            if columns is not None and len(values) != len(header):
                 raise SchemaError(f"{path}:{line}: {len(values)} fields, expected {len(header)}")
-            found = dict(zip(header, values))
-            rows.append({c: found.get(c, "") for c in columns})
-    return rows
-
-
-def read_rows(path):
-    """(header, rows) of any CSV file, no schema asked (result rows of any schema, ncu's raw exports):
-    each row a defaultdict(str) by the header's names, so that a field it lacks reads as empty; blank
-    lines skipped. The reader of bench/report_rows.py."""
-    with open_text(path) as f:
-        reader = csv.reader(f)
-        header = tuple(next(reader, ()))
-        rows = [collections.defaultdict(str, zip(header, values)) for values in reader if "".join(values).strip()]
+            rows.append(collections.defaultdict(str, zip(header, values)))
     return header, rows
+
+
+def read_csv(path, columns):
+    """Every row of path as a dict keyed by columns (read_rows, schema checked)."""
+    return [{c: row[c] for c in columns} for row in read_rows(path, columns)[1]]
 
 
 def as_float(value):
@@ -186,17 +170,21 @@ def append_csv(path, columns, rows):
             writer.writerow(["" if row.get(c) is None else row[c] for c in columns])
 
 
-def result_files(results_dir):
-    """The result-row files of results_dir (sorted), told apart from curves and breakdowns by header
-    (of any schema read_csv reads)."""
-    if not os.path.isdir(results_dir):
-        return []
-    paths = []
-    for name in sorted(os.listdir(results_dir)):
-        path = os.path.join(results_dir, name)
-        if name.endswith(".csv") and os.path.isfile(path) and schema_of(read_header(path), RESULT_COLUMNS):
-            paths.append(path)
-    return paths
+def result_files(results_dir, columns=RESULT_COLUMNS):
+    """The files of results_dir (sorted) whose header is columns' (of any schema read_rows reads): result rows,
+    told apart from curves, breakdowns and ladder rows."""
+    names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
+    paths = [os.path.join(results_dir, name) for name in names if name.endswith(".csv")]
+    return [p for p in paths if os.path.isfile(p) and schema_of(read_header(p), columns)]
+
+
+def load_datasets(results_dir, root, columns=RESULT_COLUMNS):
+    """[(source, rows)] of every file result_files lists, source relative to root where it lies inside it."""
+    datasets = []
+    for path in result_files(results_dir, columns):
+        rel = os.path.relpath(path, root)
+        datasets.append((path if rel.startswith("..") else rel, read_csv(path, columns)))
+    return datasets
 
 
 def number(row, column):
@@ -212,10 +200,10 @@ def number(row, column):
 
 
 def three_digits(value):
-    """Three significant digits, thousands separated: 12,345 / 900 / 80.0 / 4.50 / 0.400."""
+    """Three significant digits, thousands separated, never an exponent: 12,345 / 80.0 / 0.400 / 0.00523."""
     if value >= 100:
         return f"{value:,.0f}"
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
+    return "0" if value <= 0 else f"{value:.{max(1, 2 - math.floor(math.log10(value)))}f}"
 
 
 def integer(row, column):
@@ -404,12 +392,7 @@ class Entry:
     def __init__(self, row, canonical_epochs):
         self.row = row
         self.stage = row["stage"]
-        if self.stage == PYTORCH:
-            self.kind = "pytorch"
-        elif self.stage == REFERENCE:
-            self.kind = "reference"
-        else:
-            self.kind = "stage"
+        self.kind = {PYTORCH: "pytorch", REFERENCE: "reference"}.get(self.stage, "stage")
         self.precision = row["precision"] or "fp32"
         self.epochs = integer(row, "epochs")
         self.comparable = self.epochs == canonical_epochs  # ran the configuration's epochs
@@ -425,17 +408,21 @@ class Entry:
         return self.kind == "stage" and self.precision == "fp32"
 
     def label(self, stage_names=None):
-        if self.kind == "pytorch":
-            text = f"PyTorch {self.row['variant']}"
-        elif self.kind == "reference":
-            text = "CPU reference"
-        else:
-            text = (stage_names or {}).get(self.stage, self.stage)
-            if self.precision != "fp32":
-                text += f" · {self.precision}"
+        text = row_label(self.row, stage_names)
         if not self.comparable and self.epochs is not None:
             text += f" ({self.epochs} epoch{'s' if self.epochs != 1 else ''})"
         return text
+
+
+def row_label(row, stage_names=None):
+    """A row in a few words: 'CPU reference', 'PyTorch eager', '05' (or its name in stage_names), '06 · bf16'."""
+    if row["stage"] == PYTORCH:
+        return f"PyTorch {row['variant']}"
+    if row["stage"] == REFERENCE:
+        return "CPU reference"
+    precision = row["precision"] or "fp32"
+    text = (stage_names or {}).get(row["stage"], row["stage"])
+    return text if precision == "fp32" else f"{text} · {precision}"
 
 
 def _identity(row):
@@ -571,7 +558,7 @@ def spread(row, column="e2e"):
 
 
 def is_compile_mode(row):
-    return row["stage"] == PYTORCH and "compile-" in row["variant"]
+    return row["stage"] == PYTORCH and mode_compiles(row["variant"])
 
 
 def compile_audit(row):
@@ -604,12 +591,7 @@ def unclean_compile_rows(rows, config):
 def run_ids(rows):
     """The distinct run ids of rows in order of first appearance; "" stands for rows that record none
     (schema 1)."""
-    found = []
-    for row in rows:
-        run = row.get("run_id", "")
-        if run not in found:
-            found.append(run)
-    return found
+    return list(dict.fromkeys(row.get("run_id", "") for row in rows))
 
 
 # ----------------------------------------------------------------------------

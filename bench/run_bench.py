@@ -29,20 +29,13 @@ it) is skipped with the reason printed, and an optional run still going at the b
 period is stopped. Tables and figures are then made from what was measured. Each phase prints its
 elapsed seconds, and the summary compares them with the plan's estimates.
 
-Which variant is a stage's default, and which variants and precisions it offers, the stage itself
-says: `build/NN/TRAINER --list-variants` prints "variant NAME" (and, for MNIST, "precision NAME")
-lines, the default first. The ladder runs never pass --variant, so they are the default's rows.
+The stages say which variants and precisions they offer (--list-variants, the default first); the ladder
+runs pass no --variant, so they are the default's rows.
 
 Output: RESULTS/<slug>.csv, <slug>-curves.csv, <slug>-breakdown.csv (<slug> from the GPU's name);
 files of an earlier run for the same GPU are moved to build/bench/previous/<time>/ first. Exit status
-1 when any run failed (the others still ran); skipped and stopped runs are not failures.
-
-Provenance: one run id for the whole run ("bench-20250101T120000Z-p1234"), and one commit and dirty
-flag (bench/provenance.py: --commit / --dirty, else GIT_COMMIT_ID / GIT_DIRTY, else build/.commit,
-else git at the top of this tree), passed to every program in CUDA_STAGES_RUN_ID, CUDA_STAGES_COMMIT
-and CUDA_STAGES_DIRTY; every row, curve point and breakdown row carries them. A commit given that is
-not the one the C programs were built at (build/.commit) stops the run before it starts: build with
-`make all GIT_COMMIT_ID=<the same>` (make bench does).
+1 when any run failed (the others still ran); skipped and stopped runs are not failures. Every row,
+curve point and breakdown row carries the run's one run id, commit and dirty flag (run_provenance).
 """
 
 import argparse
@@ -59,7 +52,6 @@ import plots
 import provenance
 import results_csv as rc
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXIT_USAGE = 2  # common/exit_codes.h: a stage that does not offer a flag value answers with it
 GRACE_S = 10  # an optional run still going this long past the budget is stopped
 
@@ -194,12 +186,8 @@ BREAKDOWN_LINE = re.compile(r"^\s+(%s)\s+([0-9.]+)(?:\s*ms)?\s+([0-9.]+)\s*%%\s*
 def parse_breakdown(text):
     """[(phase, ms, pct)] from the --breakdown table the drivers print (common/report.c):
     '  forward        123.456   45.6%' (a ' ms' after the number is accepted too)."""
-    found = []
-    for line in text.splitlines():
-        match = BREAKDOWN_LINE.match(line)
-        if match:
-            found.append((match.group(1), float(match.group(2)), float(match.group(3))))
-    return found
+    matches = (BREAKDOWN_LINE.match(line) for line in text.splitlines())
+    return [(m.group(1), float(m.group(2)), float(m.group(3))) for m in matches if m]
 
 
 def gpu_name():
@@ -335,11 +323,9 @@ class Bench:
             return ["--points", str(rc.REGRESSION_POINTS), "--epochs", str(rc.REGRESSION_EPOCHS)]
         return ["--hidden", hidden, "--epochs", str(rc.MNIST_EPOCHS)]
 
-    def pytorch(self, trainer, export_json, modes, repeat, epochs=None, cpu_epochs=None, curve=False):
+    def pytorch(self, trainer, export_json, modes, repeat, cpu_epochs=None, curve=False):
         command = [sys.executable, f"bench/pytorch_{trainer}.py", "--export-json", export_json,
                    "--mode", ",".join(modes), "--repeat", str(repeat), "--csv", self.csv]
-        if epochs is not None:
-            command += ["--epochs", str(epochs)]
         if cpu_epochs is not None:
             command += ["--cpu-epochs", str(cpu_epochs)]
         if curve:
@@ -620,7 +606,7 @@ def main(argv=None):
         seconds = budget_seconds(plan, args.budget_s)
     except ValueError as err:
         parser.error(f"--budget-s / BENCH_BUDGET_S: {err}")
-    os.chdir(REPO_ROOT)
+    os.chdir(provenance.REPO_ROOT)
 
     name = gpu_name()
     if name is None:
@@ -631,7 +617,7 @@ def main(argv=None):
         print("error: no built stage: run make all first", file=sys.stderr)
         return 2
     slug = rc.gpu_slug(name)
-    commit, dirty, run_id, problem = run_provenance(REPO_ROOT, args.commit, args.dirty)
+    commit, dirty, run_id, problem = run_provenance(provenance.REPO_ROOT, args.commit, args.dirty)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
