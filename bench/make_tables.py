@@ -7,7 +7,7 @@ NAME: ladder:headline (README.md); ladder:regression, ladder:mnist, sanitize:sum
 results:stageNN, steps:stageNN, sanitize:stageNN, outcome:stageNN (the stage's predictions table against
 its rows), ladder:NAME (the kernel ladder NN-*/NAME_ladder.cu), profile:stageNN SELECTION (lines of
 results/<gpu>-profile-NN.txt), sweep:stage08 (stage READMEs); rounds:all
-and rounds:stageNN (the recorded `make stage N try` outputs); answerkey (TEACHING.md).
+and rounds:stageNN (the recorded `make stage N try` outputs); answerkey and outcomes:all (TEACHING.md).
 
 A stage counts in the ladder and stage tables in its default variant (the first of its REGRESSION_VARIANTS /
 MNIST_VARIANTS) at fp32 and bf16; its other variants fill its variants table. A table shows the rows of one
@@ -147,8 +147,9 @@ FOOTNOTE_GBS = (
     "the real traffic is higher wherever a stage reads the data more than once."
 )
 FOOTNOTE_GFLOPS = (
-    "GFLOP/s: 6 × parameters × samples per epoch × epochs ÷ loop time (2 FLOP per parameter and "
-    "sample forward, 4 backward; samples per epoch = 60,000 // batch × batch); evaluation not counted."
+    "GFLOP/s: the training GEMMs' FLOPs ÷ loop time: per sample 2 a weight forward, 2 for its gradient and 2 "
+    "for its input's, except the first layer's (the image needs no gradient); samples per epoch = 60,000 // "
+    "batch × batch; evaluation not counted."
 )
 
 
@@ -733,6 +734,29 @@ def render_file(path, blocks):
 RESULTS_DOC = os.path.join("docs", "RESULTS.md")  # the ladder tables and the sanitizer table
 
 
+def outcomes_block(datasets, root, dirs, stage_names=None, known=None):
+    """TEACHING.md's outcomes:all: every stage README's predictions against the measured rows, a line each."""
+    predictions = {}
+    for nn, d in dirs.items():
+        path = os.path.join(root, d, "README.md")
+        if nn != "01" and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                predictions[nn] = parse_predictions(f.read(), path)
+
+    def lines_of(rows, defaults):
+        lines, shown = [], []
+        for nn, stage_predictions in predictions.items():
+            cells, used, _, _ = outcome_lines(rows, nn, stage_predictions, stage_names, defaults)
+            lines += [[nn] + c for c in cells]
+            shown += used
+        return lines, shown
+
+    note = ("Each stage README's predictions table, made before measuring, against the rows named above, as "
+            "the README's own outcome block reads them. " + FOOTNOTE_GENERATED)
+    return results_tables(datasets, known, lines_of, ["stage", "configuration", "metric", "predicted", "measured",
+                          "measured ÷ predicted", "verdict"], "lllrrrl", what="the outcomes", note=note)
+
+
 def all_blocks(datasets, root, results_dir):
     """{file: {marker name: content}} for the top README, docs/RESULTS.md, every stage README and TEACHING.md."""
     dirs = rc.stage_dirs(root)
@@ -763,7 +787,8 @@ def all_blocks(datasets, root, results_dir):
         if os.path.exists(readme):
             blocks.update(readme_blocks(readme, nn, datasets, results_dir, root, names, known))
     files[os.path.join(root, "TEACHING.md")] = {
-        "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known)}
+        "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known),
+        "outcomes:all": outcomes_block(datasets, root, dirs, names, known)}
     add_round_blocks(files, root, dirs, results_dir)
     return files
 
@@ -996,7 +1021,7 @@ def add_round_blocks(files, root, dirs, results_dir):
 
 FOOTNOTE_SETUP = (
     "setup: the untimed preparations before e2e starts, the median of the timed runs' (handles, GEMM "
-    "autotuning, graph capture and instantiation; PyTorch: the capture of cuda-graph modes, the compilation "
+    "plans, pinned buffers, graph capture and instantiation; PyTorch: the capture of cuda-graph modes, the compilation "
     "of compile modes, 0 for eager); wall = setup + e2e, what one training run costs its user; speedups "
     "marked (wall) are ratios of wall times. e2e spread: the smallest and largest e2e of the n timed runs "
     "(the e2e shown is their median). — where a row does not record it (CSV schema 1)."

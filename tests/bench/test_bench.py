@@ -155,7 +155,9 @@ class LadderTest(unittest.TestCase):
         wide = next(r for r in self.rows if r["stage"] == "02" and r["hidden"] == "1024,1024")
         value, unit = rc.throughput(wide)
         self.assertEqual(unit, "GFLOP/s")
-        self.assertAlmostEqual(value, 6 * 1_863_690 * 59_904 * 10 / 9.8 / 1e9)
+        flops_per_sample = 6 * 1_863_690 - 2 * 784 * 1024  # the images need no gradient
+        self.assertEqual(rc.mnist_flops_per_sample("1024,1024"), flops_per_sample)
+        self.assertAlmostEqual(value, flops_per_sample * 59_904 * 10 / 9.8 / 1e9)
 
     def test_missing_configuration_and_no_results(self):
         text = make_tables.ladder_table(self.rows, rc.Config("mnist", "128"), "x.csv")
@@ -1379,6 +1381,14 @@ class PredictionsTest(unittest.TestCase):
                          ['r.md:5: says "as predicted" outside a generated outcome block whose verdict is hit'])
         self.assertEqual(make_tables.prediction_claim_problems("r.md", "It was not as predicted.\n"), [])
         self.assertEqual(len(make_tables.prediction_claim_problems("r.md", "gained at least as much As Predicted")), 1)
+
+    def test_teaching_lists_every_stage_outcome(self):
+        with tempfile.TemporaryDirectory() as root:
+            write(os.path.join(root, "07-cuda-graphs", "README.md"), PREDICTIONS)
+            block = make_tables.outcomes_block([("results/x.csv", self.rows())], root, rc.stage_dirs(root))
+        self.assertIn("| 07 | MNIST --hidden 128 | ms/epoch speedup vs 06 | 1.3–1.5× | 1.33× | 0.95× | hit |", block)
+        self.assertIn("| 07 | regression 5M variant=cublas | loop | 7–10 ms | 9.00 ms | 1.06× | hit |", block)
+        self.assertIn("`results/x.csv`", block)
 
     def test_main_fills_the_outcome_and_check_fails_on_a_prose_claim(self):
         with tempfile.TemporaryDirectory() as root:
