@@ -251,8 +251,8 @@ endef
 $(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
 
 # versions_rules SOURCE NN NAME NO_MAIN_MACRO [DEPS]: a program that is its own main and table (stage 01's
-# vector_add, the kernel ladders): build/NN/NAME, and build/NN/test_NAME, which links tests/gpu/test_NAME.c
-# with the same versions compiled a second time with -DNO_MAIN_MACRO (no main)
+# vector_add, the kernel ladders): build/NN/NAME, and build/NN/test_NAME, which links the test of that name in
+# tests/gpu/ with the same versions compiled a second time with -DNO_MAIN_MACRO (no main)
 define versions_rules
 $(BUILD)/$(2)/$(3).o: $(1) $(5) $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $$(@D)
