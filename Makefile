@@ -33,7 +33,8 @@ NVCCFLAGS := -O3 -g -lineinfo -std=c++17 $(GENCODE) -Icommon -Xcompiler -Wall,-W
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker --as-needed -Xlinker -rpath=$(CUDA_HOME)/lib64 $(foreach f,$(SANITIZE_FLAGS),-Xcompiler $(f))
 LDLIBS := -lcublasLt -lcublas -lcudnn -lcurand -lcudart -lz -lm -lgomp -Xcompiler -pthread
 CRITERION_FLAGS := -I$(CRITERION_PREFIX)/include
-CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-linux-gnu -lcriterion
+CRITERION_LIBS := -L$(CRITERION_PREFIX)/lib -L$(CRITERION_PREFIX)/lib/x86_64-linux-gnu -lcriterion \
+    -Xlinker -rpath=$(CRITERION_PREFIX)/lib
 
 BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
 # A trainer stage exists once its folder holds both trainer files.
@@ -80,15 +81,9 @@ HINT_FROM := FROM takes a path of letters, digits and . _ - / + , = @ : (copy th
 ifneq ($(filter stage stage-% loop,$(MAKECMDGOALS)),)
 $(call check_value,FILE,$(SAFE_PATH_CHARS),$(HINT_FILE))
 $(call check_value,FROM,$(SAFE_PATH_CHARS),$(HINT_FROM))
-$(call check_value,ROUND,$(SAFE_WORD_CHARS),$(HINT_WORD))
-$(call check_value,MODE,$(SAFE_WORD_CHARS),$(HINT_WORD))
-$(call check_value,ARGS,$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces)
-$(call check_value,MNIST_ARGS,$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces)
+$(foreach v,ARGS MNIST_ARGS,$(call check_value,$(v),$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces))
 $(call check_value,TRAINER,$(SAFE_WORD_CHARS),$(HINT_TRAINER),spaces)
-$(call check_value,EXERCISE,$(SAFE_WORD_CHARS),$(HINT_WORD))
-$(call check_value,ANSWER,$(SAFE_WORD_CHARS),$(HINT_WORD))
-$(call check_value,TRY_RUN,$(SAFE_WORD_CHARS),$(HINT_WORD))
-$(call check_value,NN,$(SAFE_WORD_CHARS),$(HINT_WORD))
+$(foreach v,ROUND MODE EXERCISE ANSWER TRY_RUN NN,$(call check_value,$(v),$(SAFE_WORD_CHARS),$(HINT_WORD)))
 ifneq ($(filter-out regression mnist,$(TRAINER)),)
 $(error unknown TRAINER '$(filter-out regression mnist,$(TRAINER))'; valid: regression, mnist (TRAINER=regression, TRAINER=mnist, or both))
 endif
@@ -235,6 +230,9 @@ $(BUILD)/common/copy_pool.o: CFLAGS += -fopenmp
 $(COMMON_LIB): $(COMMON_OBJ)
 	ar rcs $@ $^
 
+LINK_PROGRAM = $(NVCC) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+LINK_TEST = $(NVCC) $^ -o $@ $(LDFLAGS) $(CRITERION_LIBS) $(LDLIBS)
+
 define stage_rules
 $(BUILD)/$(1)/%.o: $(call stage_dir,$(1))/%.cu $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $$(@D)
@@ -245,25 +243,41 @@ $(BUILD)/$(1)/%_main.o: common/%_main.c $(COMMON_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $$(@D)
 	$(CC) $(CFLAGS) -DSTAGE_NAME='"$(1)"' -c $$< -o $$@
 
-$(BUILD)/$(1)/regression: $(BUILD)/$(1)/regression_main.o $(BUILD)/$(1)/regression.o $(COMMON_LIB)
-	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(LDLIBS)
-
-$(BUILD)/$(1)/mnist: $(BUILD)/$(1)/mnist_main.o $(BUILD)/$(1)/mnist.o $(COMMON_LIB)
-	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(LDLIBS)
+$(BUILD)/$(1)/regression $(BUILD)/$(1)/mnist: $(BUILD)/$(1)/%: $(BUILD)/$(1)/%_main.o $(BUILD)/$(1)/%.o $(COMMON_LIB)
+	$$(LINK_PROGRAM)
 
 $(BUILD)/$(1)/test_gpu: $(BUILD)/tests/gpu/test_stage.o $(BUILD)/$(1)/regression.o $(BUILD)/$(1)/mnist.o $(COMMON_LIB)
-	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
+	$$(LINK_TEST)
 endef
 $(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
+
+# versions_rules SOURCE NN NAME NO_MAIN_MACRO [DEPS]: a program that is its own main and table (stage 01's
+# vector_add, the kernel ladders): build/NN/NAME, and build/NN/test_NAME, which links the test of that name in
+# tests/gpu/ with the same versions compiled a second time with -DNO_MAIN_MACRO (no main)
+define versions_rules
+$(BUILD)/$(2)/$(3).o: $(1) $(5) $(COMMON_HEADERS) $(ARCH_STAMP)
+	@mkdir -p $$(@D)
+	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
+
+$(BUILD)/$(2)/$(3)_versions.o: $(1) $(5) $(COMMON_HEADERS) $(ARCH_STAMP)
+	@mkdir -p $$(@D)
+	$(NVCC) $(NVCCFLAGS) -D$(4) -c $$< -o $$@
+
+$(BUILD)/$(2)/$(3): $(BUILD)/$(2)/$(3).o $(COMMON_LIB)
+	$$(LINK_PROGRAM)
+
+$(BUILD)/$(2)/test_$(3): $(BUILD)/tests/gpu/test_$(3).o $(BUILD)/$(2)/$(3)_versions.o $(COMMON_LIB)
+	$$(LINK_TEST)
+endef
+$(eval $(call versions_rules,01-vector-add/vector_add.cu,01,vector_add,VECTOR_ADD_NO_MAIN))
 
 $(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*.h) | $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CRITERION_FLAGS) -Itests -c $< -o $@
 
 $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)) $(COMMON_LIB)
-	$(NVCC) $^ -o $@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
+	$(LINK_TEST)
 
--include 01-vector-add/vector_add.mk
 # Checked exercises and candidate kernels (make stage N try|exercise|prompt), and the robustness tools
 # (make sanitize, make fuzz, make test SANITIZE=1): each set of rules lives in its own file.
 -include common/exercises.mk common/robustness.mk common/mutants.mk

@@ -9,8 +9,8 @@
 #   make stage N ladder RECORD=1        also append their rows to results/<gpu>-ladders.csv, where
 #                                       bench/make_tables.py finds them for the stage README's tables
 #
-# A test links its ladder compiled a second time with -DLADDER_NO_MAIN. A ladder may include another
-# stage's ladder (06's GEMM ladder starts from 04's kernels), so each depends on every ladder source.
+# Built by the top Makefile's versions_rules (a test links its ladder compiled with -DLADDER_NO_MAIN). A ladder
+# may include another stage's ladder (06's GEMM ladder starts from 04's kernels): each depends on every ladder source.
 
 LADDER_SRCS := $(sort $(wildcard 0[1-8]-*/*_ladder.cu))
 ladder_stage = $(firstword $(subst -, ,$(1)))
@@ -18,23 +18,7 @@ ladder_name = $(basename $(notdir $(1)))
 LADDER_BINS := $(foreach f,$(LADDER_SRCS),$(BUILD)/$(call ladder_stage,$(f))/$(call ladder_name,$(f)))
 LADDER_TEST_BINS := $(foreach f,$(LADDER_SRCS),$(BUILD)/$(call ladder_stage,$(f))/test_$(call ladder_name,$(f)))
 
-# ladder_rules SOURCE NN NAME_ladder
-define ladder_rules
-$(BUILD)/$(2)/$(3).o: $(1) $(LADDER_SRCS) $(COMMON_HEADERS) $(ARCH_STAMP)
-	@mkdir -p $$(@D)
-	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
-
-$(BUILD)/$(2)/$(3)_versions.o: $(1) $(LADDER_SRCS) $(COMMON_HEADERS) $(ARCH_STAMP)
-	@mkdir -p $$(@D)
-	$(NVCC) $(NVCCFLAGS) -DLADDER_NO_MAIN -c $$< -o $$@
-
-$(BUILD)/$(2)/$(3): $(BUILD)/$(2)/$(3).o $(COMMON_LIB)
-	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(LDLIBS)
-
-$(BUILD)/$(2)/test_$(3): $(BUILD)/tests/gpu/test_$(3).o $(BUILD)/$(2)/$(3)_versions.o $(COMMON_LIB)
-	$(NVCC) $$^ -o $$@ $(LDFLAGS) $(CRITERION_LIBS) -Xlinker -rpath=$(CRITERION_PREFIX)/lib $(LDLIBS)
-endef
-$(foreach f,$(LADDER_SRCS),$(eval $(call ladder_rules,$(f),$(call ladder_stage,$(f)),$(call ladder_name,$(f)))))
+$(foreach f,$(LADDER_SRCS),$(eval $(call versions_rules,$(f),$(call ladder_stage,$(f)),$(call ladder_name,$(f)),LADDER_NO_MAIN,$(LADDER_SRCS))))
 
 all: $(LADDER_BINS)
 

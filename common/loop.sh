@@ -23,7 +23,6 @@ source common/prompt.sh 02  # its functions, and try_common.sh's (die, build_sta
 template=common/loop_template.md
 trainer=${TRY_TRAINER:-} round=${LOOP_ROUND:-} answer_in=${LOOP_FROM:-} mode=${LOOP_MODE:-open}
 max_rounds=${LOOP_ROUNDS:-8}
-have_gpu=${TRY_HAVE_GPU:-0}
 records=${LOOP_RECORD_DIR:-02-llm-baseline/loop}/$trainer
 work=$build/loop/$trainer
 
@@ -218,40 +217,21 @@ loop_parts() {
     fi
 }
 
-# loop_prompt START OUT: round k's prompt in the first form that fits under PROMPT_LIMIT (the file whole,
-# without whole-line comments, without comments, then without the measurements), or exit 2
+# loop_prompt START OUT: round k's prompt, in the first form that fits (prompt.sh's fit_prompt), or exit 2
 loop_prompt() {
-    local start=$1 out=$2 form size note=
+    local start=$1 out=$2
     parts=$work/.parts-$round
     rm -rf "$parts"
     mkdir -p "$parts"
     loop_parts "$start"
-    for form in whole lean bare unmeasured; do
-        put measured yes
-        if [ "$form" = unmeasured ]; then form=bare; put measured no; fi
-        put form "$form"
-        put_code "$start" "$form"
-        fill >"$out"
-        size=$(wc -c <"$out")
-        [ "$size" -lt "$PROMPT_LIMIT" ] && break
-    done
-    [ "$(cat "$parts/measured")" = yes ] || note=", measurements left out"
-    rm -rf "$parts"
-    if [ "$size" -ge "$PROMPT_LIMIT" ]; then
-        rm -f "$out"
-        die "round $round's prompt would be $size bytes, over the limit of $PROMPT_LIMIT even without comments and measurements: the current file ($start) is too long"
-    fi
-    [ "$form" = lean ] && note=", whole-line comments left out$note"
-    [ "$form" = bare ] && note=", comments left out$note"
+    measured=1
+    fit_prompt "$out" "round $round's prompt" "the current file ($start) is too long"
     echo "wrote $out ($size bytes; current file: $start$note)"
 }
 
 # ----------------------------------------------------------------------------
 
 check_settings
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-device="no GPU (none was visible when this prompt was written)"
-[ "$have_gpu" = 1 ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
 mkdir -p "$work"
 if [ "$round" = 1 ]; then
     current=02-llm-baseline/$trainer.cu

@@ -79,22 +79,8 @@ fill() {
 # ----------------------------------------------------------------------------
 # what fills it: the starting code, its checklist, the contract's parts
 
-code_only() {  # code_only FILE: the file with its // and /* */ comments removed (what the markers read)
-    awk '{
-        line = $0; out = ""
-        while (line != "") {
-            if (in_block) {
-                i = index(line, "*/")
-                if (!i) { line = ""; break }
-                line = substr(line, i + 2); in_block = 0; continue
-            }
-            s = index(line, "/*"); d = index(line, "//")
-            if (d && (!s || d < s)) { out = out substr(line, 1, d - 1); break }
-            if (s) { out = out substr(line, 1, s - 1); line = substr(line, s + 2); in_block = 1; continue }
-            out = out line; line = ""
-        }
-        print out
-    }' "$1"
+code_only() {  # code_only FILE: the file without its comments (gcc's preprocessor alone; its line markers dropped)
+    "${TRY_CC:-gcc}" -x c++ -fpreprocessed -dD -E "$1" | grep -v '^# [0-9]'
 }
 
 squeeze_blank_lines() {  # standard input without trailing blanks, runs of blank lines squeezed to one
@@ -232,21 +218,37 @@ put_code() {
     esac
 }
 
-# prompt_write FILE FORM: the prompt of one trainer, FORM as put_code's; measured empty: this run's
-# measurements left out
-prompt_write() {
-    local out=$1 form=$2
-    put form "$form"
-    put_code "$start" "$form"
-    if [ "$have_gpu" != 1 ]; then put run no-gpu
-    elif [ -z "$measured" ]; then put run left-out
-    else put run measured; fi
-    fill >"$out"
+# fit_prompt OUT WHAT HINT: the template filled in the first form that fits under PROMPT_LIMIT: the starting
+# code whole, lean, bare, then bare without the measurements (measured emptied); sets size and note (what was
+# left out). A prompt that never fits is removed: exit 2, WHAT and HINT saying what is too long.
+fit_prompt() {
+    local out=$1 had=$measured form
+    for form in whole lean bare unmeasured; do
+        [ "$form" != unmeasured ] || form=bare measured=
+        put form "$form"
+        put_code "$start" "$form"
+        if [ "$have_gpu" != 1 ]; then put run no-gpu
+        elif [ -z "$measured" ]; then put run left-out
+        else put run measured; fi
+        if [ -n "$measured" ]; then put measured yes; else put measured no; fi
+        fill >"$out"
+        size=$(wc -c <"$out")
+        [ "$size" -lt "$PROMPT_LIMIT" ] && break
+    done
+    rm -rf "$parts"
+    if [ "$size" -ge "$PROMPT_LIMIT" ]; then
+        rm -f "$out"
+        die "$2 would be $size bytes, over the limit of $PROMPT_LIMIT even without comments and measurements: $3"
+    fi
+    note=
+    [ "$form" = lean ] && note=", whole-line comments left out"
+    [ "$form" = bare ] && note=", comments left out"
+    [ -z "$had" ] || [ -n "$measured" ] || note="$note, this run's measurements left out"
 }
 
 # prompt_trainer: one trainer's prompt, in the first form that fits under PROMPT_LIMIT, or exit 2
 prompt_trainer() {
-    local out size form
+    local out
     if [ "$nn" = 01 ]; then
         start=01-vector-add/vector_add.cu out=$build/prompt/stage01.md
     else
@@ -263,27 +265,17 @@ prompt_trainer() {
     results_parts
     measured=
     [ "$have_gpu" = 1 ] && measure_parts
-    for form in whole lean bare unmeasured; do
-        if [ "$form" = unmeasured ]; then form=bare measured=; fi
-        prompt_write "$out" "$form"
-        size=$(wc -c <"$out")
-        [ "$size" -lt "$PROMPT_LIMIT" ] && break
-    done
-    rm -rf "$parts"
-    if [ "$size" -ge "$PROMPT_LIMIT" ]; then
-        rm -f "$out"
-        die "the stage $nn prompt for $trainer would be $size bytes, over the limit of $PROMPT_LIMIT even without comments and measurements: shorten $start"
-    fi
-    local note=
-    [ "$form" = lean ] && note=", whole-line comments left out"
-    [ "$form" = bare ] && note=", comments left out"
-    [ "$have_gpu" = 1 ] && [ -z "$measured" ] && note="$note, this run's measurements left out"
+    fit_prompt "$out" "the stage $nn prompt for $trainer" "shorten $start"
     echo "wrote $out ($size bytes, $(wc -l <"$out") lines; starting code: $start$note)"
 }
 
 # ----------------------------------------------------------------------------
-# common/loop.sh sources this file for its functions (the template filler, the contract's parts): the
-# rest is this script's own work
+# common/loop.sh sources this file for its functions (the template filler, the contract's parts) and for
+# what names the machine and the commit: the rest is this script's own work
+have_gpu=${TRY_HAVE_GPU:-0}
+device="no GPU (none was visible when this prompt was written)"
+[ "$have_gpu" = 1 ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 mkdir -p "$build/prompt"
@@ -304,10 +296,6 @@ prev=
 from=${prev:-$nn}
 from_dir=$stage_dir
 [ -z "$prev" ] || from_dir=$(stage_folder "$prev")
-have_gpu=${TRY_HAVE_GPU:-0}
-device="no GPU (none was visible when this prompt was written)"
-[ "$have_gpu" = 1 ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 idea=$(awk -F'\t' -v s="$nn" '$1 == s { print $3 }' "$ideas_file")
 
 for trainer in $targets; do prompt_trainer; done

@@ -19,15 +19,9 @@
 # ----------------------------------------------------------------------------
 # make test SANITIZE=1: host code with ASan + UBSan
 
-# The flags have to be set before the build rules are read, so they live in the top Makefile, next
-# to BUILD (build-asan/ for SANITIZE=1, so that instrumented and normal objects never mix):
-#     BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
-#     SANITIZE_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
-#     CFLAGS += $(SANITIZE_FLAGS)
-#     LDFLAGS += $(foreach f,$(SANITIZE_FLAGS),-Xcompiler $(f))
-# gcc compiles common/, the drivers and the tests with them; nvcc links the sanitizers' runtimes (one
-# -Xcompiler per flag: nvcc splits its arguments at commas). The stages' .cu files are not
-# instrumented: their device code is compute-sanitizer's job (make sanitize).
+# The flags are set in the top Makefile, next to BUILD, as they must be before the build rules are read
+# (build-asan/ keeps instrumented and normal objects apart). gcc compiles common/, the drivers and the tests
+# with them; nvcc links the sanitizers' runtimes. The stages' device code is compute-sanitizer's job.
 ifeq ($(SANITIZE),1)
 ifeq ($(filter -fsanitize=address,$(CFLAGS)),)
 $(error SANITIZE=1: the top Makefile does not set the sanitizer flags yet (see common/robustness.mk))
@@ -62,9 +56,6 @@ SAN_MNIST_ARGS ?= --hidden 32 --epochs 2 --warmup 0 --quiet
 SAN_VECTOR_ADD_ARGS ?= --n 1000003 --repeat 1
 # memcheck also reports device memory a run never frees
 SAN_FLAGS_memcheck ?= --leak-check full
-SAN_FLAGS_racecheck ?=
-SAN_FLAGS_synccheck ?=
-SAN_FLAGS_initcheck ?=
 
 sanitize: SAN_STAGES := $(ALL_STAGES)
 stage-sanitize: SAN_STAGES := $(NN)

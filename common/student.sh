@@ -48,17 +48,15 @@ mkdir -p -- "$(dirname -- "$target")" || die "cannot create the folder that hold
 work=$(mktemp -d "$(dirname -- "$target")/.student.XXXXXX") || die "cannot write next to DIR=$dir"
 trap 'rm -rf -- "$work"' EXIT
 
-# 1. the files git knows, as they are in the work tree (a tracked file deleted here is not copied)
+# 1. the files git knows, as they are in the work tree (a tracked file deleted here is not copied); the
+# assistants' answers stay out, listed in STUDENT.md below
+answers='[0-9][0-9]-*/assistant/*.answer.md'
 list=$work/.files
-git ls-files -z --cached --others --exclude-standard |
+git ls-files -z --cached --others --exclude-standard -- . ":!:$answers" |
     while IFS= read -r -d '' f; do
-        [ -e "$f" ] || [ -L "$f" ] || continue
-        case $f in  # the assistants' answers stay out, listed in STUDENT.md below
-        [0-9][0-9]-*/assistant/*.answer.md) printf '%s\n' "$f" >>"$work/.left_out" ;;
-        *) printf '%s\0' "$f" ;;
-        esac
+        if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
     done | sort -zu >"$list" || die "git ls-files failed"
-left_out=$(sort -u "$work/.left_out" 2>/dev/null)
+left_out=$(git ls-files --cached --others --exclude-standard -- "$answers" | sort -u)
 mkdir "$work/copy"
 tar --null --no-recursion -T "$list" -cf - | tar -xf - -C "$work/copy" || die "copying the files into $work/copy failed"
 files=$(tr -cd '\0' <"$list" | wc -c)

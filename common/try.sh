@@ -150,24 +150,17 @@ link_trainer() {  # stages 02 on: the file replaces one trainer, beside the stag
 # ----------------------------------------------------------------------------
 # the suite and the verdict
 
-# run_suite BINARY [ARGS...]: shows the output, keeps it in $out/suite.log, sets tested/failed/suite_rc
+# run_suite BINARY [ARGS...]: shows the output, keeps it in $out/suite.log and Criterion's TAP report in
+# $out/suite.tap ("ok - NAME", "ok - NAME  # SKIP why", "not ok - NAME": a crash too); sets tested/failed/suite_rc
 run_suite() {
     echo "== correctness: $* (every variant against the CPU reference)"
-    "$@" 2>&1 | tee "$out/suite.log"
+    rm -f "$out/suite.tap"
+    "$@" --tap="$out/suite.tap" 2>&1 | tee "$out/suite.log"
     suite_rc=${PIPESTATUS[0]}
-    local synthesis
-    synthesis=$(sed 's/\x1b\[[0-9;]*m//g' "$out/suite.log" | grep -a "Synthesis:" | tail -n1)
-    if [ -z "$synthesis" ]; then  # the runner itself died: that is a failure, not a skip
-        tested=0 failed=1
-        return
-    fi
-    local failing crashing
-    tested=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$synthesis")
-    failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$synthesis")
-    crashing=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$synthesis")
-    tested=${tested:-0}
-    failed=${failing:-0}  # Criterion counts a crash as failing too
-    [ "${crashing:-0}" -gt "$failed" ] && failed=$crashing
+    tested=0 failed=1  # no report: the runner itself died, a failure and not a skip
+    grep -q '^1\.\.' "$out/suite.tap" 2>/dev/null || return 0
+    read -r tested failed < <(awk '/^ok .*# SKIP/ { next } /^ok / { t++ } /^not ok / { t++; f++ }
+        END { print t + 0, f + 0 }' "$out/suite.tap")
 }
 
 verdict_fail() {  # verdict_fail REASON...: the FAIL block, exit 1
