@@ -54,6 +54,14 @@ int args_progress_seconds(double *out, char *err, size_t err_len);
 // stderr unless --quiet), and that --csv and --curve can be written. 0, or -1 with err set.
 int args_prepare_run(const Options *opt, char *err, size_t err_len);
 
+// A driver's flags end to end: parse_args (--help prints and ends), then --list-variants (the stage's
+// variants, then its precisions unless precisions is NULL, and the end), --variant and --precision
+// against the stage's lists (the CPU reference's: the default and fp32), and args_prepare_run. -1 when
+// the run goes on, with *variant (into variants) and *precision set; else the exit status, after one
+// error line. stage: "02", for messages.
+int args_driver_flags(int argc, char **argv, TrainerKind trainer, const char *stage, const char *const *variants,
+                      const char *const *precisions, Options *opt, int *variant, Precision *precision);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #include "device.h"
 #include "divergence.h"
 #include "gates.h"
+#include "host.h"
 #include "exit_codes.h"
 #include "idx.h"
 #include "message.h"
@@ -38,16 +39,6 @@
 #endif
 
 #define CHANCE_ACCURACY 0.15  // ten classes: guessing scores 0.1; a run that ends at or below this learned nothing
-
-static void *alloc_or_die(size_t count, size_t size, const char *what) {
-    void *p = malloc(count * size);
-    if (!p) {
-        fprintf(stderr, "error: out of host memory for %s (%zu bytes); try fewer --epochs or a smaller --hidden\n",
-                what, count * size);
-        exit(EXIT_HOST_MEMORY);
-    }
-    return p;
-}
 
 // ----------------------------------------------------------------------------
 // device memory: checked before anything is allocated, so that a model, batch or epoch count too large
@@ -219,46 +210,6 @@ typedef struct {
     DeviceInfo device;    // the GPU, or the host CPU for --reference and --export
 } Run;
 
-// The flags alone: --help and --list-variants print and end the program, then --variant and --precision
-// are checked against this stage's lists, then --csv and --curve. -1 when the run goes on, else the exit status.
-static int parse_flags(int argc, char **argv, Run *run) {
-    char err[1024];
-    Options *opt = &run->opt;
-    int parsed = parse_args(argc, argv, TRAINER_MNIST, opt, err, sizeof(err));
-    if (parsed == 1) return report_exit_status(EXIT_OK);
-    if (parsed != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-
-    if (opt->list_variants) {
-        for (int v = 0; MNIST_VARIANTS[v]; v++) printf("variant %s\n", MNIST_VARIANTS[v]);
-        for (int p = 0; MNIST_PRECISIONS[p]; p++) printf("precision %s\n", MNIST_PRECISIONS[p]);
-        return report_exit_status(EXIT_OK);
-    }
-
-    // the CPU reference has one version: the stage's default, in fp32 inputs (computed in double)
-    const char *const default_only[] = {MNIST_VARIANTS[0], NULL};
-    const char *const fp32_only[] = {PRECISION_NAMES[PRECISION_FP32], NULL};
-    const char *context = opt->reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " mnist";
-    run->variant = args_pick("--variant", opt->variant, opt->reference ? default_only : MNIST_VARIANTS, context, err,
-                             sizeof(err));
-    if (run->variant < 0 || args_pick("--precision", opt->precision, opt->reference ? fp32_only : MNIST_PRECISIONS,
-                                      context, err, sizeof(err)) < 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-
-    if (args_prepare_run(opt, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-    run->precision = PRECISION_FP32;
-    for (int p = 0; p < PRECISION_COUNT; p++)
-        if (strcmp(PRECISION_NAMES[p], opt->precision) == 0) run->precision = (Precision)p;
-    return -1;
-}
-
 // The IDX files, and the flags that only their sizes can check. EXIT_OK with set loaded (the caller
 // frees it), else the exit status with nothing held.
 static int load_data(const Options *opt, MnistSet *set) {
@@ -369,13 +320,13 @@ static int train_and_report(const Run *run, const MnistData *data) {
     int repeat = run->opt.repeat;
     size_t steps = (size_t)mnist_steps_per_epoch(cfg, data->n_train);
     Outputs o = {
-        .params = alloc_or_die((size_t)mnist_param_count(cfg), sizeof(float), "the trained parameters"),
-        .step_loss = alloc_or_die((size_t)cfg->epochs * steps, sizeof(float), "the step losses"),
-        .test_loss = alloc_or_die((size_t)cfg->epochs, sizeof(float), "the test losses"),
-        .test_acc = alloc_or_die((size_t)cfg->epochs, sizeof(float), "the test accuracies"),
-        .epoch_ms = alloc_or_die((size_t)cfg->epochs, sizeof(double), "epoch times"),
+        .params = host_malloc((size_t)mnist_param_count(cfg) * sizeof(float), "the trained parameters"),
+        .step_loss = host_malloc((size_t)cfg->epochs * steps * sizeof(float), "the step losses"),
+        .test_loss = host_malloc((size_t)cfg->epochs * sizeof(float), "the test losses"),
+        .test_acc = host_malloc((size_t)cfg->epochs * sizeof(float), "the test accuracies"),
+        .epoch_ms = host_malloc((size_t)cfg->epochs * sizeof(double), "epoch times"),
     };
-    double *runs_ms = alloc_or_die((size_t)repeat * REPORT_RUN_FIGURES, sizeof(double), "run times");
+    double *runs_ms = host_malloc((size_t)repeat * REPORT_RUN_FIGURES * sizeof(double), "run times");
     MnistResult out;
 
     MnistConfig warmup_cfg = *cfg;
@@ -398,7 +349,8 @@ static int train_and_report(const Run *run, const MnistData *data) {
 
 int main(int argc, char **argv) {
     Run run;
-    int status = parse_flags(argc, argv, &run);
+    int status = args_driver_flags(argc, argv, TRAINER_MNIST, STAGE_NAME, MNIST_VARIANTS, MNIST_PRECISIONS, &run.opt,
+                                   &run.variant, &run.precision);
     if (status >= 0) return status;
     MnistSet set;
     status = load_data(&run.opt, &set);
@@ -411,8 +363,8 @@ int main(int argc, char **argv) {
 
     // the same initial parameters and batch order for every run, and for --export
     const MnistConfig *cfg = &run.cfg;
-    float *init_params = alloc_or_die((size_t)mnist_param_count(cfg), sizeof(float), "the initial parameters");
-    int32_t *batch_order = alloc_or_die((size_t)cfg->epochs * (size_t)set.n_train, sizeof(int32_t), "the batch order");
+    float *init_params = host_malloc((size_t)mnist_param_count(cfg) * sizeof(float), "the initial parameters");
+    int32_t *batch_order = host_malloc((size_t)cfg->epochs * (size_t)set.n_train * sizeof(int32_t), "the batch order");
     mnist_init_params(cfg, run.opt.seed, init_params);
     mnist_batch_order(set.n_train, cfg->epochs, run.opt.seed, batch_order);
     MnistData data = {.train_pixels = set.train_pixels, .train_images = set.train_images,

@@ -140,43 +140,6 @@ typedef struct {
     DeviceInfo device;    // the GPU, or the host CPU for --reference and --export
 } Run;
 
-// The flags alone: --help and --list-variants print and end the program, then --variant is checked
-// against this stage's list, then --csv and --curve; run->cfg gets the trainer's settings. -1 when the
-// run goes on, else the exit status.
-static int parse_flags(int argc, char **argv, Run *run) {
-    char err[1024];
-    Options *opt = &run->opt;
-    int parsed = parse_args(argc, argv, TRAINER_REGRESSION, opt, err, sizeof(err));
-    if (parsed == 1) return report_exit_status(EXIT_OK);
-    if (parsed != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-
-    if (opt->list_variants) {
-        for (int v = 0; REGRESSION_VARIANTS[v]; v++) printf("variant %s\n", REGRESSION_VARIANTS[v]);
-        return report_exit_status(EXIT_OK);
-    }
-
-    // the CPU reference has one version: the stage's default
-    const char *const default_only[] = {REGRESSION_VARIANTS[0], NULL};
-    run->variant = args_pick("--variant", opt->variant, opt->reference ? default_only : REGRESSION_VARIANTS,
-                             opt->reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " regression",
-                             err, sizeof(err));
-    if (run->variant < 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-
-    if (args_prepare_run(opt, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-    run->cfg = (RegressionConfig){.epochs = opt->epochs, .lr = opt->lr, .log_every = LOG_EVERY,
-                                  .breakdown = opt->breakdown, .variant = run->variant};
-    return -1;
-}
-
 // The GPU first: without one, or without room for the points, there is nothing to generate them for.
 // EXIT_OK or EXIT_CUDA (too little memory ends the program inside).
 static int check_device(Run *run) {
@@ -274,8 +237,12 @@ static int train_and_report(const Run *run, const RegressionData *data, int64_t 
 
 int main(int argc, char **argv) {
     Run run;
-    int status = parse_flags(argc, argv, &run);
+    Precision fp32;
+    int status = args_driver_flags(argc, argv, TRAINER_REGRESSION, STAGE_NAME, REGRESSION_VARIANTS, NULL, &run.opt,
+                                   &run.variant, &fp32);
     if (status >= 0) return status;
+    run.cfg = (RegressionConfig){.epochs = run.opt.epochs, .lr = run.opt.lr, .log_every = LOG_EVERY,
+                                 .breakdown = run.opt.breakdown, .variant = run.variant};
     if (check_device(&run) != EXIT_OK) return EXIT_CUDA;
 
     char err[1024];
