@@ -13,13 +13,10 @@
 // past 1e6 times its first value: divergence.h), and reports medians of the timed runs (stdout, --csv,
 // --curve). Before any training it checks the --csv and --curve files and that the GPU has room for
 // the run. Every failure is one line on stderr and an exit code of exit_codes.h.
-#include <cuda_runtime_api.h>
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "args.h"
 #include "data.h"
@@ -130,27 +127,14 @@ static int export_mnist(const char *dir, const MnistConfig *cfg, const MnistData
 // ----------------------------------------------------------------------------
 // one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
 
-typedef struct {
-    float *params, *step_loss, *test_loss, *test_acc;
-    double *epoch_ms;
-} Outputs;
-
-static void train_once(const MnistConfig *cfg, const MnistData *data, int reference, const Outputs *o,
-                       MnistResult *out) {
+// out holds the arrays (params, step_loss, test_loss, test_acc, timing.epoch_ms) the trainer writes into.
+static void train_once(const MnistConfig *cfg, const MnistData *data, int reference, MnistResult *out) {
     int64_t n_params = mnist_param_count(cfg);
     int64_t n_steps = (int64_t)cfg->epochs * mnist_steps_per_epoch(cfg, data->n_train);
-    for (int64_t i = 0; i < n_params; i++) o->params[i] = NAN;
-    for (int64_t i = 0; i < n_steps; i++) o->step_loss[i] = NAN;
-    for (int e = 0; e < cfg->epochs; e++) o->test_loss[e] = o->test_acc[e] = NAN;
-    for (int e = 0; e < cfg->epochs; e++) o->epoch_ms[e] = NAN;
-    memset(out, 0, sizeof(*out));
-    out->params = o->params;
-    out->step_loss = o->step_loss;
-    out->test_loss = o->test_loss;
-    out->test_acc = o->test_acc;
-    out->timing.epoch_ms = o->epoch_ms;
-    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = out->timing.setup_ms = NAN;
-
+    for (int64_t i = 0; i < n_params; i++) out->params[i] = NAN;
+    for (int64_t i = 0; i < n_steps; i++) out->step_loss[i] = NAN;
+    for (int e = 0; e < cfg->epochs; e++) out->test_loss[e] = out->test_acc[e] = NAN;
+    report_reset_timing(&out->timing, cfg->epochs);
     if (reference) {
         reference_train_mnist(cfg, data, out, -1);
     } else if (train_mnist(cfg, data, out) != 0) {
@@ -271,14 +255,14 @@ static int check_device(Run *run, const MnistSet *set) {
 
 // The progress lines from the last run's arrays (the trainer never syncs to print), the outcome, then
 // the row: stdout, the chance-level warning, --csv and --curve. The exit status.
-static int report_run(const Run *run, int n_train, const Outputs *o, const double *runs_ms, const MnistResult *out) {
+static int report_run(const Run *run, int n_train, const double *runs_ms, const MnistResult *out) {
     const MnistConfig *cfg = &run->cfg;
     const Options *opt = &run->opt;
     int steps = mnist_steps_per_epoch(cfg, n_train);
     if (!opt->quiet)
         for (int e = 0; e < cfg->epochs; e++)
             printf("epoch %d  train_loss %.6f  test_loss %.6f  test_acc %.2f%%\n", e + 1,
-                   mean_step_loss(o->step_loss, e, steps), o->test_loss[e], 100.0 * o->test_acc[e]);
+                   mean_step_loss(out->step_loss, e, steps), out->test_loss[e], 100.0 * out->test_acc[e]);
 
     const char *bad = NULL;
     char bad_text[128];
@@ -295,9 +279,9 @@ static int report_run(const Run *run, int n_train, const Outputs *o, const doubl
     row.epochs = cfg->epochs;
     row.lr = cfg->lr;
     result_row_set_runs(&row, &run->device, runs_ms, opt->repeat);
-    row.train_loss = mean_step_loss(o->step_loss, cfg->epochs - 1, steps);
-    row.test_loss = o->test_loss[cfg->epochs - 1];
-    row.test_acc = o->test_acc[cfg->epochs - 1];
+    row.train_loss = mean_step_loss(out->step_loss, cfg->epochs - 1, steps);
+    row.test_loss = out->test_loss[cfg->epochs - 1];
+    row.test_acc = out->test_acc[cfg->epochs - 1];
     report_print(&row, stdout);
     // a learning rate that trains nothing is the user's choice, but it should not look like success
     if (row.test_acc <= CHANCE_ACCURACY && fflush(stdout) == 0)  // the warning after the result line
@@ -306,9 +290,9 @@ static int report_run(const Run *run, int n_train, const Outputs *o, const doubl
 
     // step losses by global step (0-based: before that step's update), test figures by epochs done
     const CurveSeries series[] = {
-        {"step_loss", o->step_loss, NULL, 0, cfg->epochs * steps},
-        {"test_loss", o->test_loss, NULL, 1, cfg->epochs},
-        {"test_acc", o->test_acc, NULL, 1, cfg->epochs},
+        {"step_loss", out->step_loss, NULL, 0, cfg->epochs * steps},
+        {"test_loss", out->test_loss, NULL, 1, cfg->epochs},
+        {"test_acc", out->test_acc, NULL, 1, cfg->epochs},
     };
     return report_append_outputs(&row, opt->csv_path, opt->curve_path, series, 3);
 }
@@ -318,32 +302,28 @@ static int report_run(const Run *run, int n_train, const Outputs *o, const doubl
 static int train_and_report(const Run *run, const MnistData *data) {
     const MnistConfig *cfg = &run->cfg;
     int repeat = run->opt.repeat;
-    size_t steps = (size_t)mnist_steps_per_epoch(cfg, data->n_train);
-    Outputs o = {
-        .params = host_malloc((size_t)mnist_param_count(cfg) * sizeof(float), "the trained parameters"),
-        .step_loss = host_malloc((size_t)cfg->epochs * steps * sizeof(float), "the step losses"),
-        .test_loss = host_malloc((size_t)cfg->epochs * sizeof(float), "the test losses"),
-        .test_acc = host_malloc((size_t)cfg->epochs * sizeof(float), "the test accuracies"),
-        .epoch_ms = host_malloc((size_t)cfg->epochs * sizeof(double), "epoch times"),
-    };
+    size_t epochs = (size_t)cfg->epochs, steps = (size_t)mnist_steps_per_epoch(cfg, data->n_train);
+    MnistResult out = {.params = host_malloc((size_t)mnist_param_count(cfg) * sizeof(float), "the trained parameters"),
+                       .step_loss = host_malloc(epochs * steps * sizeof(float), "the step losses"),
+                       .test_loss = host_malloc(epochs * sizeof(float), "the test losses"),
+                       .test_acc = host_malloc(epochs * sizeof(float), "the test accuracies"),
+                       .timing.epoch_ms = host_malloc(epochs * sizeof(double), "epoch times")};
     double *runs_ms = host_malloc((size_t)repeat * REPORT_RUN_FIGURES * sizeof(double), "run times");
-    MnistResult out;
 
     MnistConfig warmup_cfg = *cfg;
     warmup_cfg.epochs = 1;
-    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &o, &out);
+    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &out);
     for (int r = 0; r < repeat; r++) {
-        train_once(cfg, data, run->opt.reference, &o, &out);
+        train_once(cfg, data, run->opt.reference, &out);
         report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
     }
-    int status = report_run(run, data->n_train, &o, runs_ms, &out);
-
+    int status = report_run(run, data->n_train, runs_ms, &out);
     free(runs_ms);
-    free(o.epoch_ms);
-    free(o.test_acc);
-    free(o.test_loss);
-    free(o.step_loss);
-    free(o.params);
+    free(out.timing.epoch_ms);
+    free(out.test_acc);
+    free(out.test_loss);
+    free(out.step_loss);
+    free(out.params);
     return status;
 }
 

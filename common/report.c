@@ -531,6 +531,11 @@ void report_record_run(double *runs_ms, int runs, int run, const TrainTiming *ti
     runs_ms[4 * runs + run] = timing->setup_ms;
 }
 
+void report_reset_timing(TrainTiming *timing, int epochs) {
+    *timing = (TrainTiming){.e2e_ms = NAN, .loop_ms = NAN, .h2d_ms = NAN, .setup_ms = NAN, .epoch_ms = timing->epoch_ms};
+    for (int e = 0; e < epochs; e++) timing->epoch_ms[e] = NAN;
+}
+
 void result_row_set_runs(ResultRow *row, const DeviceInfo *device, const double *runs_ms, int runs) {
     const double *e2e_ms = runs_ms, *loop_ms = runs_ms + runs, *per_epoch_ms = runs_ms + 3 * runs;
     snprintf(row->device, sizeof(row->device), "%s", device->name);

@@ -105,6 +105,8 @@ void result_row_set_repeats(ResultRow *row, const double *setup_ms, const double
 // timing->epoch_ms[0..epochs)); result_row_set_runs gives the row the device, the medians of those
 // figures and their spread (result_row_set_repeats).
 #define REPORT_RUN_FIGURES 5
+// Before a run: every figure of timing NaN (timing->epoch_ms[0..epochs) too), no phase time.
+void report_reset_timing(TrainTiming *timing, int epochs);
 void report_record_run(double *runs_ms, int runs, int run, const TrainTiming *timing, int epochs);
 void result_row_set_runs(ResultRow *row, const DeviceInfo *device, const double *runs_ms, int runs);
 // The columns that name a run: stage (cpu-reference for the reference), trainer, variant and precision
