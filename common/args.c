@@ -329,7 +329,9 @@ int args_progress_seconds(double *out, char *err, size_t err_len) {
     return 0;
 }
 
-int args_prepare_run(const Options *opt, char *err, size_t err_len) {
+
+// What both drivers check before any work: the progress interval, and the --csv and --curve files.
+static int args_prepare_run(const Options *opt, char *err, size_t err_len) {
     double progress_seconds;
     if (args_progress_seconds(&progress_seconds, err, err_len) != 0) return -1;
     if (opt->reference && !opt->quiet) reference_set_progress(stderr, progress_seconds);  // unless --quiet

@@ -7,12 +7,9 @@
 //     build/02/mnist --hidden 1024,1024 --epochs 3 --csv results.csv
 //     build/02/mnist --reference --hidden 0 --epochs 1     (the CPU reference; no GPU needed)
 //
-// It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from
-// --seed (common/data.c), runs --warmup untimed 1-epoch trainings and --repeat timed ones of the
-// stage's train_mnist (or the CPU reference), stops with exit 5 when a loss diverged (NaN, Inf, or
-// past 1e6 times its first value: divergence.h), and reports medians of the timed runs (stdout, --csv,
-// --curve). Before any training it checks the --csv and --curve files and that the GPU has room for
-// the run. Every failure is one line on stderr and an exit code of exit_codes.h.
+// It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from --seed
+// (common/data.c), trains (--warmup, then --repeat timed runs), stops with exit 5 when a loss diverged
+// (divergence.h) and reports the medians. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,18 +53,6 @@ static double mnist_device_bytes(const MnistConfig *cfg, int n_train, int n_test
            (16.0 * cfg->batch + 8.0 * n_test) * widths + 4.0 * steps + (64.0 + 256.0) * (1 << 20);
 }
 
-// --precision tf32 or bf16 asks for tensor-core math by name: a GPU without it is one line and EXIT_CUDA
-// (cuBLAS would quietly compute in fp32 instead, and the row would say tf32).
-static void check_precision_gate(Precision precision) {
-    char why[160];
-    Feature feature = precision == PRECISION_TF32 ? FEATURE_TF32 : FEATURE_BF16;
-    if (precision != PRECISION_FP32 && !feature_available(feature, NULL, why, sizeof(why))) {
-        fprintf(stderr, "error: --precision %s needs %s: %s; --precision fp32 runs here\n", PRECISION_NAMES[precision],
-                feature_description(feature), why);
-        exit(EXIT_CUDA);
-    }
-}
-
 // ----------------------------------------------------------------------------
 // --export: the same initial parameters, batch order and settings for the PyTorch baseline in bench/
 
@@ -101,9 +86,9 @@ static int export_mnist(const char *dir, const MnistConfig *cfg, const MnistData
     snprintf(order_name, sizeof(order_name), "mnist-s%llu-e%d-b%d.order.i32", s, cfg->epochs, cfg->batch);
     snprintf(json_name, sizeof(json_name), "mnist-h%s.json", tag);
 
-    size_t used = 0;
-    for (int l = 0; l <= cfg->n_layers; l++)
-        used += (size_t)snprintf(sizes + used, sizeof(sizes) - used, "%s%d", l ? "," : "", cfg->sizes[l]);
+    int no_hidden = cfg->n_layers == 1;
+    snprintf(sizes, sizeof(sizes), "%d,%s%s%d", MNIST_PIXELS, no_hidden ? "" : hidden, no_hidden ? "" : ",",
+             MNIST_CLASSES);
     json_string(data_dir, data_dir_json, sizeof(data_dir_json));
     int len = snprintf(json, sizeof(json),
                        "{\"trainer\":\"mnist\",\"sizes\":[%s],\"hidden\":\"%s\",\"batch\":%d,\"epochs\":%d,\"lr\":%.9g,"
@@ -237,7 +222,7 @@ static void build_config(Run *run) {
 }
 
 // The GPU before the host work that follows: without one, or without room for this run, stop here.
-// EXIT_OK or EXIT_CUDA (too little memory, or a --precision it lacks, ends the program inside).
+// EXIT_OK, or EXIT_CUDA for a missing GPU or --precision (too little memory ends the program inside).
 static int check_device(Run *run, const MnistSet *set) {
     if (run->opt.reference || run->opt.export_dir) {
         host_describe(&run->device);
@@ -249,7 +234,15 @@ static int check_device(Run *run, const MnistSet *set) {
              run->cfg.batch, run->cfg.epochs, set->n_train);
     device_check_memory(mnist_device_bytes(&run->cfg, set->n_train, set->n_test), what,
                         "try a smaller --hidden, --batch or --epochs");
-    check_precision_gate(run->precision);
+    // tf32 or bf16 asked for by name: without it, one line (cuBLAS would quietly compute in fp32, and
+    // the row would say tf32)
+    char why[160];
+    Feature feature = run->precision == PRECISION_TF32 ? FEATURE_TF32 : FEATURE_BF16;
+    if (run->precision != PRECISION_FP32 && !feature_available(feature, NULL, why, sizeof(why))) {
+        fprintf(stderr, "error: --precision %s needs %s: %s; --precision fp32 runs here\n",
+                PRECISION_NAMES[run->precision], feature_description(feature), why);
+        return EXIT_CUDA;
+    }
     return EXIT_OK;
 }
 

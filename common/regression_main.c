@@ -7,11 +7,9 @@
 //     build/02/regression --epochs 50 --csv results.csv
 //     build/02/regression --reference          (the CPU reference; no GPU needed)
 //
-// It checks that the GPU has room for the run, generates the points (common/data.c), runs --warmup
-// untimed 1-epoch trainings and --repeat timed ones of the stage's train_regression (or the CPU
-// reference), stops with exit 5 when a loss diverged (NaN, Inf, or past 1e6 times its first value:
-// divergence.h), and reports medians of the timed runs (stdout, --csv, --curve), whose files it checks
-// before any training. Every failure is one line on stderr and an exit code of exit_codes.h.
+// It checks that the GPU has room for the run, generates the points (common/data.c), trains (--warmup,
+// then --repeat timed runs), stops with exit 5 when a loss diverged (divergence.h) and reports the
+// medians. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

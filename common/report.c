@@ -164,20 +164,14 @@ static int replace_file(const char *target, int old_fd, const char *head, const 
 // Where the rows really go: path itself, or the file a symbolic link at path points to.
 static int resolve_target(const char *path, char *target, size_t target_len, char *err, size_t err_len) {
     struct stat link_info;
-    char resolved[PATH_MAX];
-    const char *real = path;
-    if (lstat(path, &link_info) == 0 && S_ISLNK(link_info.st_mode)) {
-        if (!realpath(path, resolved)) {
-            error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
-            return -1;
-        }
-        real = resolved;
-    }
-    if (snprintf(target, target_len, "%s", real) >= (int)target_len) {
+    if (lstat(path, &link_info) != 0 || !S_ISLNK(link_info.st_mode)) {
+        if (snprintf(target, target_len, "%s", path) < (int)target_len) return 0;
         error_message(err, err_len, "path too long: %.64s...", path);
         return -1;
     }
-    return 0;
+    if (realpath(path, target)) return 0;  // target holds PATH_MAX bytes
+    error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
+    return -1;
 }
 
 // Opens an existing output for reading (without blocking on a FIFO): the descriptor and its stat, 0
