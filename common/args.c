@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "exit_codes.h"
 #include "flags.h"
 #include "message.h"
 #include "reference.h"
@@ -48,16 +49,10 @@ static int flag_applies(int flag, TrainerKind trainer) {
 
 static const char *trainer_name(TrainerKind trainer) { return trainer == TRAINER_REGRESSION ? "regression" : "mnist"; }
 
-// "--points --epochs ..." for the trainer, for messages that list what is valid.
-static void list_flags(TrainerKind trainer, char *out, size_t out_len) {
-    size_t used = 0;
-    out[0] = '\0';
-    for (int i = 0; i < FLAG_COUNT && used < out_len; i++) {
-        if (!flag_applies(i, trainer)) continue;
-        int n = snprintf(out + used, out_len - used, "%s--%s", used ? " " : "", FLAGS[i].name);
-        if (n < 0) break;
-        used += (size_t)n;
-    }
+// Adds prefix and name to the list in out, after sep unless it is the first (cut short where out is full).
+static void list_add(char *out, size_t len, const char *sep, const char *prefix, const char *name) {
+    size_t used = strlen(out);
+    snprintf(out + used, len - used, "%s%s%s", used ? sep : "", prefix, name);
 }
 
 // ----------------------------------------------------------------------------
@@ -113,10 +108,16 @@ static int parse_int(const char *flag, const char *text, int lo, int hi, int *ou
     return 0;
 }
 
-static int parse_lr(const char *text, float *out, char *err, size_t err_len) {
+// A decimal number and nothing else (no leading space either): 0 with *out set, else -1.
+static int parse_real(const char *text, double *out) {
     char *end = NULL;
-    double value = strtod(text, &end);  // over- and underflow land out of range below
-    if (text[0] == '\0' || isspace((unsigned char)text[0]) || *end != '\0') {
+    *out = strtod(text, &end);  // over- and underflow land out of range in the callers
+    return text[0] == '\0' || isspace((unsigned char)text[0]) || *end != '\0' ? -1 : 0;
+}
+
+static int parse_lr(const char *text, float *out, char *err, size_t err_len) {
+    double value;
+    if (parse_real(text, &value) != 0) {
         error_message(err, err_len, "--lr '%s' is not a number (valid: > 0 and <= 100, e.g. 0.01)", text);
         return -1;
     }
@@ -137,33 +138,26 @@ static int parse_seed(const char *text, uint64_t *out, char *err, size_t err_len
 // "0" (no hidden layer) or 1..MNIST_MAX_LAYERS-1 comma-separated sizes, each 1..65536.
 static int parse_hidden(const char *text, Options *opt, char *err, size_t err_len) {
     const int max_layers = MNIST_MAX_LAYERS - 1;
-    if (strcmp(text, "0") == 0) {
-        opt->n_hidden = 0;
-        return 0;
-    }
-    int n = 0;
-    const char *c = text;
-    for (;;) {
-        if (*c < '0' || *c > '9') break;
-        long size = 0;
-        while (*c >= '0' && *c <= '9' && size <= 65536) size = size * 10 + (*c++ - '0');
-        if (size < 1 || size > 65536 || (*c >= '0' && *c <= '9')) {
+    opt->n_hidden = 0;
+    if (strcmp(text, "0") == 0) return 0;
+    for (const char *c = text;; c++) {
+        size_t digits = strspn(c, "0123456789");
+        if (digits == 0) break;
+        long size = strtol(c, NULL, 10);  // saturates past LONG_MAX: out of range too
+        if (size < 1 || size > 65536) {
             error_message(err, err_len, "--hidden '%s': each layer size must be 1 .. 65536 (use --hidden 0 for no hidden layer)",
                     text);
             return -1;
         }
-        if (n == max_layers) {
+        if (opt->n_hidden == max_layers) {
             error_message(err, err_len, "--hidden '%s' has more than %d layers (valid: 0, or 1 .. %d comma-separated sizes)",
                     text, max_layers, max_layers);
             return -1;
         }
-        opt->hidden[n++] = (int)size;
-        if (*c == '\0') {
-            opt->n_hidden = n;
-            return 0;
-        }
+        opt->hidden[opt->n_hidden++] = (int)size;
+        c += digits;
+        if (*c == '\0') return 0;
         if (*c != ',') break;
-        c++;
     }
     error_message(err, err_len, "--hidden '%s' is not a layer list (valid: 0, or 1 .. %d comma-separated sizes 1 .. 65536, e.g. 128 or 1024,1024)",
             text, max_layers);
@@ -222,8 +216,9 @@ static void set_defaults(TrainerKind trainer, Options *opt) {
 // A value read from the next argument may not be another --flag: "--csv --quiet" misses its value.
 static int reject(const FlagScan *scan, int status, TrainerKind trainer, char *err, size_t err_len) {
     const char *word = scan->word, *name = scan->flag >= 0 ? FLAGS[scan->flag].name : "";
-    char valid[512];
-    list_flags(trainer, valid, sizeof(valid));
+    char valid[512] = "";
+    for (int i = 0; i < FLAG_COUNT; i++)
+        if (flag_applies(i, trainer)) list_add(valid, sizeof(valid), " ", "--", FLAGS[i].name);
     if (status == FLAG_STRAY)
         error_message(err, err_len, "unexpected argument '%s': every option is a --flag (see --help)", word);
     else if (status == FLAG_UNKNOWN)
@@ -265,12 +260,7 @@ int args_pick(const char *flag, const char *value, const char *const *names, con
     for (int i = 0; names[i]; i++)
         if (strcmp(names[i], value) == 0) return i;
     char valid[256] = "";
-    size_t used = 0;
-    for (int i = 0; names[i] && used < sizeof(valid); i++) {
-        int n = snprintf(valid + used, sizeof(valid) - used, "%s%s", i ? ", " : "", names[i]);
-        if (n < 0) break;
-        used += (size_t)n;
-    }
+    for (int i = 0; names[i]; i++) list_add(valid, sizeof(valid), ", ", "", names[i]);
     error_message(err, err_len, "%s '%s' is not available in %s; valid: %s", flag, value, context, valid);
     return -1;
 }
@@ -329,9 +319,8 @@ int args_progress_seconds(double *out, char *err, size_t err_len) {
     *out = 10.0;
     const char *text = getenv("CUDA_STAGES_PROGRESS_SECONDS");
     if (!text || !text[0]) return 0;
-    char *end = NULL;
-    double value = strtod(text, &end);
-    if (*end != '\0' || isspace((unsigned char)text[0]) || !(value >= 0.0 && value <= 86400.0)) {
+    double value;
+    if (parse_real(text, &value) != 0 || !(value >= 0.0 && value <= 86400.0)) {
         error_message(err, err_len, "CUDA_STAGES_PROGRESS_SECONDS='%.32s' is not a number of seconds (valid: 0 .. 86400)",
                       text);
         return -1;
@@ -340,11 +329,44 @@ int args_progress_seconds(double *out, char *err, size_t err_len) {
     return 0;
 }
 
-int args_prepare_run(const Options *opt, char *err, size_t err_len) {
+
+// What both drivers check before any work: the progress interval, and the --csv and --curve files.
+static int args_prepare_run(const Options *opt, char *err, size_t err_len) {
     double progress_seconds;
     if (args_progress_seconds(&progress_seconds, err, err_len) != 0) return -1;
     if (opt->reference && !opt->quiet) reference_set_progress(stderr, progress_seconds);  // unless --quiet
     // before any work: a run must not end in an unwritable --csv or a mixed schema
     if (!opt->export_dir && report_check_outputs(opt->csv_path, opt->curve_path, err, err_len) != 0) return -1;
     return 0;
+}
+
+int args_driver_flags(int argc, char **argv, TrainerKind trainer, const char *stage, const char *const *variants,
+                      const char *const *precisions, Options *opt, int *variant, Precision *precision) {
+    char err[1024], context[64];
+    int parsed = parse_args(argc, argv, trainer, opt, err, sizeof(err));
+    if (parsed == 1) return report_exit_status(EXIT_OK);
+    if (parsed == 0 && opt->list_variants) {
+        for (int v = 0; variants[v]; v++) printf("variant %s\n", variants[v]);
+        for (int p = 0; precisions && precisions[p]; p++) printf("precision %s\n", precisions[p]);
+        return report_exit_status(EXIT_OK);
+    }
+    // the CPU reference has one version: the stage's default, in fp32 inputs (computed in double)
+    const char *const default_only[] = {variants[0], NULL}, *const fp32_only[] = {PRECISION_NAMES[PRECISION_FP32], NULL};
+    snprintf(context, sizeof(context), opt->reference ? "the CPU reference (--reference)" : "stage %s %s", stage,
+             trainer_name(trainer));
+    if (parsed == 0)
+        parsed = *variant = args_pick("--variant", opt->variant, opt->reference ? default_only : variants, context, err,
+                                      sizeof(err));
+    if (parsed >= 0 && precisions)
+        parsed = args_pick("--precision", opt->precision, opt->reference ? fp32_only : precisions, context, err,
+                           sizeof(err));
+    if (parsed >= 0) parsed = args_prepare_run(opt, err, sizeof(err));
+    if (parsed < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return EXIT_USAGE;
+    }
+    *precision = PRECISION_FP32;
+    for (int p = 0; opt->precision && p < PRECISION_COUNT; p++)
+        if (strcmp(PRECISION_NAMES[p], opt->precision) == 0) *precision = (Precision)p;
+    return -1;
 }

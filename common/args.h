@@ -50,9 +50,14 @@ int args_pick(const char *flag, const char *value, const char *const *names, con
 // 0 .. 86400). -1 with a one-line message in err for any other value.
 int args_progress_seconds(double *out, char *err, size_t err_len);
 
-// What both drivers check before any work: the progress interval of a long --reference run (printed on
-// stderr unless --quiet), and that --csv and --curve can be written. 0, or -1 with err set.
-int args_prepare_run(const Options *opt, char *err, size_t err_len);
+// A driver's flags end to end: parse_args (--help prints and ends), then --list-variants (the stage's
+// variants, then its precisions unless precisions is NULL, and the end), --variant and --precision
+// against the stage's lists (the CPU reference's: the default and fp32), and that --csv and --curve can be written (with the progress
+// interval of a --reference run, printed on stderr unless --quiet). -1 when
+// the run goes on, with *variant (into variants) and *precision set; else the exit status, after one
+// error line. stage: "02", for messages.
+int args_driver_flags(int argc, char **argv, TrainerKind trainer, const char *stage, const char *const *variants,
+                      const char *const *precisions, Options *opt, int *variant, Precision *precision);
 
 #ifdef __cplusplus
 }

@@ -91,16 +91,9 @@ void regression_free(RegressionSet *set) {
 }
 
 RegressionData regression_data_view(const RegressionSet *set) {
-    RegressionData data;
-    data.x_train = set->x;
-    data.y_train = set->y;
-    data.x_test = set->x + set->n_train;
-    data.y_test = set->y + set->n_train;
-    data.n_train = set->n_train;
-    data.n_test = set->n - set->n_train;
-    data.w_init = REGRESSION_W_INIT;
-    data.b_init = REGRESSION_B_INIT;
-    return data;
+    return (RegressionData){.x_train = set->x, .y_train = set->y, .x_test = set->x + set->n_train,
+                            .y_test = set->y + set->n_train, .n_train = set->n_train, .n_test = set->n - set->n_train,
+                            .w_init = REGRESSION_W_INIT, .b_init = REGRESSION_B_INIT};
 }
 
 // ----------------------------------------------------------------------------

@@ -18,19 +18,15 @@ static void version_string(int version, char *out, size_t len) {
     snprintf(out, len, "%d.%d", version / 1000, (version % 1000) / 10);
 }
 
-int device_query(DeviceInfo *out) {
+int device_query_or(DeviceInfo *out, const char *advice) {
     memset(out, 0, sizeof(*out));
     int count = 0;
-    cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess || count == 0) {
-        fprintf(stderr, "error: no CUDA device found (%s); train on the CPU with --reference\n",
-                status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports 0 devices");
-        return -1;
-    }
     struct cudaDeviceProp prop;
-    status = cudaGetDeviceProperties(&prop, 0);
-    if (status != cudaSuccess) {
-        fprintf(stderr, "error: no CUDA device found (%s); train on the CPU with --reference\n", cudaGetErrorString(status));
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status == cudaSuccess && count > 0) status = cudaGetDeviceProperties(&prop, 0);
+    if (status != cudaSuccess || count == 0) {
+        fprintf(stderr, "error: no CUDA device found (%s)%s\n",
+                status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports 0 devices", advice);
         return -1;
     }
     snprintf(out->name, sizeof(out->name), "%.*s", (int)sizeof(out->name) - 1, prop.name);
@@ -41,6 +37,8 @@ int device_query(DeviceInfo *out) {
     if (cudaDriverGetVersion(&driver) == cudaSuccess) version_string(driver, out->driver, sizeof(out->driver));
     return 0;
 }
+
+int device_query(DeviceInfo *out) { return device_query_or(out, "; train on the CPU with --reference"); }
 
 void host_describe(DeviceInfo *out) {
     memset(out, 0, sizeof(*out));

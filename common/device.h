@@ -17,6 +17,8 @@ typedef struct {
 
 // Device 0. Without one, prints "error: no CUDA device found ..." on stderr and returns -1.
 int device_query(DeviceInfo *out);
+// The same, with advice after the reason on the error line ("error: no CUDA device found (REASON)ADVICE").
+int device_query_or(DeviceInfo *out, const char *advice);
 // Exits with one line (EXIT_CUDA) when `needed` bytes exceed the free device memory, or the cap that
 // CUDA_STAGES_MAX_DEVICE_MB sets to rehearse a smaller GPU: "<what> needs about X GB ...: <advice>".
 void device_check_memory(double needed, const char *what, const char *advice);

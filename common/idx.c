@@ -64,15 +64,15 @@
 // an open IDX file: the descriptor, the gzip state, the header
 
 typedef struct {
-    int fd;
+    FILE *file;
     int gz;              // 1: a gzip stream, inflated through z
     int z_ready;         // inflateInit2 succeeded (inflateEnd needed)
     int stream_end;      // gz: inflate reached the end of the stream (CRC-32 and length verified)
-    int input_done;      // the file has no more bytes
     z_stream z;
-    uint8_t *input;      // (IDX_INPUT_BYTES,) compressed bytes read from fd
+    uint8_t *input;      // (IDX_INPUT_BYTES,) compressed bytes read from file
     long long file_bytes;
     const char *what;    // "images" or "labels"
+    const char *body;    // what the body holds, for messages: "pixels" or "labels"
     uint32_t dims[3];    // count, then rows and cols for images
     size_t header_len, body_len;
     char path[4096];     // the path actually opened (path or path.gz), for messages
@@ -80,9 +80,9 @@ typedef struct {
 
 static void idx_close(IdxFile *f) {
     if (f->z_ready) inflateEnd(&f->z);
-    if (f->fd >= 0) close(f->fd);
+    if (f->file) fclose(f->file);
     free(f->input);
-    f->fd = -1;
+    f->file = NULL;
     f->z_ready = 0;
     f->input = NULL;
 }
@@ -91,53 +91,36 @@ static int idx_is_images(const IdxFile *f) {
     return strcmp(f->what, "images") == 0;
 }
 
-// What the body holds, for messages.
-static const char *idx_body_name(const IdxFile *f) {
-    return idx_is_images(f) ? "pixels" : "labels";
-}
-
 // "cannot read PATH: REASON" from errno; returns -1.
 static int idx_read_error(const IdxFile *f, char *err, size_t err_len) {
     error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
     return -1;
 }
 
-static ssize_t read_fully(int fd, uint8_t *dst, size_t len) {
-    size_t done = 0;
-    while (done < len) {
-        ssize_t got = read(fd, dst + done, len - done);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return -1;
-        if (got == 0) break;
-        done += (size_t)got;
-    }
-    return (ssize_t)done;
-}
-
 // Opens path (or path.gz when path does not exist) without blocking; it must be a regular file.
 static int idx_open(const char *path, const char *what, IdxFile *f, char *err, size_t err_len) {
-    memset(f, 0, sizeof(*f));
-    f->fd = -1;
-    f->what = what;
-    for (int gz = 0; gz <= 1; gz++) {  // path, then path.gz when path does not exist
+    *f = (IdxFile){.what = what, .body = strcmp(what, "images") == 0 ? "pixels" : "labels"};
+    int fd = -1;
+    for (int gz = 0; gz <= 1 && fd < 0; gz++) {  // path, then path.gz when path does not exist
         if (snprintf(f->path, sizeof(f->path), "%s%s", path, gz ? ".gz" : "") >= (int)sizeof(f->path)) {
             error_message(err, err_len, "path too long: %.64s...", path);
             return -1;
         }
-        f->fd = open(f->path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-        if (f->fd >= 0 || errno != ENOENT) break;
+        fd = open(f->path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0 && errno != ENOENT) break;
     }
-    if (f->fd < 0 && errno == ENOENT) {
+    if (fd < 0 && errno == ENOENT) {
         error_message(err, err_len, "missing %s (and no %s.gz): run `make data` or point --data at an IDX directory", path,
                       path);
         return -1;
     }
-    if (f->fd < 0) {
+    if (fd < 0 || !(f->file = fdopen(fd, "rb"))) {
         error_message(err, err_len, "cannot open %s: %s", f->path, strerror(errno));
+        if (fd >= 0) close(fd);
         return -1;
     }
     struct stat info;
-    if (fstat(f->fd, &info) != 0) {
+    if (fstat(fd, &info) != 0) {
         idx_read_error(f, err, err_len);
         goto fail;
     }
@@ -152,13 +135,13 @@ static int idx_open(const char *path, const char *what, IdxFile *f, char *err, s
         goto fail;
     }
     // regular files never block; drop the flag so that reads behave as usual
-    int status_flags = fcntl(f->fd, F_GETFL);
-    if (status_flags >= 0) fcntl(f->fd, F_SETFL, status_flags & ~O_NONBLOCK);
+    int status_flags = fcntl(fd, F_GETFL);
+    if (status_flags >= 0) fcntl(fd, F_SETFL, status_flags & ~O_NONBLOCK);
     f->file_bytes = (long long)info.st_size;
 
     uint8_t magic[2];
-    ssize_t got = read_fully(f->fd, magic, 2);
-    if (got < 0 || lseek(f->fd, 0, SEEK_SET) != 0) {
+    size_t got = fread(magic, 1, 2, f->file);
+    if (ferror(f->file) || fseek(f->file, 0, SEEK_SET) != 0) {
         idx_read_error(f, err, err_len);
         goto fail;
     }
@@ -186,8 +169,8 @@ static void idx_corrupt_gzip(IdxFile *f, char *err, size_t err_len) {
 // when the content ends, or -1 with a message in err.
 static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, size_t err_len) {
     if (!f->gz) {
-        ssize_t got = read_fully(f->fd, dst, len);
-        return got < 0 ? idx_read_error(f, err, err_len) : got;
+        size_t got = fread(dst, 1, len, f->file);
+        return ferror(f->file) ? idx_read_error(f, err, err_len) : (int64_t)got;
     }
     size_t done = 0;
     while (done < len && !f->stream_end) {
@@ -196,14 +179,12 @@ static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, s
         f->z.next_out = dst + done;
         f->z.avail_out = (uInt)chunk;
         while (f->z.avail_out > 0 && !f->stream_end) {
-            if (f->z.avail_in == 0 && !f->input_done) {
-                ssize_t got = read_fully(f->fd, f->input, IDX_INPUT_BYTES);
-                if (got < 0) return idx_read_error(f, err, err_len);
-                if (got == 0) f->input_done = 1;
+            if (f->z.avail_in == 0 && !feof(f->file)) {
+                f->z.avail_in = (uInt)fread(f->input, 1, IDX_INPUT_BYTES, f->file);
                 f->z.next_in = f->input;
-                f->z.avail_in = (uInt)got;
+                if (ferror(f->file)) return idx_read_error(f, err, err_len);
             }
-            if (f->z.avail_in == 0 && f->input_done) break;  // the file ended inside the stream
+            if (f->z.avail_in == 0) break;  // the file ended inside the stream
             int status = inflate(&f->z, Z_NO_FLUSH);
             if (status == Z_STREAM_END) {
                 f->stream_end = 1;
@@ -252,25 +233,22 @@ static int idx_read_fields(IdxFile *f, char *err, size_t err_len) {
 // Step 1, the values: a count of 1 .. IDX_MAX_COUNT, images of 1 .. IDX_MAX_DIM a side; sets body_len.
 static int idx_check_dims(IdxFile *f, char *err, size_t err_len) {
     uint32_t count = f->dims[0];
+    int images = idx_is_images(f);
     if (count == 0) {
         error_message(err, err_len, "%s holds zero %s", f->path, f->what);
         return -1;
     }
-    if (idx_is_images(f)) {
-        if (count > IDX_MAX_COUNT || f->dims[1] < 1 || f->dims[1] > IDX_MAX_DIM || f->dims[2] < 1 ||
-            f->dims[2] > IDX_MAX_DIM) {
-            error_message(err, err_len, "absurd dimensions in %s: %u images of %ux%u (allowed: up to %u images, 1..%u per side)",
-                          f->path, count, f->dims[1], f->dims[2], IDX_MAX_COUNT, IDX_MAX_DIM);
-            return -1;
-        }
-        f->body_len = (size_t)count * f->dims[1] * f->dims[2];
-    } else {
-        if (count > IDX_MAX_COUNT) {
-            error_message(err, err_len, "absurd count in %s: %u labels (allowed: up to %u)", f->path, count, IDX_MAX_COUNT);
-            return -1;
-        }
-        f->body_len = count;
+    if (images && (count > IDX_MAX_COUNT || f->dims[1] < 1 || f->dims[1] > IDX_MAX_DIM || f->dims[2] < 1 ||
+                   f->dims[2] > IDX_MAX_DIM)) {
+        error_message(err, err_len, "absurd dimensions in %s: %u images of %ux%u (allowed: up to %u images, 1..%u per side)",
+                      f->path, count, f->dims[1], f->dims[2], IDX_MAX_COUNT, IDX_MAX_DIM);
+        return -1;
     }
+    if (count > IDX_MAX_COUNT) {
+        error_message(err, err_len, "absurd count in %s: %u labels (allowed: up to %u)", f->path, count, IDX_MAX_COUNT);
+        return -1;
+    }
+    f->body_len = (size_t)count * (images ? (size_t)f->dims[1] * f->dims[2] : 1);
     return 0;
 }
 
@@ -280,12 +258,12 @@ static int idx_check_plain_size(const IdxFile *f, char *err, size_t err_len) {
     unsigned long long size = (unsigned long long)f->file_bytes;
     if (size < total) {
         error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %llu; delete it and run `make data`",
-                      idx_body_name(f), f->path, f->body_len, size - f->header_len);
+                      f->body, f->path, f->body_len, size - f->header_len);
         return -1;
     }
     if (size > total) {
         error_message(err, err_len, "%s has %llu bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
-                      f->path, size - total, f->body_len, idx_body_name(f));
+                      f->path, size - total, f->body_len, f->body);
         return -1;
     }
     return 0;
@@ -297,11 +275,11 @@ static int idx_check_gzip_size(const IdxFile *f, char *err, size_t err_len) {
     unsigned long long total = (unsigned long long)f->header_len + f->body_len;
     if (f->file_bytes < GZIP_MIN_BYTES || total / GZIP_MAX_RATIO > (unsigned long long)f->file_bytes) {
         error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, more than a %lld-byte gzip file can hold; delete it and run `make data`",
-                      idx_body_name(f), f->path, f->body_len, f->file_bytes);
+                      f->body, f->path, f->body_len, f->file_bytes);
         return -1;
     }
     uint8_t trailer[4];
-    if (pread(f->fd, trailer, 4, (off_t)f->file_bytes - 4) != 4) return idx_read_error(f, err, err_len);
+    if (pread(fileno(f->file), trailer, 4, (off_t)f->file_bytes - 4) != 4) return idx_read_error(f, err, err_len);
     uint32_t isize = (uint32_t)trailer[0] | ((uint32_t)trailer[1] << 8) | ((uint32_t)trailer[2] << 16) |
                      ((uint32_t)trailer[3] << 24);
     if (isize != (uint32_t)total) {
@@ -327,7 +305,7 @@ static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
     if (more < 0) return -1;
     if (more > 0) {
         error_message(err, err_len, "%s has bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
-                      f->path, f->body_len, idx_body_name(f));
+                      f->path, f->body_len, f->body);
         return -1;
     }
     if (!f->gz) return 0;
@@ -336,10 +314,9 @@ static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
                       f->path);
         return -1;
     }
-    ssize_t after = f->z.avail_in;
-    if (after == 0 && !f->input_done) after = read_fully(f->fd, f->input, 1);
-    if (after < 0) return idx_read_error(f, err, err_len);
-    if (after > 0) {
+    int after = f->z.avail_in > 0 || fgetc(f->file) != EOF;
+    if (ferror(f->file)) return idx_read_error(f, err, err_len);
+    if (after) {
         error_message(err, err_len, "%s has data after the end of its gzip stream (trailing bytes or a second gzip member): delete it and run `make data`",
                       f->path);
         return -1;
@@ -351,13 +328,12 @@ static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
 // buffer starts at 1 MiB at most and doubles (up to the body's size) only while bytes keep arriving.
 #define IDX_FIRST_CHUNK ((size_t)1 << 20)
 static uint8_t *idx_read_body(IdxFile *f, char *err, size_t err_len) {
-    const char *body_name = idx_body_name(f);
     size_t len = f->body_len;
     size_t cap = len < IDX_FIRST_CHUNK ? len : IDX_FIRST_CHUNK, done = 0;
     uint8_t *body = malloc(cap);
     for (;;) {
         if (!body) {
-            error_message(err, err_len, "out of host memory for %zu bytes of %s from %s", cap, body_name, f->path);
+            error_message(err, err_len, "out of host memory for %zu bytes of %s from %s", cap, f->body, f->path);
             return NULL;
         }
         int64_t got = idx_read_bytes(f, body + done, cap - done, err, err_len);
@@ -375,7 +351,7 @@ static uint8_t *idx_read_body(IdxFile *f, char *err, size_t err_len) {
     }
     if (done < len) {
         error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %zu; delete it and run `make data`",
-                      body_name, f->path, len, done);
+                      f->body, f->path, len, done);
         free(body);
         return NULL;
     }
@@ -389,30 +365,26 @@ static uint8_t *idx_read_body(IdxFile *f, char *err, size_t err_len) {
 // ----------------------------------------------------------------------------
 // the two IDX readers
 
+// One IDX file, opened, checked and read whole: its body (the caller frees it), or NULL with a message.
+static uint8_t *idx_read(const char *path, const char *what, IdxFile *f, char *err, size_t err_len) {
+    if (idx_open(path, what, f, err, err_len) != 0) return NULL;
+    uint8_t *body = idx_read_header(f, err, err_len) == 0 ? idx_read_body(f, err, err_len) : NULL;
+    idx_close(f);
+    return body;
+}
+
 int idx_read_images(const char *path, IdxImages *out, char *err, size_t err_len) {
-    memset(out, 0, sizeof(*out));
     IdxFile f;
-    if (idx_open(path, "images", &f, err, err_len) != 0) return -1;
-    uint8_t *pixels = idx_read_header(&f, err, err_len) == 0 ? idx_read_body(&f, err, err_len) : NULL;
-    idx_close(&f);
-    if (!pixels) return -1;
-    out->count = (int)f.dims[0];
-    out->rows = (int)f.dims[1];
-    out->cols = (int)f.dims[2];
-    out->pixels = pixels;
-    return 0;
+    uint8_t *pixels = idx_read(path, "images", &f, err, err_len);
+    *out = pixels ? (IdxImages){(int)f.dims[0], (int)f.dims[1], (int)f.dims[2], pixels} : (IdxImages){0};
+    return pixels ? 0 : -1;
 }
 
 int idx_read_labels(const char *path, IdxLabels *out, char *err, size_t err_len) {
-    memset(out, 0, sizeof(*out));
     IdxFile f;
-    if (idx_open(path, "labels", &f, err, err_len) != 0) return -1;
-    uint8_t *labels = idx_read_header(&f, err, err_len) == 0 ? idx_read_body(&f, err, err_len) : NULL;
-    idx_close(&f);
-    if (!labels) return -1;
-    out->count = (int)f.dims[0];
-    out->labels = labels;
-    return 0;
+    uint8_t *labels = idx_read(path, "labels", &f, err, err_len);
+    *out = labels ? (IdxLabels){(int)f.dims[0], labels} : (IdxLabels){0};
+    return labels ? 0 : -1;
 }
 
 void idx_free_images(IdxImages *images) {
@@ -515,11 +487,7 @@ static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, uint8_t 
 
 int mnist_load(const char *dir, MnistSet *out, char *err, size_t err_len) {
     memset(out, 0, sizeof(*out));
-    IdxFile files[MNIST_FILES];
-    for (int i = 0; i < MNIST_FILES; i++) {
-        memset(&files[i], 0, sizeof(files[i]));
-        files[i].fd = -1;
-    }
+    IdxFile files[MNIST_FILES] = {0};
     int status = -1;
     if (mnist_open_all(dir, files, err, err_len) == 0 &&
         mnist_read_split(&files[TRAIN_IMAGES], &files[TRAIN_LABELS], &out->train_pixels, &out->train_images,

@@ -123,14 +123,9 @@ void ladder_check_csv(const char *path) {
 }
 
 void ladder_require_gpu(const char *program, DeviceInfo *device) {
-    int count = 0;
-    cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess || count == 0) {
-        fprintf(stderr, "error: no CUDA device found (%s): %s needs an NVIDIA GPU and its driver\n",
-                status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports 0 devices", program);
-        exit(EXIT_CUDA);
-    }
-    if (device_query(device) != 0) exit(EXIT_CUDA);  // it printed the line
+    char advice[4200];
+    snprintf(advice, sizeof(advice), ": %s needs an NVIDIA GPU and its driver", program);
+    if (device_query_or(device, advice) != 0) exit(EXIT_CUDA);
 }
 
 void ladder_upload_shape(char *out, size_t len, int64_t points, int threads, int64_t chunk_kib) {

@@ -7,25 +7,20 @@
 //     build/02/mnist --hidden 1024,1024 --epochs 3 --csv results.csv
 //     build/02/mnist --reference --hidden 0 --epochs 1     (the CPU reference; no GPU needed)
 //
-// It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from
-// --seed (common/data.c), runs --warmup untimed 1-epoch trainings and --repeat timed ones of the
-// stage's train_mnist (or the CPU reference), stops with exit 5 when a loss diverged (NaN, Inf, or
-// past 1e6 times its first value: divergence.h), and reports medians of the timed runs (stdout, --csv,
-// --curve). Before any training it checks the --csv and --curve files and that the GPU has room for
-// the run. Every failure is one line on stderr and an exit code of exit_codes.h.
-#include <cuda_runtime_api.h>
-#include <errno.h>
+// It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from --seed
+// (common/data.c), trains (--warmup, then --repeat timed runs), stops with exit 5 when a loss diverged
+// (divergence.h) and reports the medians. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "args.h"
 #include "data.h"
 #include "device.h"
 #include "divergence.h"
 #include "gates.h"
+#include "host.h"
 #include "exit_codes.h"
 #include "idx.h"
 #include "message.h"
@@ -38,16 +33,6 @@
 #endif
 
 #define CHANCE_ACCURACY 0.15  // ten classes: guessing scores 0.1; a run that ends at or below this learned nothing
-
-static void *alloc_or_die(size_t count, size_t size, const char *what) {
-    void *p = malloc(count * size);
-    if (!p) {
-        fprintf(stderr, "error: out of host memory for %s (%zu bytes); try fewer --epochs or a smaller --hidden\n",
-                what, count * size);
-        exit(EXIT_HOST_MEMORY);
-    }
-    return p;
-}
 
 // ----------------------------------------------------------------------------
 // device memory: checked before anything is allocated, so that a model, batch or epoch count too large
@@ -66,18 +51,6 @@ static double mnist_device_bytes(const MnistConfig *cfg, int n_train, int n_test
     return 12.0 * (double)mnist_param_count(cfg) + (double)n_train * (5.0 * MNIST_PIXELS + 1.0) +
            (double)n_test * (5.0 * MNIST_PIXELS + 1.0) + 4.0 * cfg->epochs * (double)n_train +
            (16.0 * cfg->batch + 8.0 * n_test) * widths + 4.0 * steps + (64.0 + 256.0) * (1 << 20);
-}
-
-// --precision tf32 or bf16 asks for tensor-core math by name: a GPU without it is one line and EXIT_CUDA
-// (cuBLAS would quietly compute in fp32 instead, and the row would say tf32).
-static void check_precision_gate(Precision precision) {
-    char why[160];
-    Feature feature = precision == PRECISION_TF32 ? FEATURE_TF32 : FEATURE_BF16;
-    if (precision != PRECISION_FP32 && !feature_available(feature, NULL, why, sizeof(why))) {
-        fprintf(stderr, "error: --precision %s needs %s: %s; --precision fp32 runs here\n", PRECISION_NAMES[precision],
-                feature_description(feature), why);
-        exit(EXIT_CUDA);
-    }
 }
 
 // ----------------------------------------------------------------------------
@@ -113,9 +86,9 @@ static int export_mnist(const char *dir, const MnistConfig *cfg, const MnistData
     snprintf(order_name, sizeof(order_name), "mnist-s%llu-e%d-b%d.order.i32", s, cfg->epochs, cfg->batch);
     snprintf(json_name, sizeof(json_name), "mnist-h%s.json", tag);
 
-    size_t used = 0;
-    for (int l = 0; l <= cfg->n_layers; l++)
-        used += (size_t)snprintf(sizes + used, sizeof(sizes) - used, "%s%d", l ? "," : "", cfg->sizes[l]);
+    int no_hidden = cfg->n_layers == 1;
+    snprintf(sizes, sizeof(sizes), "%d,%s%s%d", MNIST_PIXELS, no_hidden ? "" : hidden, no_hidden ? "" : ",",
+             MNIST_CLASSES);
     json_string(data_dir, data_dir_json, sizeof(data_dir_json));
     int len = snprintf(json, sizeof(json),
                        "{\"trainer\":\"mnist\",\"sizes\":[%s],\"hidden\":\"%s\",\"batch\":%d,\"epochs\":%d,\"lr\":%.9g,"
@@ -139,27 +112,14 @@ static int export_mnist(const char *dir, const MnistConfig *cfg, const MnistData
 // ----------------------------------------------------------------------------
 // one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
 
-typedef struct {
-    float *params, *step_loss, *test_loss, *test_acc;
-    double *epoch_ms;
-} Outputs;
-
-static void train_once(const MnistConfig *cfg, const MnistData *data, int reference, const Outputs *o,
-                       MnistResult *out) {
+// out holds the arrays (params, step_loss, test_loss, test_acc, timing.epoch_ms) the trainer writes into.
+static void train_once(const MnistConfig *cfg, const MnistData *data, int reference, MnistResult *out) {
     int64_t n_params = mnist_param_count(cfg);
     int64_t n_steps = (int64_t)cfg->epochs * mnist_steps_per_epoch(cfg, data->n_train);
-    for (int64_t i = 0; i < n_params; i++) o->params[i] = NAN;
-    for (int64_t i = 0; i < n_steps; i++) o->step_loss[i] = NAN;
-    for (int e = 0; e < cfg->epochs; e++) o->test_loss[e] = o->test_acc[e] = NAN;
-    for (int e = 0; e < cfg->epochs; e++) o->epoch_ms[e] = NAN;
-    memset(out, 0, sizeof(*out));
-    out->params = o->params;
-    out->step_loss = o->step_loss;
-    out->test_loss = o->test_loss;
-    out->test_acc = o->test_acc;
-    out->timing.epoch_ms = o->epoch_ms;
-    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = out->timing.setup_ms = NAN;
-
+    for (int64_t i = 0; i < n_params; i++) out->params[i] = NAN;
+    for (int64_t i = 0; i < n_steps; i++) out->step_loss[i] = NAN;
+    for (int e = 0; e < cfg->epochs; e++) out->test_loss[e] = out->test_acc[e] = NAN;
+    report_reset_timing(&out->timing, cfg->epochs);
     if (reference) {
         reference_train_mnist(cfg, data, out, -1);
     } else if (train_mnist(cfg, data, out) != 0) {
@@ -219,46 +179,6 @@ typedef struct {
     DeviceInfo device;    // the GPU, or the host CPU for --reference and --export
 } Run;
 
-// The flags alone: --help and --list-variants print and end the program, then --variant and --precision
-// are checked against this stage's lists, then --csv and --curve. -1 when the run goes on, else the exit status.
-static int parse_flags(int argc, char **argv, Run *run) {
-    char err[1024];
-    Options *opt = &run->opt;
-    int parsed = parse_args(argc, argv, TRAINER_MNIST, opt, err, sizeof(err));
-    if (parsed == 1) return report_exit_status(EXIT_OK);
-    if (parsed != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-
-    if (opt->list_variants) {
-        for (int v = 0; MNIST_VARIANTS[v]; v++) printf("variant %s\n", MNIST_VARIANTS[v]);
-        for (int p = 0; MNIST_PRECISIONS[p]; p++) printf("precision %s\n", MNIST_PRECISIONS[p]);
-        return report_exit_status(EXIT_OK);
-    }
-
-    // the CPU reference has one version: the stage's default, in fp32 inputs (computed in double)
-    const char *const default_only[] = {MNIST_VARIANTS[0], NULL};
-    const char *const fp32_only[] = {PRECISION_NAMES[PRECISION_FP32], NULL};
-    const char *context = opt->reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " mnist";
-    run->variant = args_pick("--variant", opt->variant, opt->reference ? default_only : MNIST_VARIANTS, context, err,
-                             sizeof(err));
-    if (run->variant < 0 || args_pick("--precision", opt->precision, opt->reference ? fp32_only : MNIST_PRECISIONS,
-                                      context, err, sizeof(err)) < 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-
-    if (args_prepare_run(opt, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-    run->precision = PRECISION_FP32;
-    for (int p = 0; p < PRECISION_COUNT; p++)
-        if (strcmp(PRECISION_NAMES[p], opt->precision) == 0) run->precision = (Precision)p;
-    return -1;
-}
-
 // The IDX files, and the flags that only their sizes can check. EXIT_OK with set loaded (the caller
 // frees it), else the exit status with nothing held.
 static int load_data(const Options *opt, MnistSet *set) {
@@ -302,7 +222,7 @@ static void build_config(Run *run) {
 }
 
 // The GPU before the host work that follows: without one, or without room for this run, stop here.
-// EXIT_OK or EXIT_CUDA (too little memory, or a --precision it lacks, ends the program inside).
+// EXIT_OK, or EXIT_CUDA for a missing GPU or --precision (too little memory ends the program inside).
 static int check_device(Run *run, const MnistSet *set) {
     if (run->opt.reference || run->opt.export_dir) {
         host_describe(&run->device);
@@ -314,20 +234,28 @@ static int check_device(Run *run, const MnistSet *set) {
              run->cfg.batch, run->cfg.epochs, set->n_train);
     device_check_memory(mnist_device_bytes(&run->cfg, set->n_train, set->n_test), what,
                         "try a smaller --hidden, --batch or --epochs");
-    check_precision_gate(run->precision);
+    // tf32 or bf16 asked for by name: without it, one line (cuBLAS would quietly compute in fp32, and
+    // the row would say tf32)
+    char why[160];
+    Feature feature = run->precision == PRECISION_TF32 ? FEATURE_TF32 : FEATURE_BF16;
+    if (run->precision != PRECISION_FP32 && !feature_available(feature, NULL, why, sizeof(why))) {
+        fprintf(stderr, "error: --precision %s needs %s: %s; --precision fp32 runs here\n",
+                PRECISION_NAMES[run->precision], feature_description(feature), why);
+        return EXIT_CUDA;
+    }
     return EXIT_OK;
 }
 
 // The progress lines from the last run's arrays (the trainer never syncs to print), the outcome, then
 // the row: stdout, the chance-level warning, --csv and --curve. The exit status.
-static int report_run(const Run *run, int n_train, const Outputs *o, const double *runs_ms, const MnistResult *out) {
+static int report_run(const Run *run, int n_train, const double *runs_ms, const MnistResult *out) {
     const MnistConfig *cfg = &run->cfg;
     const Options *opt = &run->opt;
     int steps = mnist_steps_per_epoch(cfg, n_train);
     if (!opt->quiet)
         for (int e = 0; e < cfg->epochs; e++)
             printf("epoch %d  train_loss %.6f  test_loss %.6f  test_acc %.2f%%\n", e + 1,
-                   mean_step_loss(o->step_loss, e, steps), o->test_loss[e], 100.0 * o->test_acc[e]);
+                   mean_step_loss(out->step_loss, e, steps), out->test_loss[e], 100.0 * out->test_acc[e]);
 
     const char *bad = NULL;
     char bad_text[128];
@@ -344,9 +272,9 @@ static int report_run(const Run *run, int n_train, const Outputs *o, const doubl
     row.epochs = cfg->epochs;
     row.lr = cfg->lr;
     result_row_set_runs(&row, &run->device, runs_ms, opt->repeat);
-    row.train_loss = mean_step_loss(o->step_loss, cfg->epochs - 1, steps);
-    row.test_loss = o->test_loss[cfg->epochs - 1];
-    row.test_acc = o->test_acc[cfg->epochs - 1];
+    row.train_loss = mean_step_loss(out->step_loss, cfg->epochs - 1, steps);
+    row.test_loss = out->test_loss[cfg->epochs - 1];
+    row.test_acc = out->test_acc[cfg->epochs - 1];
     report_print(&row, stdout);
     // a learning rate that trains nothing is the user's choice, but it should not look like success
     if (row.test_acc <= CHANCE_ACCURACY && fflush(stdout) == 0)  // the warning after the result line
@@ -355,9 +283,9 @@ static int report_run(const Run *run, int n_train, const Outputs *o, const doubl
 
     // step losses by global step (0-based: before that step's update), test figures by epochs done
     const CurveSeries series[] = {
-        {"step_loss", o->step_loss, NULL, 0, cfg->epochs * steps},
-        {"test_loss", o->test_loss, NULL, 1, cfg->epochs},
-        {"test_acc", o->test_acc, NULL, 1, cfg->epochs},
+        {"step_loss", out->step_loss, NULL, 0, cfg->epochs * steps},
+        {"test_loss", out->test_loss, NULL, 1, cfg->epochs},
+        {"test_acc", out->test_acc, NULL, 1, cfg->epochs},
     };
     return report_append_outputs(&row, opt->csv_path, opt->curve_path, series, 3);
 }
@@ -367,38 +295,35 @@ static int report_run(const Run *run, int n_train, const Outputs *o, const doubl
 static int train_and_report(const Run *run, const MnistData *data) {
     const MnistConfig *cfg = &run->cfg;
     int repeat = run->opt.repeat;
-    size_t steps = (size_t)mnist_steps_per_epoch(cfg, data->n_train);
-    Outputs o = {
-        .params = alloc_or_die((size_t)mnist_param_count(cfg), sizeof(float), "the trained parameters"),
-        .step_loss = alloc_or_die((size_t)cfg->epochs * steps, sizeof(float), "the step losses"),
-        .test_loss = alloc_or_die((size_t)cfg->epochs, sizeof(float), "the test losses"),
-        .test_acc = alloc_or_die((size_t)cfg->epochs, sizeof(float), "the test accuracies"),
-        .epoch_ms = alloc_or_die((size_t)cfg->epochs, sizeof(double), "epoch times"),
-    };
-    double *runs_ms = alloc_or_die((size_t)repeat * REPORT_RUN_FIGURES, sizeof(double), "run times");
-    MnistResult out;
+    size_t epochs = (size_t)cfg->epochs, steps = (size_t)mnist_steps_per_epoch(cfg, data->n_train);
+    MnistResult out = {.params = host_malloc((size_t)mnist_param_count(cfg) * sizeof(float), "the trained parameters"),
+                       .step_loss = host_malloc(epochs * steps * sizeof(float), "the step losses"),
+                       .test_loss = host_malloc(epochs * sizeof(float), "the test losses"),
+                       .test_acc = host_malloc(epochs * sizeof(float), "the test accuracies"),
+                       .timing.epoch_ms = host_malloc(epochs * sizeof(double), "epoch times")};
+    double *runs_ms = host_malloc((size_t)repeat * REPORT_RUN_FIGURES * sizeof(double), "run times");
 
     MnistConfig warmup_cfg = *cfg;
     warmup_cfg.epochs = 1;
-    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &o, &out);
+    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &out);
     for (int r = 0; r < repeat; r++) {
-        train_once(cfg, data, run->opt.reference, &o, &out);
+        train_once(cfg, data, run->opt.reference, &out);
         report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
     }
-    int status = report_run(run, data->n_train, &o, runs_ms, &out);
-
+    int status = report_run(run, data->n_train, runs_ms, &out);
     free(runs_ms);
-    free(o.epoch_ms);
-    free(o.test_acc);
-    free(o.test_loss);
-    free(o.step_loss);
-    free(o.params);
+    free(out.timing.epoch_ms);
+    free(out.test_acc);
+    free(out.test_loss);
+    free(out.step_loss);
+    free(out.params);
     return status;
 }
 
 int main(int argc, char **argv) {
     Run run;
-    int status = parse_flags(argc, argv, &run);
+    int status = args_driver_flags(argc, argv, TRAINER_MNIST, STAGE_NAME, MNIST_VARIANTS, MNIST_PRECISIONS, &run.opt,
+                                   &run.variant, &run.precision);
     if (status >= 0) return status;
     MnistSet set;
     status = load_data(&run.opt, &set);
@@ -411,8 +336,8 @@ int main(int argc, char **argv) {
 
     // the same initial parameters and batch order for every run, and for --export
     const MnistConfig *cfg = &run.cfg;
-    float *init_params = alloc_or_die((size_t)mnist_param_count(cfg), sizeof(float), "the initial parameters");
-    int32_t *batch_order = alloc_or_die((size_t)cfg->epochs * (size_t)set.n_train, sizeof(int32_t), "the batch order");
+    float *init_params = host_malloc((size_t)mnist_param_count(cfg) * sizeof(float), "the initial parameters");
+    int32_t *batch_order = host_malloc((size_t)cfg->epochs * (size_t)set.n_train * sizeof(int32_t), "the batch order");
     mnist_init_params(cfg, run.opt.seed, init_params);
     mnist_batch_order(set.n_train, cfg->epochs, run.opt.seed, batch_order);
     MnistData data = {.train_pixels = set.train_pixels, .train_images = set.train_images,

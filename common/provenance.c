@@ -15,6 +15,14 @@
 #define GIT_DIRTY ""
 #endif
 
+// The UTC time now in format; "" when the clock cannot be read or the text does not fit.
+static void utc_now(char *out, size_t len, const char *format) {
+    if (len == 0) return;
+    time_t t = time(NULL);
+    struct tm utc;
+    if (t == (time_t)-1 || !gmtime_r(&t, &utc) || strftime(out, len, format, &utc) == 0) out[0] = '\0';
+}
+
 const char *provenance_commit(void) { return GIT_COMMIT[0] ? GIT_COMMIT : "unknown"; }
 
 const char *provenance_dirty(void) {
@@ -30,19 +38,10 @@ const char *provenance_run_id(void) {
         snprintf(run_id, sizeof(run_id), "%s", given);
         return run_id;
     }
-    char now[32] = "";
-    time_t t = time(NULL);
-    struct tm utc;
-    if (t != (time_t)-1 && gmtime_r(&t, &utc)) strftime(now, sizeof(now), "%Y%m%dT%H%M%SZ", &utc);
+    char now[32];
+    utc_now(now, sizeof(now), "%Y%m%dT%H%M%SZ");
     snprintf(run_id, sizeof(run_id), "%s-p%ld", now[0] ? now : "unknown-time", (long)getpid());
     return run_id;
 }
 
-void provenance_utc(char *out, size_t len) {
-    if (len == 0) return;
-    out[0] = '\0';
-    time_t t = time(NULL);
-    struct tm utc;
-    if (t == (time_t)-1 || !gmtime_r(&t, &utc)) return;
-    if (strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &utc) == 0) out[0] = '\0';
-}
+void provenance_utc(char *out, size_t len) { utc_now(out, len, "%Y-%m-%dT%H:%M:%SZ"); }

@@ -7,17 +7,12 @@
 //     build/02/regression --epochs 50 --csv results.csv
 //     build/02/regression --reference          (the CPU reference; no GPU needed)
 //
-// It checks that the GPU has room for the run, generates the points (common/data.c), runs --warmup
-// untimed 1-epoch trainings and --repeat timed ones of the stage's train_regression (or the CPU
-// reference), stops with exit 5 when a loss diverged (NaN, Inf, or past 1e6 times its first value:
-// divergence.h), and reports medians of the timed runs (stdout, --csv, --curve), whose files it checks
-// before any training. Every failure is one line on stderr and an exit code of exit_codes.h.
-#include <cuda_runtime_api.h>
-#include <errno.h>
+// It checks that the GPU has room for the run, generates the points (common/data.c), trains (--warmup,
+// then --repeat timed runs), stops with exit 5 when a loss diverged (divergence.h) and reports the
+// medians. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "args.h"
 #include "data.h"
@@ -75,23 +70,12 @@ static int export_regression(const char *dir, const RegressionConfig *cfg, const
 // ----------------------------------------------------------------------------
 // one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
 
-typedef struct {
-    float *train_loss, *test_loss;  // [regression_logged_count()]
-    double *epoch_ms;
-} Outputs;
-
-static void train_once(const RegressionConfig *cfg, const RegressionData *data, int reference, const Outputs *o,
-                       RegressionResult *out) {
+// out holds the arrays (train_loss, test_loss, timing.epoch_ms) the trainer writes into.
+static void train_once(const RegressionConfig *cfg, const RegressionData *data, int reference, RegressionResult *out) {
     int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
-    for (int i = 0; i < n_logged; i++) o->train_loss[i] = o->test_loss[i] = NAN;
-    for (int e = 0; e < cfg->epochs; e++) o->epoch_ms[e] = NAN;
-    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < n_logged; i++) out->train_loss[i] = out->test_loss[i] = NAN;
     out->w = out->b = out->final_test_loss = NAN;
-    out->train_loss = o->train_loss;
-    out->test_loss = o->test_loss;
-    out->timing.epoch_ms = o->epoch_ms;
-    out->timing.e2e_ms = out->timing.loop_ms = out->timing.h2d_ms = out->timing.setup_ms = NAN;
-
+    report_reset_timing(&out->timing, cfg->epochs);
     if (reference) {
         reference_train_regression(cfg, data, out);
     } else if (train_regression(cfg, data, out) != 0) {
@@ -140,43 +124,6 @@ typedef struct {
     DeviceInfo device;    // the GPU, or the host CPU for --reference and --export
 } Run;
 
-// The flags alone: --help and --list-variants print and end the program, then --variant is checked
-// against this stage's list, then --csv and --curve; run->cfg gets the trainer's settings. -1 when the
-// run goes on, else the exit status.
-static int parse_flags(int argc, char **argv, Run *run) {
-    char err[1024];
-    Options *opt = &run->opt;
-    int parsed = parse_args(argc, argv, TRAINER_REGRESSION, opt, err, sizeof(err));
-    if (parsed == 1) return report_exit_status(EXIT_OK);
-    if (parsed != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-
-    if (opt->list_variants) {
-        for (int v = 0; REGRESSION_VARIANTS[v]; v++) printf("variant %s\n", REGRESSION_VARIANTS[v]);
-        return report_exit_status(EXIT_OK);
-    }
-
-    // the CPU reference has one version: the stage's default
-    const char *const default_only[] = {REGRESSION_VARIANTS[0], NULL};
-    run->variant = args_pick("--variant", opt->variant, opt->reference ? default_only : REGRESSION_VARIANTS,
-                             opt->reference ? "the CPU reference (--reference)" : "stage " STAGE_NAME " regression",
-                             err, sizeof(err));
-    if (run->variant < 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-
-    if (args_prepare_run(opt, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return EXIT_USAGE;
-    }
-    run->cfg = (RegressionConfig){.epochs = opt->epochs, .lr = opt->lr, .log_every = LOG_EVERY,
-                                  .breakdown = opt->breakdown, .variant = run->variant};
-    return -1;
-}
-
 // The GPU first: without one, or without room for the points, there is nothing to generate them for.
 // EXIT_OK or EXIT_CUDA (too little memory ends the program inside).
 static int check_device(Run *run) {
@@ -192,8 +139,8 @@ static int check_device(Run *run) {
 }
 
 // The row of a run that trained: stdout, --csv and --curve. The exit status.
-static int report_row(const Run *run, int64_t points, const Outputs *o, const int *logged_epoch,
-                      const double *runs_ms, const RegressionResult *out) {
+static int report_row(const Run *run, int64_t points, const int *logged_epoch, const double *runs_ms,
+                      const RegressionResult *out) {
     const RegressionConfig *cfg = &run->cfg;
     int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
     ResultRow row;
@@ -203,7 +150,7 @@ static int report_row(const Run *run, int64_t points, const Outputs *o, const in
     row.epochs = cfg->epochs;
     row.lr = cfg->lr;
     result_row_set_runs(&row, &run->device, runs_ms, run->opt.repeat);
-    row.train_loss = o->train_loss[n_logged - 1];
+    row.train_loss = out->train_loss[n_logged - 1];
     row.test_loss = out->final_test_loss;
     row.w = out->w;
     row.b = out->b;
@@ -213,8 +160,8 @@ static int report_row(const Run *run, int64_t points, const Outputs *o, const in
     float final_test_loss = out->final_test_loss;
     int final_epoch = cfg->epochs;
     const CurveSeries series[] = {
-        {"train_loss", o->train_loss, logged_epoch, 0, n_logged},
-        {"test_loss", o->test_loss, logged_epoch, 0, n_logged},
+        {"train_loss", out->train_loss, logged_epoch, 0, n_logged},
+        {"test_loss", out->test_loss, logged_epoch, 0, n_logged},
         {"test_loss", &final_test_loss, &final_epoch, 0, 1},
     };
     return report_append_outputs(&row, run->opt.csv_path, run->opt.curve_path, series, 3);
@@ -222,8 +169,7 @@ static int report_row(const Run *run, int64_t points, const Outputs *o, const in
 
 // The progress lines from the last run's arrays (the trainer never syncs to print), the outcome, then
 // the row. The exit status.
-static int report_run(const Run *run, int64_t points, const Outputs *o, const double *runs_ms,
-                      const RegressionResult *out) {
+static int report_run(const Run *run, int64_t points, const double *runs_ms, const RegressionResult *out) {
     const RegressionConfig *cfg = &run->cfg;
     int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
     int *logged_epoch = host_malloc((size_t)n_logged * sizeof(int), "the loss curve");
@@ -235,9 +181,9 @@ static int report_run(const Run *run, int64_t points, const Outputs *o, const do
     int bad_epoch = first_bad_epoch(cfg, out, &bad, bad_text, sizeof(bad_text));
     if (!run->opt.quiet)
         for (int i = 0; i < n_logged && (bad_epoch < 0 || logged_epoch[i] <= bad_epoch); i++)
-            printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], o->train_loss[i], o->test_loss[i]);
+            printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], out->train_loss[i], out->test_loss[i]);
     int status = report_training_outcome(bad_epoch, bad, &out->timing, run->opt.quiet, run->opt.breakdown);
-    if (status == EXIT_OK) status = report_row(run, points, o, logged_epoch, runs_ms, out);
+    if (status == EXIT_OK) status = report_row(run, points, logged_epoch, runs_ms, out);
     free(logged_epoch);
     return status;
 }
@@ -248,34 +194,34 @@ static int train_and_report(const Run *run, const RegressionData *data, int64_t 
     const RegressionConfig *cfg = &run->cfg;
     int repeat = run->opt.repeat;
     size_t n_logged = (size_t)regression_logged_count(cfg->epochs, cfg->log_every);
-    Outputs o = {
-        .train_loss = host_malloc(n_logged * sizeof(float), "the loss curve"),
-        .test_loss = host_malloc(n_logged * sizeof(float), "the loss curve"),
-        .epoch_ms = host_malloc((size_t)cfg->epochs * sizeof(double), "epoch times"),
-    };
+    RegressionResult out = {.train_loss = host_malloc(n_logged * sizeof(float), "the loss curve"),
+                            .test_loss = host_malloc(n_logged * sizeof(float), "the loss curve"),
+                            .timing.epoch_ms = host_malloc((size_t)cfg->epochs * sizeof(double), "epoch times")};
     double *runs_ms = host_malloc((size_t)repeat * REPORT_RUN_FIGURES * sizeof(double), "run times");
-    RegressionResult out;
 
     RegressionConfig warmup_cfg = *cfg;
     warmup_cfg.epochs = 1;
-    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &o, &out);
+    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &out);
     for (int r = 0; r < repeat; r++) {
-        train_once(cfg, data, run->opt.reference, &o, &out);
+        train_once(cfg, data, run->opt.reference, &out);
         report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
     }
-    int status = report_run(run, points, &o, runs_ms, &out);
-
+    int status = report_run(run, points, runs_ms, &out);
     free(runs_ms);
-    free(o.epoch_ms);
-    free(o.test_loss);
-    free(o.train_loss);
+    free(out.timing.epoch_ms);
+    free(out.test_loss);
+    free(out.train_loss);
     return status;
 }
 
 int main(int argc, char **argv) {
     Run run;
-    int status = parse_flags(argc, argv, &run);
+    Precision fp32;
+    int status = args_driver_flags(argc, argv, TRAINER_REGRESSION, STAGE_NAME, REGRESSION_VARIANTS, NULL, &run.opt,
+                                   &run.variant, &fp32);
     if (status >= 0) return status;
+    run.cfg = (RegressionConfig){.epochs = run.opt.epochs, .lr = run.opt.lr, .log_every = LOG_EVERY,
+                                 .breakdown = run.opt.breakdown, .variant = run.variant};
     if (check_device(&run) != EXIT_OK) return EXIT_CUDA;
 
     char err[1024];

@@ -32,38 +32,21 @@
 // the row
 
 void result_row_init(ResultRow *row) {
-    memset(row, 0, sizeof(*row));
-    row->points = -1;
-    row->batch = -1;
-    row->epochs = -1;
-    row->lr = NAN;
-    row->threads = -1;
-    row->repeats = -1;
-    row->setup_ms = row->e2e_ms = row->loop_ms = row->ms_per_epoch = row->h2d_ms = NAN;
-    row->setup_min_ms = row->setup_max_ms = row->e2e_min_ms = row->e2e_max_ms = NAN;
-    row->loop_min_ms = row->loop_max_ms = row->epoch_min_ms = row->epoch_max_ms = NAN;
-    row->train_loss = row->test_loss = row->test_acc = row->w = row->b = NAN;
-    result_row_stamp(row);
-}
-
-// ----------------------------------------------------------------------------
-// provenance and repeats (the columns of schema 2 that say where a figure comes from and how it varied)
-
-void result_row_stamp(ResultRow *row) {
+    *row = (ResultRow){.points = -1, .batch = -1, .epochs = -1, .threads = -1, .repeats = -1};
+    double *empty[] = {&row->lr, &row->setup_ms, &row->e2e_ms, &row->loop_ms, &row->ms_per_epoch, &row->h2d_ms,
+                       &row->setup_min_ms, &row->setup_max_ms, &row->e2e_min_ms, &row->e2e_max_ms, &row->loop_min_ms,
+                       &row->loop_max_ms, &row->epoch_min_ms, &row->epoch_max_ms, &row->train_loss, &row->test_loss,
+                       &row->test_acc, &row->w, &row->b};
+    for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++) *empty[i] = NAN;
+    // provenance: this build's commit and dirty flag, this run, this moment
     snprintf(row->commit, sizeof(row->commit), "%s", provenance_commit());
     snprintf(row->dirty, sizeof(row->dirty), "%s", provenance_dirty());
     snprintf(row->run_id, sizeof(row->run_id), "%s", provenance_run_id());
     provenance_utc(row->utc, sizeof(row->utc));
 }
 
-void min_max(const double *values, int n, double *lo, double *hi) {
-    *lo = *hi = NAN;
-    for (int i = 0; values && i < n; i++) {
-        if (isnan(values[i])) continue;
-        if (isnan(*lo) || values[i] < *lo) *lo = values[i];
-        if (isnan(*hi) || values[i] > *hi) *hi = values[i];
-    }
-}
+// ----------------------------------------------------------------------------
+// repeats: medians and ranges of the timed runs
 
 void result_row_set_repeats(ResultRow *row, const double *setup_ms, const double *e2e_ms, const double *loop_ms,
                             const double *per_epoch_ms, int runs) {
@@ -73,6 +56,15 @@ void result_row_set_repeats(ResultRow *row, const double *setup_ms, const double
     min_max(e2e_ms, runs, &row->e2e_min_ms, &row->e2e_max_ms);
     min_max(loop_ms, runs, &row->loop_min_ms, &row->loop_max_ms);
     min_max(per_epoch_ms, runs, &row->epoch_min_ms, &row->epoch_max_ms);
+}
+
+void min_max(const double *values, int n, double *lo, double *hi) {
+    *lo = *hi = NAN;
+    for (int i = 0; values && i < n; i++) {
+        if (isnan(values[i])) continue;
+        if (isnan(*lo) || values[i] < *lo) *lo = values[i];
+        if (isnan(*hi) || values[i] > *hi) *hi = values[i];
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -143,21 +135,27 @@ static mode_t new_file_mode(void) {
     return 0666 & ~mask;
 }
 
-// Closes fd (a complete temporary file) and renames it over target; on any failure removes it.
-static int commit_temp(int fd, const char *temp, const char *target, mode_t mode, char *err, size_t err_len) {
-    int failed = fchmod(fd, mode) != 0 || fsync(fd) != 0;
-    int saved = errno;
-    if (close(fd) != 0 && !failed) {
-        failed = 1;
-        saved = errno;
-    }
-    if (!failed && rename(temp, target) != 0) {
+// A temporary file beside target gets the rest of old_fd (when >= 0), head and a newline (when not NULL),
+// then data; once all of it is on disk, it is renamed over target with mode. -1 with a message otherwise,
+// and target is left as it was.
+static int replace_file(const char *target, int old_fd, const char *head, const void *data, size_t len, mode_t mode,
+                        char *err, size_t err_len) {
+    char temp[PATH_MAX + 32], buf[1 << 16];
+    int fd = create_temp(target, temp, sizeof(temp), err, err_len);
+    if (fd < 0) return -1;
+    int failed = 0;
+    for (ssize_t got; old_fd >= 0 && !failed && (got = read(old_fd, buf, sizeof(buf))) != 0;)
+        failed = got < 0 ? errno != EINTR : write_all(fd, buf, (size_t)got) != 0;
+    if (!failed && head) failed = write_all(fd, head, strlen(head)) != 0 || write_all(fd, "\n", 1) != 0;
+    if (!failed) failed = write_all(fd, data, len) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0;
+    int saved = errno, closed = close(fd);
+    if (!failed && (closed != 0 || rename(temp, target) != 0)) {
         failed = 1;
         saved = errno;
     }
     if (failed) {
         unlink(temp);
-        error_message(err, err_len, "cannot write %s: %s", target, strerror(saved));
+        error_message(err, err_len, "cannot write %s: %s (left as it was)", target, strerror(saved));
         return -1;
     }
     return 0;
@@ -166,20 +164,14 @@ static int commit_temp(int fd, const char *temp, const char *target, mode_t mode
 // Where the rows really go: path itself, or the file a symbolic link at path points to.
 static int resolve_target(const char *path, char *target, size_t target_len, char *err, size_t err_len) {
     struct stat link_info;
-    char resolved[PATH_MAX];
-    const char *real = path;
-    if (lstat(path, &link_info) == 0 && S_ISLNK(link_info.st_mode)) {
-        if (!realpath(path, resolved)) {
-            error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
-            return -1;
-        }
-        real = resolved;
-    }
-    if (snprintf(target, target_len, "%s", real) >= (int)target_len) {
+    if (lstat(path, &link_info) != 0 || !S_ISLNK(link_info.st_mode)) {
+        if (snprintf(target, target_len, "%s", path) < (int)target_len) return 0;
         error_message(err, err_len, "path too long: %.64s...", path);
         return -1;
     }
-    return 0;
+    if (realpath(path, target)) return 0;  // target holds PATH_MAX bytes
+    error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
+    return -1;
 }
 
 // Opens an existing output for reading (without blocking on a FIFO): the descriptor and its stat, 0
@@ -228,46 +220,23 @@ static int check_header(int fd, const struct stat *info, const char *path, const
     return 0;
 }
 
-// Appends rows (complete lines) to path: header first when the file is new or empty. The new content
-// goes to a temporary file (old rows, then the new ones) that replaces path only when all of it is written.
+// Appends rows (complete lines) to path: header first when the file is new or empty. The old rows and the
+// new ones go to a temporary file that replaces path only when all of it is written.
 static int append_text(const char *path, const char *header, const char *rows, size_t rows_len, char *err,
                        size_t err_len) {
-    char target[PATH_MAX], temp[PATH_MAX + 32];
-    if (resolve_target(path, target, sizeof(target), err, err_len) != 0) return -1;
+    char target[PATH_MAX];
     int old_fd;
     struct stat info;
-    if (open_existing(target, &old_fd, &info, err, err_len) != 0) return -1;
-    if (old_fd >= 0 && check_header(old_fd, &info, target, header, err, err_len) != 0) {
-        close(old_fd);
+    if (resolve_target(path, target, sizeof(target), err, err_len) != 0 ||
+        open_existing(target, &old_fd, &info, err, err_len) != 0)
         return -1;
-    }
-    int fd = create_temp(target, temp, sizeof(temp), err, err_len);
-    if (fd < 0) {
-        if (old_fd >= 0) close(old_fd);
-        return -1;
-    }
-    int failed = 0;
-    if (old_fd >= 0 && info.st_size > 0) {
-        char buf[1 << 16];
-        ssize_t got;
-        while (!failed && (got = read(old_fd, buf, sizeof(buf))) != 0) {
-            if (got < 0 && errno == EINTR) continue;
-            failed = got < 0 || write_all(fd, buf, (size_t)got) != 0;
-        }
-    } else {
-        failed = write_all(fd, header, strlen(header)) != 0 || write_all(fd, "\n", 1) != 0;
-    }
-    if (!failed) failed = write_all(fd, rows, rows_len) != 0;
-    mode_t mode = old_fd >= 0 ? (info.st_mode & 07777) : new_file_mode();
-    if (old_fd >= 0) close(old_fd);
-    if (failed) {
-        int saved = errno;
-        close(fd);
-        unlink(temp);
-        error_message(err, err_len, "cannot write %s: %s (left as it was)", target, strerror(saved));
-        return -1;
-    }
-    return commit_temp(fd, temp, target, mode, err, err_len);
+    if (old_fd < 0) return replace_file(target, -1, header, rows, rows_len, new_file_mode(), err, err_len);
+    int status = check_header(old_fd, &info, target, header, err, err_len);
+    if (status == 0)
+        status = replace_file(target, old_fd, info.st_size > 0 ? NULL : header, rows, rows_len, info.st_mode & 07777,
+                              err, err_len);
+    close(old_fd);
+    return status;
 }
 
 int report_check_rows(const char *path, const char *header, char *err, size_t err_len) {
@@ -363,6 +332,11 @@ int report_append_rows(const char *path, const char *header, ReportRowsFn write_
 // The fields of one result row, in the order of REPORT_CSV_HEADER (schema 2), ending the line.
 static void csv_result_fields(FILE *f, const void *ctx) {
     const ResultRow *row = ctx;
+    const double timed[] = {row->setup_ms, row->e2e_ms, row->loop_ms, row->ms_per_epoch, row->h2d_ms};
+    const double spread[] = {row->setup_min_ms, row->setup_max_ms, row->e2e_min_ms, row->e2e_max_ms,
+                             row->loop_min_ms,  row->loop_max_ms,  row->epoch_min_ms, row->epoch_max_ms};
+    const double fit[] = {row->train_loss, row->test_loss, row->test_acc, row->w, row->b};
+    const char *const machine[] = {row->device, row->cc, row->cuda, row->driver};
     report_csv_text(f, row->stage, 0);
     report_csv_text(f, row->trainer, 0);
     report_csv_text(f, row->variant, 0);
@@ -372,31 +346,13 @@ static void csv_result_fields(FILE *f, const void *ctx) {
     csv_int(f, row->epochs);
     report_csv_real(f, "%.7g", row->lr);  // a float flag: 7 digits give back what was typed (0.01, not 0.00999999978)
     report_csv_text(f, row->precision, 0);
-    report_csv_text(f, row->device, 0);
-    report_csv_text(f, row->cc, 0);
-    report_csv_text(f, row->cuda, 0);
-    report_csv_text(f, row->driver, 0);
+    for (int i = 0; i < 4; i++) report_csv_text(f, machine[i], 0);
     csv_int(f, row->threads);
     report_csv_text(f, "", 0);  // torch: PyTorch rows only
-    report_csv_real(f, "%.6g", row->setup_ms);
-    report_csv_real(f, "%.6g", row->e2e_ms);
-    report_csv_real(f, "%.6g", row->loop_ms);
-    report_csv_real(f, "%.6g", row->ms_per_epoch);
-    report_csv_real(f, "%.6g", row->h2d_ms);
+    for (int i = 0; i < 5; i++) report_csv_real(f, "%.6g", timed[i]);
     csv_int(f, row->repeats);
-    report_csv_real(f, "%.6g", row->setup_min_ms);
-    report_csv_real(f, "%.6g", row->setup_max_ms);
-    report_csv_real(f, "%.6g", row->e2e_min_ms);
-    report_csv_real(f, "%.6g", row->e2e_max_ms);
-    report_csv_real(f, "%.6g", row->loop_min_ms);
-    report_csv_real(f, "%.6g", row->loop_max_ms);
-    report_csv_real(f, "%.6g", row->epoch_min_ms);
-    report_csv_real(f, "%.6g", row->epoch_max_ms);
-    report_csv_real(f, "%.9g", row->train_loss);
-    report_csv_real(f, "%.9g", row->test_loss);
-    report_csv_real(f, "%.9g", row->test_acc);
-    report_csv_real(f, "%.9g", row->w);
-    report_csv_real(f, "%.9g", row->b);
+    for (int i = 0; i < 8; i++) report_csv_real(f, "%.6g", spread[i]);
+    for (int i = 0; i < 5; i++) report_csv_real(f, "%.9g", fit[i]);
     report_csv_text(f, "", 0);  // graph_breaks: torch.compile rows only
     report_csv_text(f, "", 0);  // recompiles: torch.compile rows only
     report_csv_text(f, row->commit, 0);
@@ -440,12 +396,6 @@ int report_append_curves(const char *path, const ResultRow *row, const CurveSeri
     return report_append_rows(path, REPORT_CURVE_HEADER, csv_curve_rows, &curves, err, err_len);
 }
 
-int report_append_curve(const char *path, const ResultRow *row, const char *series, const float *values,
-                        const int *index, int first_index, int count, char *err, size_t err_len) {
-    CurveSeries one = {.series = series, .values = values, .index = index, .first_index = first_index, .count = count};
-    return report_append_curves(path, row, &one, 1, err, err_len);
-}
-
 int report_flush_stdout(void) {
     errno = 0;
     int failed = fflush(stdout) != 0 || ferror(stdout);
@@ -487,7 +437,7 @@ double median(const double *values, int n) {
 // ----------------------------------------------------------------------------
 // --breakdown
 
-void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out) {
+static void print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out) {
     double total = 0.0;
     for (int p = 0; p < PHASE_COUNT; p++) total += phase_ms[p];
     fprintf(out, "breakdown (last run; timing each phase adds a synchronization after it, so e2e and loop grow):\n");
@@ -531,27 +481,18 @@ static int make_dirs(const char *dir, char *err, size_t err_len) {
 }
 
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len) {
+    char path[4096];
+    struct stat info;
     if (make_dirs(dir, err, err_len) != 0) return -1;
-    char path[4096], temp[4096 + 32];
     if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path)) {
         error_message(err, err_len, "export path too long: %.64s...", dir);
         return -1;
     }
-    struct stat info;
     if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
         error_message(err, err_len, "%s is not a regular file: cannot replace it", path);
         return -1;
     }
-    int fd = create_temp(path, temp, sizeof(temp), err, err_len);
-    if (fd < 0) return -1;
-    if (write_all(fd, data, bytes) != 0) {
-        int saved = errno;
-        close(fd);
-        unlink(temp);
-        error_message(err, err_len, "cannot write %zu bytes to %s: %s", bytes, path, strerror(saved));
-        return -1;
-    }
-    return commit_temp(fd, temp, path, new_file_mode(), err, err_len);
+    return replace_file(path, -1, NULL, data, bytes, new_file_mode(), err, err_len);
 }
 
 void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,
@@ -571,20 +512,8 @@ int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *t
     }
     if (!quiet && timing->setup_ms > 0)
         printf("setup (untimed: handles, graph instantiation): %.3f ms\n", timing->setup_ms);
-    if (breakdown) report_print_breakdown(timing->phase_ms, stdout);
+    if (breakdown) print_breakdown(timing->phase_ms, stdout);
     return EXIT_OK;
-}
-
-void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const double *e2e_ms,
-                                 const double *loop_ms, const double *h2d_ms, const double *per_epoch_ms, int runs) {
-    snprintf(row->device, sizeof(row->device), "%s", device->name);
-    snprintf(row->cc, sizeof(row->cc), "%s", device->cc);
-    snprintf(row->cuda, sizeof(row->cuda), "%s", device->cuda);
-    snprintf(row->driver, sizeof(row->driver), "%s", device->driver);
-    row->e2e_ms = median(e2e_ms, runs);
-    row->loop_ms = median(loop_ms, runs);
-    row->h2d_ms = median(h2d_ms, runs);
-    row->ms_per_epoch = median(per_epoch_ms, runs);
 }
 
 // The block's rows, in order: e2e, loop, h2d, median epoch, setup; each `runs` long.
@@ -596,11 +525,22 @@ void report_record_run(double *runs_ms, int runs, int run, const TrainTiming *ti
     runs_ms[4 * runs + run] = timing->setup_ms;
 }
 
+void report_reset_timing(TrainTiming *timing, int epochs) {
+    *timing = (TrainTiming){.e2e_ms = NAN, .loop_ms = NAN, .h2d_ms = NAN, .setup_ms = NAN, .epoch_ms = timing->epoch_ms};
+    for (int e = 0; e < epochs; e++) timing->epoch_ms[e] = NAN;
+}
+
 void result_row_set_runs(ResultRow *row, const DeviceInfo *device, const double *runs_ms, int runs) {
-    const double *e2e_ms = runs_ms, *loop_ms = runs_ms + runs, *h2d_ms = runs_ms + 2 * runs,
-                 *per_epoch_ms = runs_ms + 3 * runs, *setup_ms = runs_ms + 4 * runs;
-    result_row_set_measurements(row, device, e2e_ms, loop_ms, h2d_ms, per_epoch_ms, runs);
-    result_row_set_repeats(row, setup_ms, e2e_ms, loop_ms, per_epoch_ms, runs);
+    const double *e2e_ms = runs_ms, *loop_ms = runs_ms + runs, *per_epoch_ms = runs_ms + 3 * runs;
+    snprintf(row->device, sizeof(row->device), "%s", device->name);
+    snprintf(row->cc, sizeof(row->cc), "%s", device->cc);
+    snprintf(row->cuda, sizeof(row->cuda), "%s", device->cuda);
+    snprintf(row->driver, sizeof(row->driver), "%s", device->driver);
+    row->e2e_ms = median(e2e_ms, runs);
+    row->loop_ms = median(loop_ms, runs);
+    row->h2d_ms = median(runs_ms + 2 * runs, runs);
+    row->ms_per_epoch = median(per_epoch_ms, runs);
+    result_row_set_repeats(row, runs_ms + 4 * runs, e2e_ms, loop_ms, per_epoch_ms, runs);
 }
 
 int report_append_outputs(const ResultRow *row, const char *csv_path, const char *curve_path,

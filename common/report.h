@@ -50,8 +50,6 @@ typedef struct {
 } ResultRow;
 
 void result_row_init(ResultRow *row);  // every column empty but the provenance: commit, dirty, run_id, utc
-// Fills the provenance columns (commit, dirty, run_id, utc) with this build's and this moment's; init calls it.
-void result_row_stamp(ResultRow *row);
 void report_print(const ResultRow *row, FILE *out);
 // Returns -1 with a message in err when the file cannot be written, or holds rows of another header;
 // the file is then left as it was (the row goes to a temporary file renamed over it when complete).
@@ -89,8 +87,6 @@ void min_max(const double *values, int n, double *lo, double *hi);
 // values[i] gets index[i], or first_index + i when index is NULL.
 // Each row also names the device, commit and run of the result row it belongs to.
 #define REPORT_CURVE_HEADER "stage,trainer,variant,hidden,series,index,value,device,commit,run_id"
-int report_append_curve(const char *path, const ResultRow *row, const char *series, const float *values,
-                        const int *index, int first_index, int count, char *err, size_t err_len);
 // Several series of one run in one append: all of them are written, or none.
 typedef struct {
     const char *series;
@@ -100,21 +96,17 @@ typedef struct {
 } CurveSeries;
 int report_append_curves(const char *path, const ResultRow *row, const CurveSeries *series, int n_series, char *err,
                          size_t err_len);
-// --breakdown: ms and share of each phase, and the note that timing phases adds synchronizations.
-void report_print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out);
-// The columns every driver fills alike: the device, and the medians over `runs` timed runs of e2e,
-// loop, h2d and each run's median epoch.
-void result_row_set_measurements(ResultRow *row, const DeviceInfo *device, const double *e2e_ms,
-                                 const double *loop_ms, const double *h2d_ms, const double *per_epoch_ms, int runs);
 // The spread of the timed runs: setup_ms (median), repeats, and the min / max of setup, e2e, loop and
-// the runs' median epochs (their medians come from result_row_set_measurements). NULL setup_ms: none.
+// the runs' median epochs (result_row_set_runs sets their medians too). NULL setup_ms: none.
 void result_row_set_repeats(ResultRow *row, const double *setup_ms, const double *e2e_ms, const double *loop_ms,
                             const double *per_epoch_ms, int runs);
 // The drivers' timed runs in one block of REPORT_RUN_FIGURES x runs doubles that the caller allocates:
 // report_record_run keeps run `run`'s e2e, loop, h2d and setup times and its median epoch (of
-// timing->epoch_ms[0..epochs)); result_row_set_runs gives the row their device, medians and spread
-// (result_row_set_measurements and result_row_set_repeats).
+// timing->epoch_ms[0..epochs)); result_row_set_runs gives the row the device, the medians of those
+// figures and their spread (result_row_set_repeats).
 #define REPORT_RUN_FIGURES 5
+// Before a run: every figure of timing NaN (timing->epoch_ms[0..epochs) too), no phase time.
+void report_reset_timing(TrainTiming *timing, int epochs);
 void report_record_run(double *runs_ms, int runs, int run, const TrainTiming *timing, int epochs);
 void result_row_set_runs(ResultRow *row, const DeviceInfo *device, const double *runs_ms, int runs);
 // The columns that name a run: stage (cpu-reference for the reference), trainer, variant and precision

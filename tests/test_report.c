@@ -209,8 +209,8 @@ Test(report, curve_rows) {
     snprintf(row.run_id, sizeof(row.run_id), "bench-1");
     const float values[] = {2.5f, 1.25f};
     const int epochs[] = {0, 10};
-    cr_assert_eq(report_append_curve(path, &row, "test_loss", values, NULL, 1, 2, err, sizeof(err)), 0, "%s", err);
-    cr_assert_eq(report_append_curve(path, &row, "train_loss", values, epochs, 0, 2, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(report_append_curves(path, &row, &(CurveSeries){"test_loss", values, NULL, 1, 2}, 1, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(report_append_curves(path, &row, &(CurveSeries){"train_loss", values, epochs, 0, 2}, 1, err, sizeof(err)), 0, "%s", err);
     char lines[8][1024];
     cr_assert_eq(read_lines(path, lines), 5);
     cr_assert_str_eq(lines[0], REPORT_CURVE_HEADER);
@@ -394,7 +394,7 @@ Test(report, a_file_of_another_header_is_not_appended_to) {
     cr_assert_eq(report_append_csv(&row, old_path, err, sizeof(err)), -1);
     cr_assert_not_null(strstr(err, "another kind of rows"), "%s", err);
     const float value = 1.0f;
-    cr_assert_eq(report_append_curve(curve_path, &row, "test_loss", &value, NULL, 1, 1, err, sizeof(err)), -1);
+    cr_assert_eq(report_append_curves(curve_path, &row, &(CurveSeries){"test_loss", &value, NULL, 1, 1}, 1, err, sizeof(err)), -1);
     char lines[8][1024];
     cr_assert_eq(read_lines(old_path, lines), 1, "a row was appended under the old header");
     cr_assert_eq(read_lines(curve_path, lines), 1, "a point was appended under the old header");
@@ -470,7 +470,7 @@ Test(report, csv_of_another_header_is_refused_untouched) {
     free(before);
     before = slurp(csv_path);
     const float values[] = {1.0f};
-    cr_assert_eq(report_append_curve(csv_path, &row, "test_loss", values, NULL, 1, 1, err, sizeof(err)), -1);
+    cr_assert_eq(report_append_curves(csv_path, &row, &(CurveSeries){"test_loss", values, NULL, 1, 1}, 1, err, sizeof(err)), -1);
     free(after);
     after = slurp(csv_path);
     cr_assert_str_eq(after, before);
@@ -563,7 +563,7 @@ Test(report, outputs_checked_before_training) {
     // an append through a symbolic link goes to the file it names, and the link stays
     ResultRow row = mnist_row();
     const float values[] = {1.5f};
-    cr_assert_eq(report_append_curve(link, &row, "test_loss", values, NULL, 1, 1, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(report_append_curves(link, &row, &(CurveSeries){"test_loss", values, NULL, 1, 1}, 1, err, sizeof(err)), 0, "%s", err);
     struct stat info;
     cr_assert_eq(lstat(link, &info), 0);
     cr_assert(S_ISLNK(info.st_mode), "the link was replaced");
