@@ -232,7 +232,7 @@ def main():
 
     for mode in args.modes:
         mode_epochs = cpu_epochs if mode == "cpu" else epochs
-        tc.start_mode(mode)
+        tc.reset_compiler(mode)
         baseline = Mnist(mode, spec, host, mode_epochs)
         timing = tc.measure(baseline, args.repeat)
         step_loss = baseline.step_loss.tolist()
@@ -244,8 +244,7 @@ def main():
                             train_loss=tc.fmt(sum(last_epoch) / len(last_epoch), ".8g"),
                             test_loss=tc.fmt(test_loss[-1], ".8g"), test_acc=tc.fmt(test_acc[-1], ".6f"))
         # As the C drivers write them: step losses by global step (0-based), test figures by epochs done.
-        curves = [{"stage": "pytorch", "trainer": "mnist", "variant": mode, "hidden": spec["hidden"],
-                   "series": series, "index": first + i, "value": tc.fmt(v, ".8g")}
+        curves = [{"series": series, "index": first + i, "value": tc.fmt(v, ".8g")}
                   for series, first, values in (("step_loss", 0, step_loss), ("test_loss", 1, test_loss),
                                                 ("test_acc", 1, test_acc))
                   for i, v in enumerate(values)]

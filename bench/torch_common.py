@@ -140,9 +140,9 @@ def write_rows(args, row, curves):
     if args.csv:
         results_csv.append_csv(args.csv, results_csv.RESULT_COLUMNS, [row])
     if args.curve and curves:
-        for point in curves:  # each point names the device, commit and run of its row
-            for key in ("device", "commit", "run_id"):
-                point.setdefault(key, row[key])
+        for point in curves:  # each point names the trainer, mode, device, commit and run of its row
+            for key in ("stage", "trainer", "variant", "hidden", "device", "commit", "run_id"):
+                point.setdefault(key, row.get(key))
         results_csv.append_csv(args.curve, results_csv.CURVE_COLUMNS, curves)
 
 
@@ -156,9 +156,7 @@ def compiled(mode, fn):
     it tensors allocated once, and keep per-step Python ints out of it."""
     if not compiling(mode):
         return fn
-    if max_autotune(mode):
-        return torch.compile(fn, mode="max-autotune", dynamic=False)
-    return torch.compile(fn, dynamic=False)
+    return torch.compile(fn, mode="max-autotune" if max_autotune(mode) else None, dynamic=False)
 
 
 compiling = results_csv.mode_compiles  # compile-default, compile-max-autotune, bf16-compile-max-autotune
@@ -229,17 +227,12 @@ def mark_step(mode):
         torch.compiler.cudagraph_mark_step_begin()
 
 
-def start_mode(mode):
-    """Before a mode: no compiled code and no compile counters left from another mode."""
+def reset_compiler(mode):
+    """Before and after a compile mode: drop compiled code and compile counters, so that no mode reuses
+    or counts another's compilation."""
     if compiling(mode):
         torch._dynamo.reset()
         _dynamo_counters().clear()
-
-
-def reset_compiler(mode):
-    """Drop compiled code between modes, so that no mode reuses another's compilation."""
-    if compiling(mode):
-        torch._dynamo.reset()
 
 
 def _dynamo_counters():
@@ -286,56 +279,42 @@ def print_compile_counts(mode, after_warmup):
 # ----------------------------------------------------------------------------
 # clocks
 
-class CudaClock:
-    """CUDA events on the current stream: e2e start, loop start, the end of each epoch, e2e stop."""
+class Clock:
+    """The marks of one timed run: e2e start, loop start, the end of each epoch, e2e stop. CUDA events on
+    the current stream; for --mode cpu the host clock (nothing is uploaded, so e2e is the loop, h2d empty)."""
 
-    def __init__(self, epochs):
-        self.start_event, self.loop_event, self.stop_event = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        self.epoch_events = [torch.cuda.Event(enable_timing=True) for _ in range(epochs)]
+    def __init__(self, epochs, cuda):
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(epochs + 3)] if cuda else None
+        self.marks = [None] * (epochs + 3)
+
+    def mark(self, index):
+        if self.events:
+            self.events[index].record()
+        else:
+            self.marks[index] = time.perf_counter()
 
     def start(self):
-        self.start_event.record()
+        self.mark(0)
 
     def loop_start(self):
-        self.loop_event.record()
+        self.mark(1)
 
     def epoch_end(self, epoch):
-        self.epoch_events[epoch].record()
+        self.mark(2 + epoch)
 
     def stop(self):
-        self.stop_event.record()
+        self.mark(-1)
 
     def result(self):
         """(e2e, loop, h2d, [per-epoch]) in ms, as common/timing.c computes them."""
-        self.stop_event.synchronize()
-        marks = [self.loop_event] + self.epoch_events
-        epochs = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
-        return (self.start_event.elapsed_time(self.stop_event), self.loop_event.elapsed_time(self.epoch_events[-1]),
-                self.start_event.elapsed_time(self.loop_event), epochs)
-
-
-class HostClock:
-    """The host clock, for --mode cpu: nothing is uploaded, so e2e is the loop (h2d empty)."""
-
-    def __init__(self, epochs):
-        self.marks = [None] * (epochs + 3)
-
-    def start(self):
-        self.marks[0] = time.perf_counter()
-
-    def loop_start(self):
-        self.marks[1] = time.perf_counter()
-
-    def epoch_end(self, epoch):
-        self.marks[2 + epoch] = time.perf_counter()
-
-    def stop(self):
-        self.marks[-1] = time.perf_counter()
-
-    def result(self):
-        ms = [1e3 * t for t in self.marks]
-        epochs = [b - a for a, b in zip(ms[1:-1], ms[2:-1])]
-        return ms[-1] - ms[0], ms[-2] - ms[1], None, epochs
+        if self.events:
+            self.events[-1].synchronize()
+            ms = lambda a, b: self.events[a].elapsed_time(self.events[b])  # noqa: E731
+        else:
+            ms = lambda a, b: 1e3 * self.marks[b] - 1e3 * self.marks[a]  # noqa: E731
+        last = len(self.marks) - 1
+        epochs = [ms(i, i + 1) for i in range(1, last - 1)]
+        return ms(0, last), ms(1, last - 1), ms(0, 1) if self.events else None, epochs
 
 
 # ----------------------------------------------------------------------------
@@ -387,7 +366,7 @@ class Baseline:
         return capture_ms, train_ms, epochs
 
     def timed_run(self):
-        clock = HostClock(self.epochs) if self.mode == "cpu" else CudaClock(self.epochs)
+        clock = Clock(self.epochs, cuda=self.mode != "cpu")
         clock.start()
         self.upload()
         clock.loop_start()
