@@ -53,11 +53,25 @@ def markdown_table(header, align, lines):
 
 
 def source_line(rows, device, source):
+    """Where rows come from: device, file, commits, their run (when they share one), uncommitted changes, the
+    torch version of PyTorch rows, the threads of CPU rows."""
     commits = list(dict.fromkeys(row["commit"] for row in rows if row["commit"]))
     text = f"{device} · `{source}`"
     if commits:
         text += f" · commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
-    return text + provenance_suffix(rows)
+    runs = rc.run_ids(rows)
+    if len(runs) == 1 and runs[0]:
+        text += f" · run `{runs[0]}`"
+    if any(row.get("dirty") == "1" for row in rows):
+        text += " · **built with uncommitted changes**"
+    torches = sorted({row["torch"] for row in rows if row.get("torch")})
+    if torches:
+        text += f" · torch {', '.join(torches)}"
+    # one entry per kind of CPU row (the CPU reference's rows of several configurations say it once)
+    threads = list(dict.fromkeys(f"{rc.row_label(row)} {row['threads']}" for row in rows if row.get("threads")))
+    if threads:
+        text += " · CPU threads: " + ", ".join(threads)
+    return text
 
 
 def sourced_table(shown, rows, source, what, table, title=""):
@@ -128,11 +142,17 @@ def ladder_table(rows, config, source, stage_names=None, defaults=None):
     if not entries:
         return f"**{config.title()}**: no rows in `{source}` yet."
     unit = "GB/s" if config.trainer == "regression" else "GFLOP/s"
+    # the newest torch.compile row of each mode that is not clean is named under the title, not shown
+    newest = {row["variant"]: row for row in rows if config.matches(row) and rc.is_compile_mode(row)}
+    bad = "; ".join(f"PyTorch {mode}: {rc.compile_audit(row)[1]}" for mode, row in newest.items()
+                    if not rc.compile_audit(row)[0])
+    unclean = (f"*Not shown as results: {bad}. A torch.compile row counts only with 0 graph breaks and 0 "
+               "recompiles (bench/torch_common.py).*\n\n") if bad else ""
     header = ["", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch", unit, "step speedup (e2e)",
               "step speedup (wall)", "cumulative speedup", "÷ best stage"]
     table = markdown_table(header, "l" + "r" * 11, ladder_lines(entries, stage_names))
     return sourced_table([e.row for e in entries], rows, source, f"the {short_name(config)} ladder",
-                         unclean_note(rows, config) + table, f"**{config.title()}**  \n")
+                         unclean + table, f"**{config.title()}**  \n")
 
 
 FOOTNOTE_TIMES = (
@@ -196,12 +216,6 @@ def stage_ideas(root):
     return ideas
 
 
-def pytorch_best(entries):
-    """The fastest PyTorch entry at fp32 (e2e) that ran the configuration's epochs, or None."""
-    found = [e for e in entries if e.kind == "pytorch" and e.comparable and e.e2e and e.precision == "fp32"]
-    return min(found, key=lambda e: e.e2e) if found else None
-
-
 def headline_lines(rows, ideas=None, defaults=None):
     """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table (headline_block's header and
     note): per ladder stage (fp32, default variant) of either HEADLINE_CONFIGS; — where a stage has no row."""
@@ -211,7 +225,9 @@ def headline_lines(rows, ideas=None, defaults=None):
         entries = rc.select_entries(rows, config, defaults)
         cells = dict(zip(entries, ladder_lines(entries)))
         rungs = {e.stage: (e, cells[e]) for e in entries if e.is_ladder_stage and e.comparable and e.e2e}
-        best[config.trainer] = pytorch_best(entries)
+        # PyTorch's best: its fastest fp32 entry (e2e) that ran the configuration's epochs
+        pytorch = [e for e in entries if e.kind == "pytorch" and e.comparable and e.e2e and e.precision == "fp32"]
+        best[config.trainer] = min(pytorch, key=lambda e: e.e2e) if pytorch else None
         per_config.append((config, rungs, best[config.trainer]))
     lines = []
     for stage in sorted({stage for _, rungs, _ in per_config for stage in rungs}):
@@ -290,10 +306,12 @@ def timing_cells(e, unit=True):
             rate_cell]
 
 
-def speedups(before, this, columns=("e2e", "wall")):
-    """before's figure ÷ this's for each column (— unless both ran the same epochs)."""
-    same_epochs = before.epochs == this.epochs
-    return [fmt_times(rc.ratio(getattr(before, c), getattr(this, c)) if same_epochs else None) for c in columns]
+def speedup(before, this, figure):
+    """before's figure (an Entry attribute) ÷ this's; None without both, or for a total (all but ms/epoch)
+    unless both ran the same epochs."""
+    if before is None or this is None or (figure != "ms_per_epoch" and before.epochs != this.epochs):
+        return None
+    return rc.ratio(getattr(before, figure), getattr(this, figure))
 
 
 def stage_lines(rows, stage, stage_names=None, defaults=None):
@@ -309,7 +327,7 @@ def stage_lines(rows, stage, stage_names=None, defaults=None):
         for e in ([before] if before else []) + [this]:
             ratios = ["", "", ""]
             if e is this and before is not None:
-                ratios = speedups(before, this) + [fmt_times(rc.ratio(before.ms_per_epoch, this.ms_per_epoch))]
+                ratios = [fmt_times(speedup(before, this, f)) for f in ("e2e", "wall", "ms_per_epoch")]
             lines.append([name, e.label(stage_names)] + timing_cells(e) + ratios)
             shown.append(e.row)
     return lines, shown
@@ -332,7 +350,7 @@ def variant_lines(rows, stage, defaults=None):
             name = f"`{e.row['variant']}`" + (" (default)" if e.row["variant"] == default else "")
             if not e.comparable and e.epochs is not None:
                 name += f" ({e.epochs} epoch{'s' if e.epochs != 1 else ''})"
-            versus = speedups(base, e) if base is not None and e is not base else ["", ""]
+            versus = [fmt_times(speedup(base, e, f)) for f in ("e2e", "wall")] if base not in (None, e) else ["", ""]
             lines.append([short_name(config), name, e.precision] + timing_cells(e) + versus)
             shown.append(e.row)
     return lines, shown
@@ -412,20 +430,18 @@ def vector_add_block(datasets):
 # stage 08: the persistent sweep, stages 07 and 08 at each hidden width
 
 
-def sweep_lines(rows, defaults=None):
-    """(cells, rows shown) of the persistent sweep table: width (none: --hidden 0), stage 07 ms/epoch,
-    stage 08 ms/epoch, 07 ÷ 08 (above 1: stage 08 faster)."""
-    lines, shown = [], []
-    for width, by_stage in rc.persistent_sweep(rows, defaults).items():
-        seven, eight = (rc.number(by_stage[s], "ms_per_epoch") if s in by_stage else None for s in ("07", "08"))
-        lines.append(["none (`--hidden 0`)" if width == 0 else str(width), fmt_3(seven), fmt_3(eight),
-                      fmt_times(rc.ratio(seven, eight))])
-        shown += by_stage.values()
-    return lines, shown
-
-
 def sweep_block(datasets, known=None):
-    """The text between the sweep:stage08 markers: the persistent sweep of each results file."""
+    """The text between the sweep:stage08 markers: the persistent sweep of each results file, a line per width
+    (none: --hidden 0) with stage 07's and 08's ms/epoch and 07 ÷ 08."""
+    def sweep_lines(rows, defaults):
+        lines, shown = [], []
+        for width, by_stage in rc.persistent_sweep(rows, defaults).items():
+            seven, eight = (rc.number(by_stage[s], "ms_per_epoch") if s in by_stage else None for s in ("07", "08"))
+            lines.append(["none (`--hidden 0`)" if width == 0 else str(width), fmt_3(seven), fmt_3(eight),
+                          fmt_times(rc.ratio(seven, eight))])
+            shown += by_stage.values()
+        return lines, shown
+
     note = (f"MNIST with one hidden layer (784-W-10; none: 784-10), batch {rc.MNIST_BATCH}, fp32, each stage's "
             "default variant, the newest run's rows (the persistent sweep of `make bench`, and the ladder's --hidden "
             "0 and 128); ms/epoch: the median epoch, comparable across epoch counts. 07 ÷ 08 above 1: stage 08 "
@@ -440,13 +456,6 @@ def sweep_block(datasets, known=None):
 def mnist_steps_per_epoch(batch=rc.MNIST_BATCH):
     """Training steps in an MNIST epoch: the full batches of the training set (60,000 // 128 = 468)."""
     return rc.MNIST_TRAIN // batch
-
-
-def fmt_saved(value):
-    """A saving in µs: positive when this stage is faster, signed when it is slower."""
-    if value is None:
-        return NOT_COMPARED
-    return ("−" if value < 0 else "") + rc.three_digits(abs(value))
 
 
 def step_figures(entry):
@@ -481,8 +490,9 @@ def steps_lines(rows, stage, stage_names=None, defaults=None):
         for e in ([before] if before else []) + [this]:
             us, steps = step_figures(e)
             saved = ""
-            if e is this and before is not None:
-                saved = fmt_saved(previous_us - us if None not in (previous_us, us) else None)
+            if e is this and before is not None:  # positive when this stage is faster, signed when slower
+                value = previous_us - us if None not in (previous_us, us) else None
+                saved = NOT_COMPARED if value is None else ("−" if value < 0 else "") + rc.three_digits(abs(value))
             if config.trainer == "regression":
                 outside = e.e2e - e.loop if None not in (e.e2e, e.loop) else None
                 regression.append([e.label(stage_names), fmt_3(e.loop), fmt_3(us), fmt_3(outside), saved])
@@ -520,38 +530,34 @@ def steps_block(datasets, stage, stage_names=None, known=None):
 ANSWER_KEY_SPREAD = 0.2  # another GPU of the same model lands within about this share (clocks, driver, host)
 
 
-def answer_key_lines(rows, stages, defaults=None):
-    """(cells, rows shown) of the answer key (answer_key_block's header): per stage with a row, its newest
-    default fp32 rows, e2e with its range (± ANSWER_KEY_SPREAD)."""
-    configs = {(c.trainer, c.hidden): c for c in rc.canonical_configs()}
-    entries = {key: rc.select_entries(rows, config, defaults) for key, config in configs.items()}
-
+def answer_key_block(datasets, stages, known=None):
+    """The text between the answerkey markers: per stage with a row, its newest default fp32 rows (regression,
+    MNIST --hidden 0 and 128), e2e with the range (± ANSWER_KEY_SPREAD) a student's run on the same GPU model
+    should fall in."""
     def with_range(value):
         low, high = value * (1 - ANSWER_KEY_SPREAD), value * (1 + ANSWER_KEY_SPREAD)
         return f"{fmt_3(value)} ({fmt_3(low)}–{fmt_3(high)})"
 
-    lines, shown = [], []
-    for stage in stages:
-        regression, small, mid = (stage_entry(entries[key], stage)
-                                  for key in (("regression", None), ("mnist", "0"), ("mnist", "128")))
-        if regression is None and small is None and mid is None:
-            continue
-        shown += [e.row for e in (regression, small, mid) if e is not None]
-        lines.append([stage,
-                      with_range(regression.e2e) if regression else NOT_COMPARED,
-                      fmt_3(regression.loop) if regression else NOT_COMPARED,
-                      with_range(small.e2e) if small else NOT_COMPARED,
-                      with_range(mid.e2e) if mid else NOT_COMPARED,
-                      fmt_3(mid.ms_per_epoch) if mid else NOT_COMPARED])
-    return lines, shown
+    def lines_of(rows, defaults):
+        configs = (rc.Config("regression"), rc.Config("mnist", "0"), rc.Config("mnist", "128"))
+        entries = [rc.select_entries(rows, config, defaults) for config in configs]
+        lines, shown = [], []
+        for stage in stages:
+            regression, small, mid = found = [stage_entry(e, stage) for e in entries]
+            if not any(found):
+                continue
+            shown += [e.row for e in found if e is not None]
+            lines.append([stage,
+                          with_range(regression.e2e) if regression else NOT_COMPARED,
+                          fmt_3(regression.loop) if regression else NOT_COMPARED,
+                          with_range(small.e2e) if small else NOT_COMPARED,
+                          with_range(mid.e2e) if mid else NOT_COMPARED,
+                          fmt_3(mid.ms_per_epoch) if mid else NOT_COMPARED])
+        return lines, shown
 
-
-def answer_key_block(datasets, stages, known=None):
-    """The text between the answerkey markers: per stage, its newest default fp32 rows, and the range
-    (± ANSWER_KEY_SPREAD) a student's run on the same GPU model should fall in."""
     note = (f"Each stage's default variant, fp32, newest row; in brackets ± {ANSWER_KEY_SPREAD:.0%}, the range a run "
             "on the same GPU model should fall in. " + FOOTNOTE_GENERATED)
-    return results_tables(datasets, known, lambda rows, defaults: answer_key_lines(rows, stages, defaults),
+    return results_tables(datasets, known, lines_of,
                           ["stage", "regression e2e ms (range)", "regression loop ms", "MNIST hidden 0 e2e ms (range)",
                            "MNIST hidden 128 e2e ms (range)", "MNIST hidden 128 ms/epoch"],
                           "l" + "r" * 5, what="the answer key", note=note)
@@ -621,29 +627,6 @@ class ProfileError(Exception):
     """A profile marker whose selection cannot be read."""
 
 
-def read_profile(path):
-    """(provenance line, command line, {trainer: (ncu command, table header, kernel lines, closing line)}) of
-    a results/<gpu>-profile-NN.txt as the stage-profile recipe writes it."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().rstrip("\n").split("\n")
-    sections, trainer = {}, None
-    for line in lines[2:]:
-        match = re.fullmatch(r"== (\w+): (.*)", line)
-        if match:
-            trainer = match.group(1)
-            sections[trainer] = [match.group(2), None, [], None]
-        elif trainer and line.strip():
-            section = sections[trainer]
-            if section[1] is None:
-                section[1] = line
-            elif line.endswith(" in all"):
-                section[3] = line
-            else:
-                section[2].append(line)
-    command = lines[1].removeprefix("command: ") if len(lines) > 1 else ""
-    return lines[0], command, {t: tuple(v) for t, v in sections.items()}
-
-
 def parse_profile_selection(text, where):
     """[(trainer, K or None, [kernel names])] of a marker's 'regression=top2 mnist=a,b'."""
     picks = []
@@ -659,9 +642,27 @@ def parse_profile_selection(text, where):
 
 
 def profile_excerpt(path, picks, results_rel):
-    """The quote of one recorded profile: its provenance, then per trainer the lines picked."""
-    provenance, command, sections = read_profile(path)
-    parts = [f"`{results_rel}`: {provenance} (`{command}`)"]
+    """The quote of one recorded profile (a results/<gpu>-profile-NN.txt as the stage-profile recipe writes it:
+    provenance, command, then per trainer '== trainer: ncu command', table header, kernel lines, closing line):
+    its provenance, then per trainer the lines picked."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().rstrip("\n").split("\n")
+    sections, trainer = {}, None  # trainer: [ncu command, table header, kernel lines, closing line]
+    for line in lines[2:]:
+        match = re.fullmatch(r"== (\w+): (.*)", line)
+        if match:
+            trainer = match.group(1)
+            sections[trainer] = [match.group(2), None, [], None]
+        elif trainer and line.strip():
+            section = sections[trainer]
+            if section[1] is None:
+                section[1] = line
+            elif line.endswith(" in all"):
+                section[3] = line
+            else:
+                section[2].append(line)
+    command = lines[1].removeprefix("command: ") if len(lines) > 1 else ""
+    parts = [f"`{results_rel}`: {lines[0]} (`{command}`)"]
     for trainer, top, names in picks:
         if trainer not in sections:
             parts.append(f"*{trainer}: not in this profile.*")
@@ -704,16 +705,22 @@ def profile_block(datasets, results_dir, root, stage, picks):
     return "\n\n".join((parts or [missing]) + ([f"<sub>{PROFILE_NOTE}</sub>"] if quoted else []))
 
 
-def replace_between(text, name, content):
-    """text with the part between <!-- name begin --> and <!-- name end --> replaced by content, or
-    None when the file has neither marker."""
+def marked_span(text, name, error=MarkerError):
+    """(start, end) of the part of text between <!-- name begin --> and <!-- name end -->, None when text has
+    neither marker; error when it has one, or both in the wrong order."""
     begin, end = f"<!-- {name} begin -->", f"<!-- {name} end -->"
     b, e = text.find(begin), text.find(end)
     if b < 0 and e < 0:
         return None
     if b < 0 or e < 0 or e < b:
-        raise MarkerError(f"'{begin}' and '{end}' must both appear, in that order")
-    return text[:b + len(begin)] + "\n" + content.strip("\n") + "\n" + text[e:]
+        raise error(f"'{begin}' and '{end}' must both appear, in that order")
+    return b + len(begin), e
+
+
+def replace_between(text, name, content):
+    """text with the part between name's markers replaced by content, or None when it has neither marker."""
+    span = marked_span(text, name)
+    return None if span is None else text[:span[0]] + "\n" + content.strip("\n") + "\n" + text[span[1]:]
 
 
 def render_file(path, blocks):
@@ -1045,25 +1052,6 @@ def fmt_spread(row):
     return f"{fmt_3(low)}–{fmt_3(high)} (n={n})"
 
 
-def provenance_suffix(rows):
-    """What a source line adds about where its rows come from: their run (when they share one),
-    uncommitted changes, the torch version of PyTorch rows, the threads of CPU rows."""
-    text = ""
-    runs = rc.run_ids(rows)
-    if len(runs) == 1 and runs[0]:
-        text += f" · run `{runs[0]}`"
-    if any(row.get("dirty") == "1" for row in rows):
-        text += " · **built with uncommitted changes**"
-    torches = sorted({row["torch"] for row in rows if row.get("torch")})
-    if torches:
-        text += f" · torch {', '.join(torches)}"
-    # one entry per kind of CPU row (the CPU reference's rows of several configurations say it once)
-    threads = list(dict.fromkeys(f"{rc.row_label(row)} {row['threads']}" for row in rows if row.get("threads")))
-    if threads:
-        text += " · CPU threads: " + ", ".join(threads)
-    return text
-
-
 def runs_note(rows, what):
     """The line a table gets above it about its runs: nothing when its rows share one recorded run; a
     note when they record none (CSV schema 1: they may come from several runs); for rows of several
@@ -1083,16 +1071,6 @@ def runs_note(rows, what):
         members = [rc.row_label(r) for r in rows if r.get("run_id", "") == run]
         groups.append(f"{'`' + run + '`' if run else 'no run recorded'}: {', '.join(members)}")
     return f"**⚠ Rows of {len(runs)} runs**, not one measurement: " + "; ".join(groups) + ".\n\n"
-
-
-def unclean_note(rows, config):
-    """The line under a ladder table's title naming the torch.compile rows it does not show."""
-    bad = rc.unclean_compile_rows(rows, config)
-    if not bad:
-        return ""
-    named = "; ".join(f"PyTorch {row['variant']}: {why}" for row, why in bad)
-    return (f"*Not shown as results: {named}. A torch.compile row counts only with 0 graph breaks and 0 "
-            "recompiles (bench/torch_common.py).*\n\n")
 
 
 def payback(before, this):
@@ -1163,7 +1141,6 @@ def payback_block(rows, stage, stage_names=None, defaults=None):
 
 # ---- predictions: the stage READMEs' <!-- predictions --> tables, and the generated outcome
 
-PREDICTIONS_BEGIN, PREDICTIONS_END = "<!-- predictions begin -->", "<!-- predictions end -->"
 PREDICTIONS_HEADER = ("trainer", "config", "metric", "predicted low", "predicted high")
 VERDICT_HIT = "**Verdict: hit**"
 VERDICT_MISS = "**Verdict: miss**"
@@ -1173,22 +1150,17 @@ class PredictionError(Exception):
     """A predictions table that cannot be read."""
 
 
-def _same_epochs(before, this):
-    return before is not None and this is not None and before.epochs == this.epochs
-
-
-# metric -> (what it is, unit, value from (entry before, this entry)); speedups: the stage before ÷ this
+# metric -> (what it is, unit, the Entry figure); speedup_*: the stage before's figure ÷ this stage's (speedup)
 PREDICTION_METRICS = {
-    "speedup_e2e": ("e2e speedup", "×", lambda b, t: rc.ratio(b.e2e, t.e2e) if _same_epochs(b, t) else None),
-    "speedup_wall": ("wall speedup", "×", lambda b, t: rc.ratio(b.wall, t.wall) if _same_epochs(b, t) else None),
-    "speedup_loop": ("loop speedup", "×", lambda b, t: rc.ratio(b.loop, t.loop) if _same_epochs(b, t) else None),
-    "speedup_epoch": ("ms/epoch speedup", "×",
-                      lambda b, t: rc.ratio(b.ms_per_epoch, t.ms_per_epoch) if b is not None else None),
-    "e2e_ms": ("e2e", " ms", lambda b, t: t.e2e),
-    "wall_ms": ("wall", " ms", lambda b, t: t.wall),
-    "loop_ms": ("loop", " ms", lambda b, t: t.loop),
-    "ms_per_epoch": ("ms/epoch", " ms", lambda b, t: t.ms_per_epoch),
-    "setup_ms": ("setup", " ms", lambda b, t: t.setup),
+    "speedup_e2e": ("e2e speedup", "×", "e2e"),
+    "speedup_wall": ("wall speedup", "×", "wall"),
+    "speedup_loop": ("loop speedup", "×", "loop"),
+    "speedup_epoch": ("ms/epoch speedup", "×", "ms_per_epoch"),
+    "e2e_ms": ("e2e", " ms", "e2e"),
+    "wall_ms": ("wall", " ms", "wall"),
+    "loop_ms": ("loop", " ms", "loop"),
+    "ms_per_epoch": ("ms/epoch", " ms", "ms_per_epoch"),
+    "setup_ms": ("setup", " ms", "setup"),
 }
 
 
@@ -1249,15 +1221,11 @@ def parse_prediction_config(trainer, text, where):
 
 
 def _number_or_none(text, where, column):
+    """A bound's cell as rc.number reads a field (thousands separators and a × allowed), None when empty."""
     text = text.strip().rstrip("×x").replace(",", "").strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise PredictionError(f"{where}: {column} {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise PredictionError(f"{where}: {column} {text!r} is not a finite number")
+    value = rc.number({column: text}, column)
+    if text and value is None:
+        raise PredictionError(f"{where}: {column} {text!r} is not a number (a finite one)")
     return value
 
 
@@ -1271,14 +1239,12 @@ def parse_predictions(text, where):
         <!-- predictions end -->
 
     metric: one of PREDICTION_METRICS; a bound may be empty (open), not both."""
-    begin, end = text.find(PREDICTIONS_BEGIN), text.find(PREDICTIONS_END)
-    if begin < 0 and end < 0:
+    span = marked_span(text, "predictions", lambda message: PredictionError(f"{where}: {message}"))
+    if span is None:
         return []
-    if begin < 0 or end < 0 or end < begin:
-        raise PredictionError(f"{where}: '{PREDICTIONS_BEGIN}' and '{PREDICTIONS_END}' must both appear, in order")
-    first_line = text.count("\n", 0, begin) + 2
+    first_line = text.count("\n", 0, span[0]) + 2
     predictions, header = [], None
-    for offset, line in enumerate(text[begin + len(PREDICTIONS_BEGIN):end].split("\n")[1:]):
+    for offset, line in enumerate(text[span[0]:span[1]].split("\n")[1:]):
         here = f"{where}:{first_line + offset}"
         line = line.strip()
         if not line:
@@ -1307,26 +1273,20 @@ def parse_predictions(text, where):
     return predictions
 
 
-def measured_entries(rows, stage, prediction, defaults=None):
-    """(the entry before, this entry) a prediction is judged on: this = the stage's default variant
-    at fp32 (or the variant and precision the prediction names), before = the stage before it in the
-    ladder (the CPU reference for the first stage), as in the stage table."""
-    config = prediction.config
-    this, before = stage_pair(rc.select_entries(rows, config, defaults), stage, reference=True)
-    if prediction.variant is not None or prediction.precision not in (None, "fp32"):
-        this = next((e for e in rc.variant_entries(rows, config, stage, defaults)
-                     if (prediction.variant is None or e.row["variant"] == prediction.variant)
-                     and e.precision == (prediction.precision or "fp32")), None)
-    return before, this
-
-
 def outcome_lines(rows, stage, predictions, stage_names=None, defaults=None):
-    """(cells, rows used, hits, misses): one line per prediction."""
+    """(cells, rows used, hits, misses): one line per prediction, judged as the stage table reads its figures:
+    this = the stage's default variant at fp32 (or the variant and precision the prediction names), before =
+    the stage before it in the ladder (the CPU reference for the first stage)."""
     lines, used, hits, misses = [], [], 0, 0
     for p in predictions:
-        what, unit, value_of = PREDICTION_METRICS[p.metric]
-        before, this = measured_entries(rows, stage, p, defaults)
-        value = value_of(before, this) if this is not None else None
+        what, unit, figure = PREDICTION_METRICS[p.metric]
+        this, before = stage_pair(rc.select_entries(rows, p.config, defaults), stage, reference=True)
+        if p.variant is not None or p.precision not in (None, "fp32"):
+            this = next((e for e in rc.variant_entries(rows, p.config, stage, defaults)
+                         if (p.variant is None or e.row["variant"] == p.variant)
+                         and e.precision == (p.precision or "fp32")), None)
+        value = None if this is None else (speedup(before, this, figure) if p.metric.startswith("speedup_")
+                                           else getattr(this, figure))
         config = short_name(p.config) + "".join(f" {k}={v}" for k, v in (("variant", p.variant),
                                                                          ("precision", p.precision)) if v)
         if p.metric.startswith("speedup_") and before is not None:

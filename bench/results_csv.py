@@ -584,16 +584,6 @@ def compile_audit(row):
     return not problems, ", ".join(problems)
 
 
-def unclean_compile_rows(rows, config):
-    """[(row, why)]: the newest torch.compile row of each mode of config that is not clean (the
-    tables name them below instead of showing their figures)."""
-    newest = {}
-    for row in rows:
-        if config.matches(row) and is_compile_mode(row):
-            newest[row["variant"]] = row
-    return [(row, compile_audit(row)[1]) for row in newest.values() if not compile_audit(row)[0]]
-
-
 def run_ids(rows):
     """The distinct run ids of rows in order of first appearance; "" stands for rows that record none
     (schema 1)."""
