@@ -431,15 +431,6 @@ def row_label(row, stage_names=None):
     return text if precision == "fp32" else f"{text} · {precision}"
 
 
-def _identity(row):
-    """Rows with the same identity are repeats of one entry; the newest one is used."""
-    if row["stage"] == PYTORCH:
-        return (PYTORCH, row["variant"])
-    if row["stage"] == REFERENCE:
-        return (REFERENCE,)
-    return ("stage", row["stage"], row["precision"] or "fp32")
-
-
 def _order(entry):
     if entry.kind == "reference":
         return (0,)
@@ -482,7 +473,9 @@ def select_entries(rows, config, defaults=None):
             return None
         if not compile_audit(row)[0]:
             return None  # a torch.compile row that is not clean is no result (compile_audit)
-        return _identity(row)
+        # rows of one identity are repeats of one entry: a PyTorch mode, the reference, a stage at a precision
+        return (row["stage"], row["variant"] if row["stage"] == PYTORCH else "",
+                "" if row["stage"] in (PYTORCH, REFERENCE) else row["precision"] or "fp32")
 
     return sorted(_newest(rows, config, key_of).values(), key=_order)
 

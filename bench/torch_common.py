@@ -108,21 +108,15 @@ def read_array(spec, key, dtype, count):
 # ----------------------------------------------------------------------------
 # devices and rows
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "CPU"
-
-
 def describe_device(mode):
     """device, cc, cuda, driver columns: the GPU's, or the CPU's name for --mode cpu."""
     if mode == "cpu":
-        return {"device": cpu_name(), "cc": "", "cuda": "", "driver": ""}
+        try:
+            with open("/proc/cpuinfo") as f:
+                names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        except OSError:
+            names = []
+        return {"device": names[0] if names else "CPU", "cc": "", "cuda": "", "driver": ""}
     major, minor = torch.cuda.get_device_capability()
     # The driver's CUDA version ("13.0"), as cudaDriverGetVersion gives it to the C drivers.
     get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
