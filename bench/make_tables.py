@@ -741,15 +741,9 @@ def render_file(path, blocks):
 RESULTS_DOC = os.path.join("docs", "RESULTS.md")  # the ladder tables and the sanitizer table
 
 
-def outcomes_block(datasets, root, dirs, stage_names=None, known=None):
-    """TEACHING.md's outcomes:all: every stage README's predictions against the measured rows, a line each."""
-    predictions = {}
-    for nn, d in dirs.items():
-        path = os.path.join(root, d, "README.md")
-        if nn != "01" and os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                predictions[nn] = parse_predictions(f.read(), path)
-
+def outcomes_block(datasets, predictions, stage_names=None, known=None):
+    """TEACHING.md's outcomes:all: every stage README's predictions ({stage: [Prediction]}) against the
+    measured rows, a line each."""
     def lines_of(rows, defaults):
         lines, shown = [], []
         for nn, stage_predictions in predictions.items():
@@ -765,8 +759,10 @@ def outcomes_block(datasets, root, dirs, stage_names=None, known=None):
 
 
 def all_blocks(datasets, root, results_dir):
-    """{file: {marker name: content}} for the top README, docs/RESULTS.md, every stage README and TEACHING.md."""
-    dirs = rc.stage_dirs(root)
+    """{file: {marker name: content}} for the top README, docs/RESULTS.md, every stage README and TEACHING.md.
+    A stage README's own text asks for the outcome of its predictions table (stages 02 on) and the quote of each
+    profile marker's selection."""
+    dirs, predictions = rc.stage_dirs(root), {}
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
     summaries = sanitize_summaries(results_dir)
@@ -791,30 +787,23 @@ def all_blocks(datasets, root, results_dir):
         if nn == "08":
             blocks["sweep:stage08"] = sweep_block(datasets, known)
         blocks.update(kernel_ladder_blocks(ladder_sets, root, nn, d))
+        text = ""
         if os.path.exists(readme):
-            blocks.update(readme_blocks(readme, nn, datasets, results_dir, root, names, known))
+            with open(readme, encoding="utf-8") as f:
+                text = f.read()
+        predictions[nn] = parse_predictions(text, readme) if nn != "01" else []
+        if predictions[nn]:
+            blocks[f"outcome:stage{nn}"] = outcome_block(datasets, nn, predictions[nn], names, known)
+        for match in PROFILE_MARKER.finditer(text):
+            name, profiled = match.group(1), match.group(2)
+            where = f"{readme}:{text.count(chr(10), 0, match.start()) + 1}"
+            picks = parse_profile_selection(name[len(f"profile:stage{profiled}"):], where)
+            blocks[name] = profile_block(datasets, results_dir, root, profiled, picks)
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known),
-        "outcomes:all": outcomes_block(datasets, root, dirs, names, known)}
+        "outcomes:all": outcomes_block(datasets, predictions, names, known)}
     add_round_blocks(files, root, dirs, results_dir)
     return files
-
-
-def readme_blocks(path, stage, datasets, results_dir, root, stage_names=None, known=None):
-    """The blocks a stage README's own text asks for: the outcome of its predictions table (stages 02 on), and
-    the quote of each profile marker's selection."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    blocks = {}
-    predictions = parse_predictions(text, path) if stage != "01" else []
-    if predictions:
-        blocks[f"outcome:stage{stage}"] = outcome_block(datasets, stage, predictions, stage_names, known)
-    for match in PROFILE_MARKER.finditer(text):
-        name, profiled = match.group(1), match.group(2)
-        where = f"{path}:{text.count(chr(10), 0, match.start()) + 1}"
-        picks = parse_profile_selection(name[len(f"profile:stage{profiled}"):], where)
-        blocks[name] = profile_block(datasets, results_dir, root, profiled, picks)
-    return blocks
 
 
 # ----------------------------------------------------------------------------
@@ -826,13 +815,6 @@ LADDER_COLUMNS = (
     "stage", "ladder", "shape", "version", "name", "median_ms", "min_ms", "max_ms", "setup_ms", "rate", "unit",
     "ceiling", "ceiling_ms", "ceiling_rate", "repeats", "device", "cc", "cuda", "driver", "commit", "run",
 )
-
-
-def ladder_names(root, stage_dir):
-    """The ladders a stage folder holds: 'reduce' for reduce_ladder.cu, sorted."""
-    folder = os.path.join(root, stage_dir)
-    files = os.listdir(folder) if os.path.isdir(folder) else []
-    return sorted(m.group(1) for m in (re.fullmatch(r"(\w+)_ladder\.cu", f) for f in files) if m)
 
 
 def last_run(rows, stage, ladder):
@@ -921,8 +903,10 @@ def kernel_ladder_block(datasets, stage, ladder):
 
 
 def kernel_ladder_blocks(datasets, root, stage, stage_dir):
-    """{'ladder:NAME': text} for every ladder the stage folder holds or the results name."""
-    names = set(ladder_names(root, stage_dir))
+    """{'ladder:NAME': text} for every ladder the stage folder holds (NAME_ladder.cu) or the results name."""
+    folder = os.path.join(root, stage_dir)
+    files = os.listdir(folder) if os.path.isdir(folder) else []
+    names = {m.group(1) for m in (re.fullmatch(r"(\w+)_ladder\.cu", f) for f in files) if m}
     for _, rows in datasets:
         names.update(r["ladder"] for r in rows if r["stage"] == stage)
     return {f"ladder:{name}": kernel_ladder_block(datasets, stage, name) for name in sorted(names)}

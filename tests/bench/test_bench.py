@@ -1385,7 +1385,8 @@ class PredictionsTest(unittest.TestCase):
     def test_teaching_lists_every_stage_outcome(self):
         with tempfile.TemporaryDirectory() as root:
             write(os.path.join(root, "07-cuda-graphs", "README.md"), PREDICTIONS)
-            block = make_tables.outcomes_block([("results/x.csv", self.rows())], root, rc.stage_dirs(root))
+            files = make_tables.all_blocks([("results/x.csv", self.rows())], root, os.path.join(root, "results"))
+            block = files[os.path.join(root, "TEACHING.md")]["outcomes:all"]
         self.assertIn("| 07 | MNIST --hidden 128 | ms/epoch speedup vs 06 | 1.3–1.5× | 1.33× | 0.95× | hit |", block)
         self.assertIn("| 07 | regression 5M variant=cublas | loop | 7–10 ms | 9.00 ms | 1.06× | hit |", block)
         self.assertIn("`results/x.csv`", block)
