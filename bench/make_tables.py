@@ -30,8 +30,10 @@ import results_csv as rc
 NOT_COMPARED = "—"
 
 
-class MarkerError(Exception):
-    """A begin marker without its end marker, or the other way round."""
+class TableError(Exception):
+    """What no table can be made of, one error line for main: a begin marker without its end marker (or the
+    other way round), a predictions table, profile selection or try file that cannot be read, or rows of
+    several runs (run_id) for one table without --allow-mixed-runs."""
 
 
 # ----------------------------------------------------------------------------
@@ -623,21 +625,17 @@ PROFILE_NOTE = (
 )
 
 
-class ProfileError(Exception):
-    """A profile marker whose selection cannot be read."""
-
-
 def parse_profile_selection(text, where):
     """[(trainer, K or None, [kernel names])] of a marker's 'regression=top2 mnist=a,b'."""
     picks = []
     for word in text.split():
         trainer, _, chosen = word.partition("=")
         if trainer not in ("regression", "mnist") or not chosen:
-            raise ProfileError(f"{where}: '{word}': each selection is regression=... or mnist=...")
+            raise TableError(f"{where}: '{word}': each selection is regression=... or mnist=...")
         top = re.fullmatch(r"top(\d+)", chosen)
         picks.append((trainer, int(top.group(1)), []) if top else (trainer, None, chosen.split(",")))
     if not picks:
-        raise ProfileError(f"{where}: a profile marker names the trainers to quote, e.g. regression=top2 mnist=top3")
+        raise TableError(f"{where}: a profile marker names the trainers to quote, e.g. regression=top2 mnist=top3")
     return picks
 
 
@@ -705,37 +703,22 @@ def profile_block(datasets, results_dir, root, stage, picks):
     return "\n\n".join((parts or [missing]) + ([f"<sub>{PROFILE_NOTE}</sub>"] if quoted else []))
 
 
-def marked_span(text, name, error=MarkerError):
+def marked_span(text, name, where):
     """(start, end) of the part of text between <!-- name begin --> and <!-- name end -->, None when text has
-    neither marker; error when it has one, or both in the wrong order."""
+    neither marker; TableError when it has one, or both in the wrong order."""
     begin, end = f"<!-- {name} begin -->", f"<!-- {name} end -->"
     b, e = text.find(begin), text.find(end)
     if b < 0 and e < 0:
         return None
     if b < 0 or e < 0 or e < b:
-        raise error(f"'{begin}' and '{end}' must both appear, in that order")
+        raise TableError(f"{where}: '{begin}' and '{end}' must both appear, in that order")
     return b + len(begin), e
 
 
-def replace_between(text, name, content):
+def replace_between(text, name, content, where="text"):
     """text with the part between name's markers replaced by content, or None when it has neither marker."""
-    span = marked_span(text, name)
+    span = marked_span(text, name, where)
     return None if span is None else text[:span[0]] + "\n" + content.strip("\n") + "\n" + text[span[1]:]
-
-
-def render_file(path, blocks):
-    """(old text, new text) of path with every block whose markers it has replaced."""
-    with open(path, encoding="utf-8") as f:
-        old = f.read()
-    new = old
-    for name, content in blocks.items():
-        try:
-            replaced = replace_between(new, name, content)
-        except MarkerError as err:
-            raise MarkerError(f"{path}: {err}") from None
-        if replaced is not None:
-            new = replaced
-    return old, new
 
 
 RESULTS_DOC = os.path.join("docs", "RESULTS.md")  # the ladder tables and the sanitizer table
@@ -924,29 +907,25 @@ TRY_VERDICT = re.compile(r"try: (?P<verdict>[A-Z]+(?: [A-Z]+)*)(?P<rest>.*)")  #
 TRY_SPEED = re.compile(r"relative loop speed (?P<speed>[\d.]+x.*)")
 
 
-class TryFileError(Exception):
-    """A results/*-try-NN-TRAINER.txt file that does not hold what `make stage N try` prints."""
-
-
 def parse_try_file(path):
     """The round recorded in path: answer, commit, device, verdict line and its verdict word ("outcome": PASS,
     FAIL, ...), the stage's own file's ("own") and the candidate's variant, e2e and loop ms as printed (strings),
     and the verdict line's relative loop speed."""
     match = TRY_FILE.fullmatch(os.path.basename(path))
     if not match:
-        raise TryFileError(f"{path}: not named <gpu>-try-NN-TRAINER.txt")
+        raise TableError(f"{path}: not named <gpu>-try-NN-TRAINER.txt")
     with open(path, encoding="utf-8") as f:
         lines = f.read().rstrip("\n").split("\n")
     command = TRY_COMMAND.fullmatch(lines[0]) if lines else None
     provenance = TRY_PROVENANCE.match(lines[1]) if len(lines) > 1 else None
     if not command or not provenance:
-        raise TryFileError(f"{path}: the first two lines must be '# make stage N try FILE=...' and '# commit ...'")
+        raise TableError(f"{path}: the first two lines must be '# make stage N try FILE=...' and '# commit ...'")
     round_ = {"stage": match.group("stage"), "trainer": match.group("trainer"), "answer": command.group("answer"),
               "commit": provenance.group("commit"), "state": provenance.group("state") or "",
               "device": provenance.group("device"), "verdict": lines[-1]}
     verdict = TRY_VERDICT.fullmatch(lines[-1])
     if not verdict:
-        raise TryFileError(f"{path}: its last line is not a 'try: ...' verdict")
+        raise TableError(f"{path}: its last line is not a 'try: ...' verdict")
     speed = TRY_SPEED.search(verdict.group("rest"))
     round_["outcome"] = verdict.group("verdict")
     round_["speed"] = speed.group("speed") if speed else None
@@ -956,7 +935,7 @@ def parse_try_file(path):
             who = "candidate" if run.group("try") else "own"
             round_[who] = {key: run.group(key) for key in ("variant", "e2e", "loop")}
     if round_["outcome"] == "PASS" and not ("own" in round_ and "candidate" in round_):
-        raise TryFileError(f"{path}: a PASS without the two timed runs")
+        raise TableError(f"{path}: a PASS without the two timed runs")
     return round_
 
 
@@ -1021,10 +1000,6 @@ FOOTNOTE_SETUP = (
 MIXED_RUNS = "refuse"  # main sets "mark" for --allow-mixed-runs
 
 
-class MixedRunsError(Exception):
-    """A table would show rows of more than one run (run_id) and --allow-mixed-runs was not given."""
-
-
 def fmt_spread(row):
     """'118–131 (n=3)', 'n=1', or — when the row records no repeats."""
     found = rc.spread(row)
@@ -1039,7 +1014,7 @@ def fmt_spread(row):
 def runs_note(rows, what):
     """The line a table gets above it about its runs: nothing when its rows share one recorded run; a
     note when they record none (CSV schema 1: they may come from several runs); for rows of several
-    runs, MixedRunsError, or with --allow-mixed-runs a warning naming which rows come from which run."""
+    runs, TableError, or with --allow-mixed-runs a warning naming which rows come from which run."""
     runs = rc.run_ids(rows)
     if not rows or (len(runs) == 1 and runs[0]):
         return ""
@@ -1048,7 +1023,7 @@ def runs_note(rows, what):
                 "more than one run; a new `make bench` records one.*\n\n")
     named = ", ".join(f"`{run}`" if run else "not recorded" for run in runs)
     if MIXED_RUNS != "mark":
-        raise MixedRunsError(f"{what}: rows of {len(runs)} runs ({named}); a table shows one run: measure again "
+        raise TableError(f"{what}: rows of {len(runs)} runs ({named}); a table shows one run: measure again "
                              "in one `make bench`, or pass --allow-mixed-runs to show them marked")
     groups = []
     for run in runs:
@@ -1130,10 +1105,6 @@ VERDICT_HIT = "**Verdict: hit**"
 VERDICT_MISS = "**Verdict: miss**"
 
 
-class PredictionError(Exception):
-    """A predictions table that cannot be read."""
-
-
 # metric -> (what it is, unit, the Entry figure); speedup_*: the stage before's figure ÷ this stage's (speedup)
 PREDICTION_METRICS = {
     "speedup_e2e": ("e2e speedup", "×", "e2e"),
@@ -1186,20 +1157,20 @@ def parse_prediction_config(trainer, text, where):
     extras = tokens[1:] if base else tokens
     if trainer == "regression":
         if base.replace(",", "") not in ("", "5M", str(rc.REGRESSION_POINTS)):
-            raise PredictionError(f"{where}: config {text!r}: the regression's canonical size is 5M")
+            raise TableError(f"{where}: config {text!r}: the regression's canonical size is 5M")
         config = rc.Config("regression")
     elif trainer == "mnist":
         if base not in rc.MNIST_HIDDEN:
-            raise PredictionError(f"{where}: config {text!r}: an MNIST --hidden of the ladder, one of "
+            raise TableError(f"{where}: config {text!r}: an MNIST --hidden of the ladder, one of "
                                   f"{', '.join(rc.MNIST_HIDDEN)}")
         config = rc.Config("mnist", base)
     else:
-        raise PredictionError(f"{where}: trainer {trainer!r}: regression or mnist")
+        raise TableError(f"{where}: trainer {trainer!r}: regression or mnist")
     found = {"variant": None, "precision": None}
     for token in extras:
         key, _, value = token.partition("=")
         if key not in found or not value:
-            raise PredictionError(f"{where}: config {text!r}: after the size only variant=NAME and precision=NAME")
+            raise TableError(f"{where}: config {text!r}: after the size only variant=NAME and precision=NAME")
         found[key] = value
     return config, found["variant"], found["precision"]
 
@@ -1209,7 +1180,7 @@ def _number_or_none(text, where, column):
     text = text.strip().rstrip("×x").replace(",", "").strip()
     value = rc.number({column: text}, column)
     if text and value is None:
-        raise PredictionError(f"{where}: {column} {text!r} is not a number (a finite one)")
+        raise TableError(f"{where}: {column} {text!r} is not a number (a finite one)")
     return value
 
 
@@ -1223,7 +1194,7 @@ def parse_predictions(text, where):
         <!-- predictions end -->
 
     metric: one of PREDICTION_METRICS; a bound may be empty (open), not both."""
-    span = marked_span(text, "predictions", lambda message: PredictionError(f"{where}: {message}"))
+    span = marked_span(text, "predictions", where)
     if span is None:
         return []
     first_line = text.count("\n", 0, span[0]) + 2
@@ -1234,25 +1205,25 @@ def parse_predictions(text, where):
         if not line:
             continue
         if not (line.startswith("|") and line.endswith("|")):
-            raise PredictionError(f"{here}: not a table line: {line!r}")
+            raise TableError(f"{here}: not a table line: {line!r}")
         cells = [c.strip() for c in line[1:-1].split("|")]
         if header is None:
             header = tuple(c.lower() for c in cells)
             if header != PREDICTIONS_HEADER:
-                raise PredictionError(f"{here}: the header must be | {' | '.join(PREDICTIONS_HEADER)} |")
+                raise TableError(f"{here}: the header must be | {' | '.join(PREDICTIONS_HEADER)} |")
             continue
         if all(re.fullmatch(r":?-+:?", c) for c in cells):
             continue
         if len(cells) != len(PREDICTIONS_HEADER):
-            raise PredictionError(f"{here}: {len(cells)} cells, expected {len(PREDICTIONS_HEADER)}")
+            raise TableError(f"{here}: {len(cells)} cells, expected {len(PREDICTIONS_HEADER)}")
         trainer, config, metric, low, high = cells
         if metric not in PREDICTION_METRICS:
-            raise PredictionError(f"{here}: metric {metric!r}: one of {', '.join(PREDICTION_METRICS)}")
+            raise TableError(f"{here}: metric {metric!r}: one of {', '.join(PREDICTION_METRICS)}")
         low, high = _number_or_none(low, here, "predicted low"), _number_or_none(high, here, "predicted high")
         if low is None and high is None:
-            raise PredictionError(f"{here}: a prediction needs a low or a high bound")
+            raise TableError(f"{here}: a prediction needs a low or a high bound")
         if low is not None and high is not None and low > high:
-            raise PredictionError(f"{here}: predicted low {low:g} is above predicted high {high:g}")
+            raise TableError(f"{here}: predicted low {low:g} is above predicted high {high:g}")
         predictions.append(Prediction(trainer, config, metric, low, high, here))
     return predictions
 
@@ -1369,7 +1340,10 @@ def run(args, results_dir):
         for path, blocks in files.items():
             if not os.path.exists(path):
                 continue
-            old, new = render_file(path, blocks)
+            with open(path, encoding="utf-8") as f:
+                old = new = f.read()
+            for name, content in blocks.items():
+                new = replace_between(new, name, content, path) or new  # None: path lacks name's markers
             claims += prediction_claim_problems(os.path.relpath(path, args.root), new)
             if new == old:
                 continue
@@ -1378,7 +1352,7 @@ def run(args, results_dir):
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(new)
                 print(f"make_tables: updated {path}")
-    except (OSError, rc.SchemaError, MarkerError, MixedRunsError, PredictionError, ProfileError, TryFileError) as err:
+    except (OSError, rc.SchemaError, TableError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for problem in claims:
