@@ -744,8 +744,9 @@ def outcomes_block(datasets, predictions, stage_names=None, known=None):
 def all_blocks(datasets, root, results_dir):
     """{file: {marker name: content}} for the top README, docs/RESULTS.md, every stage README and TEACHING.md.
     A stage README's own text asks for the outcome of its predictions table (stages 02 on) and the quote of each
-    profile marker's selection."""
-    dirs, predictions = rc.stage_dirs(root), {}
+    profile marker's selection; the try rounds go into 02's README (all of them) and each NN-*/assistant/README.md
+    (its stage's)."""
+    dirs, predictions, rounds = rc.stage_dirs(root), {}, try_rounds(results_dir)
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
     summaries = sanitize_summaries(results_dir)
@@ -767,8 +768,13 @@ def all_blocks(datasets, root, results_dir):
             f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
         if nn != "01":
             blocks[f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
+        if nn == "02":
+            blocks["rounds:all"] = rounds_block(rounds, None, d)
         if nn == "08":
             blocks["sweep:stage08"] = sweep_block(datasets, known)
+        assistant = os.path.join(root, d, "assistant", "README.md")
+        if os.path.exists(assistant):
+            files[assistant] = {f"rounds:stage{nn}": rounds_block(rounds, nn, os.path.join(d, "assistant"))}
         blocks.update(kernel_ladder_blocks(ladder_sets, root, nn, d))
         text = ""
         if os.path.exists(readme):
@@ -785,7 +791,6 @@ def all_blocks(datasets, root, results_dir):
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known),
         "outcomes:all": outcomes_block(datasets, predictions, names, known)}
-    add_round_blocks(files, root, dirs, results_dir)
     return files
 
 
@@ -972,18 +977,6 @@ def rounds_block(rounds, stage=None, base="."):
                 "header. " + generated_note("those files") + "</sub>")
     align = "l" * 4 + "r" * 5 + "l" * 3
     return markdown_table(header, align, lines) + "\n\n" + footnote
-
-
-def add_round_blocks(files, root, dirs, results_dir):
-    """The rounds table into 02's README (all of them) and each NN-*/assistant/README.md (its stage's)."""
-    rounds = try_rounds(results_dir)
-    if "02" in dirs:
-        files.setdefault(os.path.join(root, dirs["02"], "README.md"), {})["rounds:all"] = rounds_block(rounds, None,
-                                                                                                     dirs["02"])
-    for nn, d in dirs.items():
-        path = os.path.join(root, d, "assistant", "README.md")
-        if os.path.exists(path):
-            files.setdefault(path, {})[f"rounds:stage{nn}"] = rounds_block(rounds, nn, os.path.join(d, "assistant"))
 
 
 # ----------------------------------------------------------------------------
