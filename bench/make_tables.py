@@ -482,11 +482,9 @@ def steps_lines(rows, stage, stage_names=None, defaults=None):
     regression, mnist, shown = [], [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage)
+        lines, name = (regression, []) if config.trainer == "regression" else (mnist, [short_name(config)])
         if this is None:
-            if config.trainer == "regression":
-                regression.append([stage, "no result yet", "", "", ""])
-            else:
-                mnist.append([short_name(config), stage, "no result yet", "", "", ""])
+            lines.append(name + [stage, "no result yet", "", "", ""])
             continue
         previous_us = step_figures(before)[0]  # None without a stage before
         for e in ([before] if before else []) + [this]:
@@ -495,12 +493,10 @@ def steps_lines(rows, stage, stage_names=None, defaults=None):
             if e is this and before is not None:  # positive when this stage is faster, signed when slower
                 value = previous_us - us if None not in (previous_us, us) else None
                 saved = NOT_COMPARED if value is None else ("−" if value < 0 else "") + rc.three_digits(abs(value))
-            if config.trainer == "regression":
-                outside = e.e2e - e.loop if None not in (e.e2e, e.loop) else None
-                regression.append([e.label(stage_names), fmt_3(e.loop), fmt_3(us), fmt_3(outside), saved])
-            else:
-                mnist.append([short_name(config), e.label(stage_names), fmt_3(e.ms_per_epoch), str(steps),
-                              fmt_3(us), saved])
+            outside = e.e2e - e.loop if None not in (e.e2e, e.loop) else None
+            figures = ([fmt_3(e.loop), fmt_3(us), fmt_3(outside)] if config.trainer == "regression" else
+                       [fmt_3(e.ms_per_epoch), str(steps), fmt_3(us)])
+            lines.append(name + [e.label(stage_names)] + figures + [saved])
             shown.append(e.row)
     return regression, mnist, shown
 
