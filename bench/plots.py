@@ -175,17 +175,6 @@ def moving_mean(values, window):
     return [(sums[i + 1] - sums[max(0, i + 1 - window)]) / min(i + 1, window) for i in range(len(values))]
 
 
-def panel_grid(plt, count, width, height):
-    """A figure of count panels, at most two per row; returns (figure, [axes])."""
-    cols = min(2, count)
-    rows = (count + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat[:count]
-
-
 def save(plt, fig, title, path, bottom=0.0):
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 1))
@@ -252,7 +241,12 @@ def draw_persistent_sweep(plt, series, title, path):
 
 
 def draw_curves(plt, panels, title, path):
-    fig, axes = panel_grid(plt, len(panels), 6.5, 4.2)
+    cols = min(2, len(panels))  # at most two panels a row
+    rows = (len(panels) + cols - 1) // cols
+    fig, grid = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.2 * rows), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
     # Drawn widest first, so that lines lying on top of each other all stay visible.
     def style(label):
         if label == "CPU reference":

@@ -550,10 +550,7 @@ def spread(row, column="e2e"):
     """(n, min, max) of a timed figure over the row's repeats ("e2e", "loop", "setup", "epoch"), or
     None when the row does not record them."""
     n = integer(row, "repeats")
-    low, high = number(row, f"{column}_min_ms"), number(row, f"{column}_max_ms")
-    if n is None or n < 1:
-        return None
-    return n, low, high
+    return None if n is None or n < 1 else (n, number(row, f"{column}_min_ms"), number(row, f"{column}_max_ms"))
 
 
 def is_compile_mode(row):

@@ -1,8 +1,5 @@
-"""bench/torch_common.py: what the two PyTorch baselines share.
-
-The modes, the command line, the device description, the clocks (CUDA events on the GPU, the host
-clock on the CPU), warm-up and repeats, the parameter update, and the rows they append: result rows
-in the schema of common/report.h and loss curves in long format (bench/results_csv.py).
+"""bench/torch_common.py: what the two PyTorch baselines share: modes, command line, clock, warm-up and
+repeats, the parameter update, and the rows they append (result rows and loss curves, bench/results_csv.py).
 
 Timing follows docs/DESIGN.md, "Timing": e2e runs from the training data in host memory (plain
 CPU tensors, as the C drivers use plain malloc memory) to the trained parameters back in host memory;
@@ -14,11 +11,8 @@ compilation (compile modes: the warm-up's training time less its epochs at the t
 Eager modes and cpu prepare nothing: setup 0 (their first-use costs, like the C drivers', are left
 in the untimed warm-up).
 
-Every row carries its provenance (bench/provenance.py: commit, dirty, run id, UTC time), the torch
-version, the thread count of --mode cpu, the repeats (n, and min / max of e2e, loop and the runs'
-median epochs) and, for compile modes, the torch._dynamo audit: graph_breaks and recompiles (a
-compilation during the timed runs counts as a recompile). A compile row whose audit is not 0 and 0,
-or missing, is not shown as a result (bench/results_csv.py compile_audit).
+Every row carries its provenance (bench/provenance.py), the torch version, the thread count of --mode
+cpu, the repeats (n, min / max) and, for compile modes, the torch._dynamo audit (print_compile_counts).
 """
 
 import argparse
