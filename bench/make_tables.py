@@ -317,22 +317,25 @@ def speedup(before, this, figure):
 
 
 def stage_lines(rows, stage, stage_names=None, defaults=None):
-    """(cells, rows shown) of a stage table (stage_block's header): per configuration, the stage before and
-    this stage (fp32, default variants)."""
-    lines, shown = [], []
+    """(cells, rows shown, payback sentences) of a stage table (stage_block's header): per configuration, the
+    stage before and this stage (fp32, default variants); when this stage's fixed cost pays back against the
+    stage before (payback_sentence; not against the CPU reference)."""
+    lines, shown, paybacks = [], [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage, reference=True)
         name = short_name(config)
         if this is None:
             lines.append([name, stage, "no result yet"] + [""] * 9)
             continue
+        if before is not None and before.kind == "stage":
+            paybacks.append(payback_sentence(config, before, this, stage_names))
         for e in ([before] if before else []) + [this]:
             ratios = ["", "", ""]
             if e is this and before is not None:
                 ratios = [fmt_times(speedup(before, this, f)) for f in ("e2e", "wall", "ms_per_epoch")]
             lines.append([name, e.label(stage_names)] + timing_cells(e) + ratios)
             shown.append(e.row)
-    return lines, shown
+    return lines, shown, [sentence for sentence in paybacks if sentence]
 
 
 def variant_lines(rows, stage, defaults=None):
@@ -360,7 +363,7 @@ def variant_lines(rows, stage, defaults=None):
 
 def stage_block(datasets, stage, stage_names=None, known=None):
     """The text between the results:stageNN markers: per results file, the stage table (stage_lines), when its
-    fixed cost pays back (payback_block) and its variants table (variant_lines)."""
+    fixed cost pays back and its variants table (variant_lines)."""
     header = ["configuration", "run", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch",
               "throughput", "speedup (e2e)", "speedup (wall)", "speedup (ms/epoch)"]
     variant_header = ["configuration", "variant", "precision", "setup ms", "e2e ms", "wall ms", "e2e spread",
@@ -369,10 +372,14 @@ def stage_block(datasets, stage, stage_names=None, known=None):
 
     def part(source, rows, defaults):
         nonlocal any_variants
-        lines, shown = stage_lines(rows, stage, stage_names, defaults)
+        lines, shown, paybacks = stage_lines(rows, stage, stage_names, defaults)
         parts = [sourced_table(shown, rows, source, f"the stage {stage} table",
-                               markdown_table(header, "ll" + "r" * 10, lines)),
-                 payback_block(rows, stage, stage_names, defaults)]
+                               markdown_table(header, "ll" + "r" * 10, lines))]
+        if paybacks:
+            parts.append(f"**When stage {stage}'s fixed cost pays back** against the stage before it, in wall time: "
+                         "setup + e2e = fixed cost + epochs × ms/epoch, where the fixed cost (setup + e2e − epochs × "
+                         "ms/epoch) is everything outside the median epochs: setup, uploads, downloads, slower "
+                         "epochs.\n\n" + "\n".join(f"- {sentence}" for sentence in paybacks))
         variants, variant_rows = variant_lines(rows, stage, defaults)
         if variants:
             any_variants = True
@@ -1066,25 +1073,6 @@ def payback_sentence(config, before, this, stage_names=None):
         text += (f"; at the {this.epochs} epochs measured, wall {fmt_3(this.wall)} against {fmt_3(before.wall)} ms "
                  f"({fmt_times(rc.ratio(before.wall, this.wall))})")
     return text + "."
-
-
-def payback_block(rows, stage, stage_names=None, defaults=None):
-    """The paragraph under a stage table: per configuration, after how many epochs the stage's fixed cost
-    pays back against the stage before it (fp32, default variants; not against the CPU reference)."""
-    sentences = []
-    for config in rc.canonical_configs():
-        this, before = stage_pair(rc.select_entries(rows, config, defaults), stage)
-        if this is None or before is None:
-            continue
-        sentence = payback_sentence(config, before, this, stage_names)
-        if sentence:
-            sentences.append(f"- {sentence}")
-    if not sentences:
-        return ""
-    return (f"**When stage {stage}'s fixed cost pays back** against the stage before it, in wall time: setup + "
-            "e2e = fixed cost + epochs × ms/epoch, where the fixed cost (setup + e2e − epochs × ms/epoch) is "
-            "everything outside the median epochs: setup, uploads, downloads, slower epochs.\n\n"
-            + "\n".join(sentences))
 
 
 # ---- predictions: the stage READMEs' <!-- predictions --> tables, and the generated outcome

@@ -233,7 +233,7 @@ class StageTableTest(unittest.TestCase):
         self.rows = fixture_rows()
 
     def test_against_the_previous_stage_present(self):
-        lines, shown = make_tables.stage_lines(self.rows, "05")
+        lines, shown, _ = make_tables.stage_lines(self.rows, "05")
         regression = [cells for cells in lines if cells[0] == "regression 5M"]
         self.assertEqual([cells[1] for cells in regression], ["03", "05"])
         # configuration, run, setup, e2e, wall, spread, loop, ms/epoch, throughput, speedup e2e, wall, ms/epoch
@@ -242,7 +242,7 @@ class StageTableTest(unittest.TestCase):
         self.assertNotIn("old0001", {r["commit"] for r in shown})
 
     def test_stage_02_against_the_reference(self):
-        lines, _ = make_tables.stage_lines(self.rows, "02")
+        lines, _, _ = make_tables.stage_lines(self.rows, "02")
         mnist0 = [cells for cells in lines if cells[0] == "MNIST --hidden 0"]
         self.assertEqual(mnist0[0][1], "CPU reference (1 epoch)")
         self.assertEqual([mnist0[1][c] for c in (9, 10, 11)], ["—", "—", "42.86×"])  # e2e: other epochs; 3000 / 70
@@ -1107,7 +1107,7 @@ class SetupWallSpreadTest(unittest.TestCase):
                       "21.5 against 24.0 ms an epoch: its larger fixed cost pays back after 32 epochs", block)
         self.assertIn("- regression 5M, against 06:", block)
         self.assertIn("| MNIST --hidden 128 | 07 | 130 | 227 | 357 | 204–250 (n=3) |", block)
-        lines, _ = make_tables.stage_lines(rows, "07")
+        lines, _, _ = make_tables.stage_lines(rows, "07")
         seven = next(cells for cells in lines if cells[:2] == ["MNIST --hidden 128", "07"])
         self.assertEqual(seven[9:12], ["1.10×", "0.85×", "1.12×"])
         self.assertNotIn("pays back", make_tables.stage_block([("results/x.csv", rows)], "06"))  # nothing before
