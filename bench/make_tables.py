@@ -376,10 +376,10 @@ def stage_block(datasets, stage, stage_names=None, known=None):
         parts = [sourced_table(shown, rows, source, f"the stage {stage} table",
                                markdown_table(header, "ll" + "r" * 10, lines))]
         if paybacks:
-            parts.append(f"**When stage {stage}'s fixed cost pays back** against the stage before it, in wall time: "
-                         "setup + e2e = fixed cost + epochs × ms/epoch, where the fixed cost (setup + e2e − epochs × "
-                         "ms/epoch) is everything outside the median epochs: setup, uploads, downloads, slower "
-                         "epochs.\n\n" + "\n".join(f"- {sentence}" for sentence in paybacks))
+            parts.append(f"**When stage {stage}'s fixed cost pays back** against the stage before it, in wall "
+                         "time: setup + e2e = fixed cost + epochs × ms/epoch, where the fixed cost (setup + e2e − "
+                         "epochs × ms/epoch) is everything outside the median epochs: setup, uploads, downloads, "
+                         "slower epochs.\n\n" + "\n".join(f"- {sentence}" for sentence in paybacks))
         variants, variant_rows = variant_lines(rows, stage, defaults)
         if variants:
             any_variants = True
@@ -1020,7 +1020,7 @@ def runs_note(rows, what):
     named = ", ".join(f"`{run}`" if run else "not recorded" for run in runs)
     if MIXED_RUNS != "mark":
         raise TableError(f"{what}: rows of {len(runs)} runs ({named}); a table shows one run: measure again "
-                             "in one `make bench`, or pass --allow-mixed-runs to show them marked")
+                         "in one `make bench`, or pass --allow-mixed-runs to show them marked")
     groups = []
     for run in runs:
         members = [rc.row_label(r) for r in rows if r.get("run_id", "") == run]
@@ -1098,8 +1098,7 @@ PREDICTION_METRICS = {
 
 class Prediction:
     def __init__(self, trainer, config_text, metric, low, high, where):
-        self.trainer, self.config_text, self.metric, self.low, self.high = trainer, config_text, metric, low, high
-        self.where = where
+        self.trainer, self.metric, self.low, self.high, self.where = trainer, metric, low, high, where
         self.config, self.variant, self.precision = parse_prediction_config(trainer, config_text, where)
 
     def predicted(self):
@@ -1139,7 +1138,7 @@ def parse_prediction_config(trainer, text, where):
     elif trainer == "mnist":
         if base not in rc.MNIST_HIDDEN:
             raise TableError(f"{where}: config {text!r}: an MNIST --hidden of the ladder, one of "
-                                  f"{', '.join(rc.MNIST_HIDDEN)}")
+                             f"{', '.join(rc.MNIST_HIDDEN)}")
         config = rc.Config("mnist", base)
     else:
         raise TableError(f"{where}: trainer {trainer!r}: regression or mnist")
