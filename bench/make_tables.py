@@ -210,11 +210,8 @@ def stage_ideas(root):
     path = os.path.join(root, STAGE_IDEAS)
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                fields = line.rstrip("\n").split("\t")
-                if line.startswith("#") or len(fields) < 3:
-                    continue
-                ideas[fields[0]] = fields[2].split(":")[0].strip()
+            rows = [line.rstrip("\n").split("\t") for line in f if not line.startswith("#")]
+        ideas.update((fields[0], fields[2].split(":")[0].strip()) for fields in rows if len(fields) >= 3)
     return ideas
 
 
@@ -410,10 +407,7 @@ def vector_add_lines(rows):
     if not mine:
         return [], []
     n = rc.integer(mine[-1], "points")
-    newest = {}
-    for row in mine:
-        if rc.integer(row, "points") == n:
-            newest[row["variant"]] = row
+    newest = {row["variant"]: row for row in mine if rc.integer(row, "points") == n}
     lines, previous = [], None
     for row in newest.values():
         e2e, kernel = rc.number(row, "e2e_ms"), rc.number(row, "loop_ms")
@@ -928,15 +922,14 @@ def parse_try_file(path):
     provenance = TRY_PROVENANCE.match(lines[1]) if len(lines) > 1 else None
     if not command or not provenance:
         raise TableError(f"{path}: the first two lines must be '# make stage N try FILE=...' and '# commit ...'")
-    round_ = {"stage": match.group("stage"), "trainer": match.group("trainer"), "answer": command.group("answer"),
-              "commit": provenance.group("commit"), "state": provenance.group("state") or "",
-              "device": provenance.group("device"), "verdict": lines[-1]}
     verdict = TRY_VERDICT.fullmatch(lines[-1])
     if not verdict:
         raise TableError(f"{path}: its last line is not a 'try: ...' verdict")
     speed = TRY_SPEED.search(verdict.group("rest"))
-    round_["outcome"] = verdict.group("verdict")
-    round_["speed"] = speed.group("speed") if speed else None
+    round_ = {"stage": match.group("stage"), "trainer": match.group("trainer"), "answer": command.group("answer"),
+              "commit": provenance.group("commit"), "state": provenance.group("state") or "",
+              "device": provenance.group("device"), "verdict": lines[-1], "outcome": verdict.group("verdict"),
+              "speed": speed.group("speed") if speed else None}
     for line in lines:
         run = TRY_RUN.match(line)
         if run and run.group("stage") == round_["stage"]:
@@ -1336,8 +1329,7 @@ def run(args, results_dir):
     if args.check and stale:
         print("error: tables out of date in " + ", ".join(stale) + ": run python3 bench/make_tables.py",
               file=sys.stderr)
-        return 1
-    if args.check and claims:
+    if args.check and (stale or claims):
         return 1
     if not stale:
         print("make_tables: every table is up to date")
