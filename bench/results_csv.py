@@ -263,20 +263,14 @@ def throughput(row):
 VARIANT_LIST = re.compile(r"const\s+char\s*\*\s*const\s+(REGRESSION|MNIST)_VARIANTS\s*\[\s*\]\s*=\s*\{\s*\"([^\"]+)\"")
 
 
-STAGE_DIR = re.compile(r"(\d\d)-[\w-]+")  # a stage folder: NN-name
+STAGE_DIR = re.compile(r"\d\d-[\w-]+")  # a stage folder: NN-name
 
 
 def stage_dirs(root):
     """{'01': '01-vector-add', '02': '02-llm-baseline', ...}: the stage folders (STAGE_DIR) of root, in
     order; {} when root is not a folder."""
-    found = {}
-    if not os.path.isdir(root):
-        return found
-    for name in sorted(os.listdir(root)):
-        match = STAGE_DIR.fullmatch(name)
-        if match and os.path.isdir(os.path.join(root, name)):
-            found[match.group(1)] = name
-    return found
+    names = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    return {name[:2]: name for name in names if STAGE_DIR.fullmatch(name) and os.path.isdir(os.path.join(root, name))}
 
 
 def source_default_variants(root):
@@ -446,9 +440,7 @@ def _newest(rows, config, key_of):
     over any that did not (e.g. a 1-epoch CPU reference, or a shorter sweep run of the same model)."""
     chosen = {}
     for row in rows:
-        if not config.matches(row):
-            continue
-        key = key_of(row)
+        key = key_of(row) if config.matches(row) else None
         if key is None:
             continue
         entry = Entry(row, config.epochs)
@@ -486,21 +478,12 @@ def variant_entries(rows, config, stage, defaults=None):
     row per (variant, precision), one of the configuration's epochs first."""
     if defaults is None:
         defaults = variant_defaults(rows)
-    first_seen = {}
-    for row in rows:
-        if row["stage"] == stage and config.matches(row):
-            first_seen.setdefault((row["variant"], row["precision"] or "fp32"), len(first_seen))
-
-    def key_of(row):
-        return (row["variant"], row["precision"] or "fp32") if row["stage"] == stage else None
-
-    chosen = _newest(rows, config, key_of)
+    chosen = _newest(rows, config, lambda row: (row["variant"], row["precision"] or "fp32")
+                     if row["stage"] == stage else None)
     default = defaults.get((stage, config.trainer))
-
-    def order(key):
-        return (key != (default, "fp32"), key[0] != default, first_seen[key])
-
-    return [chosen[k] for k in sorted(chosen, key=order)]
+    # a stable sort: _newest keeps its keys in the order their first rows were written
+    return sorted(chosen.values(), key=lambda e: ((e.row["variant"], e.precision) != (default, "fp32"),
+                                                  e.row["variant"] != default))
 
 
 def ratio(numerator, denominator):
