@@ -369,15 +369,10 @@ class Bench:
                 print(f"-- variants: stage {stage} is not built", flush=True)
                 continue
             offered = self.offered(stage, trainer, flag)
-            if wanted is None:
-                if offered is None:
-                    continue
-                names = offered[1:]  # the first is the default: the ladder's rows
-            else:
-                names = [n for n in wanted if offered is None or n in offered]
-                for name in wanted:
-                    if offered is not None and name not in offered:
-                        print(f"-- variants: stage {stage} {trainer} does not offer --{flag} {name}", flush=True)
+            # wanted None: every name offered but the first, the default (the ladder's rows)
+            names = (offered or [])[1:] if wanted is None else [n for n in wanted if offered is None or n in offered]
+            for name in [n for n in wanted or () if n not in names]:
+                print(f"-- variants: stage {stage} {trainer} does not offer --{flag} {name}", flush=True)
             for hidden in hiddens:
                 if trainer == "mnist" and hidden not in plan.mnist_hidden:
                     continue
