@@ -57,16 +57,10 @@ def parse_args(trainer, modes):
                         help="--mode cpu only: train N epochs (default: as the other modes); the CPU mode is "
                              "timed once, whatever --repeat says")
     args = parser.parse_args()
-    if args.mode == "all":
-        args.modes = list(modes)
-    else:
-        args.modes = [m.strip() for m in args.mode.split(",") if m.strip()]
-        unknown = [m for m in args.modes if m not in modes]
-        if unknown or not args.modes:
-            parser.error(f"--mode {args.mode}: valid modes are {', '.join(modes)}, a comma-separated list, or all")
-    if args.repeat < 1:
-        parser.error(f"--repeat {args.repeat}: must be at least 1")
-    for flag, value in (("--epochs", args.epochs), ("--cpu-epochs", args.cpu_epochs)):
+    args.modes = list(modes) if args.mode == "all" else [m.strip() for m in args.mode.split(",") if m.strip()]
+    if not args.modes or not set(args.modes) <= set(modes):
+        parser.error(f"--mode {args.mode}: valid modes are {', '.join(modes)}, a comma-separated list, or all")
+    for flag, value in (("--repeat", args.repeat), ("--epochs", args.epochs), ("--cpu-epochs", args.cpu_epochs)):
         if value is not None and value < 1:
             parser.error(f"{flag} {value}: must be at least 1")
     if any(m != "cpu" for m in args.modes) and not torch.cuda.is_available():
