@@ -679,14 +679,11 @@ def profile_block(datasets, results_dir, root, stage, picks):
     """The text between a profile:stageNN marker pair: for every GPU with results (or a recorded profile),
     the excerpt of its results/<gpu>-profile-NN.txt, or a line saying none is recorded yet."""
     gpus = {}
-    for _, rows in datasets:
-        device = rc.device_of(rows)
+    for device in [rc.device_of(rows) for _, rows in datasets]:
         gpus.setdefault(rc.gpu_slug(device), device)
-    if os.path.isdir(results_dir):
-        for name in sorted(os.listdir(results_dir)):
-            match = re.fullmatch(rf"(.+)-profile-{stage}\.txt", name)
-            if match and match.group(1) not in gpus:
-                gpus[match.group(1)] = match.group(1)
+    names = os.listdir(results_dir) if os.path.isdir(results_dir) else []
+    for match in filter(None, (re.fullmatch(rf"(.+)-profile-{stage}\.txt", name) for name in names)):
+        gpus.setdefault(match.group(1), match.group(1))
     missing = f"*(no profile recorded for this GPU yet: run `make stage {int(stage)} profile RECORD=1`)*"
     parts, quoted = [], False
     for slug, device in sorted(gpus.items()):

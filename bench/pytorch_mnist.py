@@ -27,6 +27,7 @@ recompile), and the graph reads memory that stays its own.
 """
 
 import gzip
+import math
 import os
 import struct
 from types import SimpleNamespace
@@ -83,13 +84,10 @@ def load_host(spec, epochs):
     order = tc.read_array(spec, "order", "<i4", spec["epochs"] * n_train).view(spec["epochs"], n_train)
     order = order[:epochs, :n_train // batch * batch].contiguous().view(-1)
     sizes = spec["sizes"]
-    flat = tc.read_array(spec, "init", "<f4", sum(a * b + b for a, b in zip(sizes, sizes[1:])))
-    init, offset = [], 0
-    for fan_in, fan_out in zip(sizes, sizes[1:]):
-        init.append(flat[offset:offset + fan_in * fan_out].view(fan_in, fan_out))
-        offset += fan_in * fan_out
-        init.append(flat[offset:offset + fan_out])
-        offset += fan_out
+    shapes = [shape for fan_in, fan_out in zip(sizes, sizes[1:]) for shape in ((fan_in, fan_out), (fan_out,))]
+    counts = [math.prod(shape) for shape in shapes]
+    flat = tc.read_array(spec, "init", "<f4", sum(counts))
+    init = [piece.view(shape) for piece, shape in zip(flat.split(counts), shapes)]
     return SimpleNamespace(train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y, order=order, init=init)
 
 
