@@ -218,7 +218,6 @@ def stage_ideas(root):
 def headline_lines(rows, ideas=None, defaults=None):
     """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table (headline_block's header and
     note): per ladder stage (fp32, default variant) of either HEADLINE_CONFIGS; — where a stage has no row."""
-    ideas = ideas or {}
     per_config, shown, best = [], [], {}
     for config in HEADLINE_CONFIGS:
         entries = rc.select_entries(rows, config, defaults)
@@ -230,7 +229,7 @@ def headline_lines(rows, ideas=None, defaults=None):
         per_config.append((config, rungs, best[config.trainer]))
     lines = []
     for stage in sorted({stage for _, rungs, _ in per_config for stage in rungs}):
-        line = [stage, ideas.get(stage, NOT_COMPARED)]
+        line = [stage, (ideas or {}).get(stage, NOT_COMPARED)]
         for config, rungs, fastest in per_config:
             if stage not in rungs:
                 line += [NOT_COMPARED] * 3
@@ -809,7 +808,7 @@ def kernel_ladder_lines(rows):
     """The cells of one shape's table (kernel_ladder_block's header), version order, then the ceiling; step
     names the version it compares with when the one just below is missing."""
     rows = sorted(rows, key=lambda r: rc.integer(r, "version") or 0)
-    lines, first, previous = [], None, None
+    lines, previous = [], None
     for row in rows:
         ms, rate, ceiling = rc.number(row, "median_ms"), rc.number(row, "rate"), rc.number(row, "ceiling_rate")
         version = rc.integer(row, "version")
@@ -818,14 +817,13 @@ def kernel_ladder_lines(rows):
             step = fmt_times(rc.ratio(rc.number(previous, "median_ms"), ms))
             if version - rc.integer(previous, "version") != 1:
                 step += f" (vs {previous['version']})"
-        cumulative = fmt_times(rc.ratio(rc.number(first, "median_ms"), ms)) if first is not None else "1.00×"
+        cumulative = "1.00×" if row is rows[0] else fmt_times(rc.ratio(rc.number(rows[0], "median_ms"), ms))
         share = rc.ratio(rate, ceiling)
         setup = rc.number(row, "setup_ms")
         lines.append([str(version), f"`{row['name']}`",
                       f"{fmt_3(ms)} ({fmt_3(rc.number(row, 'min_ms'))}–{fmt_3(rc.number(row, 'max_ms'))})",
                       fmt_3(rate), f"{100 * share:.1f}%" if share is not None else NOT_COMPARED,
                       step, cumulative, "" if setup is None else fmt_3(setup)])
-        first = first or row
         previous = row
     if rows:
         last = rows[-1]

@@ -549,11 +549,8 @@ def compile_audit(row):
     breaks, recompiles = integer(row, "graph_breaks"), integer(row, "recompiles")
     if breaks is None or recompiles is None:
         return False, "not audited (no graph-break and recompile counts)"
-    problems = []
-    if breaks:
-        problems.append(f"{breaks} graph break{'s' if breaks != 1 else ''}")
-    if recompiles:
-        problems.append(f"{recompiles} recompile{'s' if recompiles != 1 else ''}")
+    problems = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((breaks, "graph break"), (recompiles, "recompile"))
+                if n]
     return not problems, ", ".join(problems)
 
 
