@@ -466,14 +466,9 @@ def step_figures(entry):
     if entry is None:
         return None, None
     if entry.row["trainer"] == "regression":
-        if entry.loop is None or not entry.epochs:
-            return None, 1
-        return entry.loop / entry.epochs * 1000, 1
-    batch = rc.integer(entry.row, "batch") or rc.MNIST_BATCH
-    steps = mnist_steps_per_epoch(batch)
-    if entry.ms_per_epoch is None or steps <= 0:
-        return None, steps
-    return entry.ms_per_epoch / steps * 1000, steps
+        return (None if entry.loop is None or not entry.epochs else entry.loop / entry.epochs * 1000), 1
+    steps = mnist_steps_per_epoch(rc.integer(entry.row, "batch") or rc.MNIST_BATCH)
+    return (None if entry.ms_per_epoch is None or steps <= 0 else entry.ms_per_epoch / steps * 1000), steps
 
 
 def steps_lines(rows, stage, stage_names=None, defaults=None):

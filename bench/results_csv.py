@@ -295,18 +295,11 @@ def variant_defaults(rows, known=None):
     """{(stage, trainer): default variant} for the GPU stages in rows. known (source_default_variants)
     decides where its name has rows; otherwise the variant of the first row of that stage and trainer
     (make bench runs every stage's default before its other variants)."""
-    defaults = {}
-    seen = {}
+    known, seen = known or {}, {}
     for row in rows:
-        if row["stage"] in (PYTORCH, REFERENCE):
-            continue
-        key = (row["stage"], row["trainer"])
-        seen.setdefault(key, set()).add(row["variant"])
-        defaults.setdefault(key, row["variant"])
-    for key, name in (known or {}).items():
-        if name in seen.get(key, ()):
-            defaults[key] = name
-    return defaults
+        if row["stage"] not in (PYTORCH, REFERENCE):
+            seen.setdefault((row["stage"], row["trainer"]), []).append(row["variant"])
+    return {key: known[key] if known.get(key) in names else names[0] for key, names in seen.items()}
 
 
 def is_default_variant(row, defaults):

@@ -402,11 +402,8 @@ def result_row(trainer, mode, timing, **columns):
     row = {"stage": results_csv.PYTORCH, "trainer": trainer, "variant": mode, "precision": precision_of(mode),
            "torch": torch.__version__, "threads": str(torch.get_num_threads()) if mode == "cpu" else "",
            **describe_device(mode), **provenance.columns()}
-    for key in TIMED_COLUMNS:
-        row[key] = fmt(timing.get(key), ".4f")
-    row["repeats"] = str(timing["repeats"])
-    for key in ("graph_breaks", "recompiles"):
-        row[key] = timing.get(key, "")
+    row.update({key: fmt(timing.get(key), ".4f") for key in TIMED_COLUMNS}, repeats=str(timing["repeats"]),
+               graph_breaks=timing.get("graph_breaks", ""), recompiles=timing.get("recompiles", ""))
     row.update(columns)
     return row
 
