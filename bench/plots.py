@@ -110,11 +110,10 @@ def curve_panels(curve_rows):
         if stages:
             chosen[f"stage {stages[-1][0]}"] = found[stages[-1]]
         # PyTorch: eager, or the first fp32 mode that wrote a curve when eager did not.
-        for mode in [m for m in rc.PYTORCH_MODES if rc.mode_precision(m) == "fp32"]:
-            key = next((k for k in found if k[0] == rc.PYTORCH and k[2] == mode), None)
-            if key:
-                chosen[f"PyTorch {mode}"] = found[key]
-                break
+        pytorch = [k for mode in rc.PYTORCH_MODES if rc.mode_precision(mode) == "fp32"
+                   for k in found if k[0] == rc.PYTORCH and k[2] == mode]
+        if pytorch:
+            chosen[f"PyTorch {pytorch[0][2]}"] = found[pytorch[0]]
         reference = next((k for k in found if k[0] == rc.REFERENCE), None)
         if reference:
             chosen["CPU reference"] = found[reference]
