@@ -30,8 +30,10 @@ import results_csv as rc
 NOT_COMPARED = "—"
 
 
-class MarkerError(Exception):
-    """A begin marker without its end marker, or the other way round."""
+class TableError(Exception):
+    """What no table can be made of, one error line for main: a begin marker without its end marker (or the
+    other way round), a predictions table, profile selection or try file that cannot be read, or rows of
+    several runs (run_id) for one table without --allow-mixed-runs."""
 
 
 # ----------------------------------------------------------------------------
@@ -53,11 +55,25 @@ def markdown_table(header, align, lines):
 
 
 def source_line(rows, device, source):
+    """Where rows come from: device, file, commits, their run (when they share one), uncommitted changes, the
+    torch version of PyTorch rows, the threads of CPU rows."""
     commits = list(dict.fromkeys(row["commit"] for row in rows if row["commit"]))
     text = f"{device} · `{source}`"
     if commits:
         text += f" · commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
-    return text + provenance_suffix(rows)
+    runs = rc.run_ids(rows)
+    if len(runs) == 1 and runs[0]:
+        text += f" · run `{runs[0]}`"
+    if any(row.get("dirty") == "1" for row in rows):
+        text += " · **built with uncommitted changes**"
+    torches = sorted({row["torch"] for row in rows if row.get("torch")})
+    if torches:
+        text += f" · torch {', '.join(torches)}"
+    # one entry per kind of CPU row (the CPU reference's rows of several configurations say it once)
+    threads = list(dict.fromkeys(f"{rc.row_label(row)} {row['threads']}" for row in rows if row.get("threads")))
+    if threads:
+        text += " · CPU threads: " + ", ".join(threads)
+    return text
 
 
 def sourced_table(shown, rows, source, what, table, title=""):
@@ -128,11 +144,17 @@ def ladder_table(rows, config, source, stage_names=None, defaults=None):
     if not entries:
         return f"**{config.title()}**: no rows in `{source}` yet."
     unit = "GB/s" if config.trainer == "regression" else "GFLOP/s"
+    # the newest torch.compile row of each mode that is not clean is named under the title, not shown
+    newest = {row["variant"]: row for row in rows if config.matches(row) and rc.is_compile_mode(row)}
+    bad = "; ".join(f"PyTorch {mode}: {rc.compile_audit(row)[1]}" for mode, row in newest.items()
+                    if not rc.compile_audit(row)[0])
+    unclean = (f"*Not shown as results: {bad}. A torch.compile row counts only with 0 graph breaks and 0 "
+               "recompiles (bench/torch_common.py).*\n\n") if bad else ""
     header = ["", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch", unit, "step speedup (e2e)",
               "step speedup (wall)", "cumulative speedup", "÷ best stage"]
     table = markdown_table(header, "l" + "r" * 11, ladder_lines(entries, stage_names))
     return sourced_table([e.row for e in entries], rows, source, f"the {short_name(config)} ladder",
-                         unclean_note(rows, config) + table, f"**{config.title()}**  \n")
+                         unclean + table, f"**{config.title()}**  \n")
 
 
 FOOTNOTE_TIMES = (
@@ -188,34 +210,26 @@ def stage_ideas(root):
     path = os.path.join(root, STAGE_IDEAS)
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                fields = line.rstrip("\n").split("\t")
-                if line.startswith("#") or len(fields) < 3:
-                    continue
-                ideas[fields[0]] = fields[2].split(":")[0].strip()
+            rows = [line.rstrip("\n").split("\t") for line in f if not line.startswith("#")]
+        ideas.update((fields[0], fields[2].split(":")[0].strip()) for fields in rows if len(fields) >= 3)
     return ideas
-
-
-def pytorch_best(entries):
-    """The fastest PyTorch entry at fp32 (e2e) that ran the configuration's epochs, or None."""
-    found = [e for e in entries if e.kind == "pytorch" and e.comparable and e.e2e and e.precision == "fp32"]
-    return min(found, key=lambda e: e.e2e) if found else None
 
 
 def headline_lines(rows, ideas=None, defaults=None):
     """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table (headline_block's header and
     note): per ladder stage (fp32, default variant) of either HEADLINE_CONFIGS; — where a stage has no row."""
-    ideas = ideas or {}
     per_config, shown, best = [], [], {}
     for config in HEADLINE_CONFIGS:
         entries = rc.select_entries(rows, config, defaults)
         cells = dict(zip(entries, ladder_lines(entries)))
         rungs = {e.stage: (e, cells[e]) for e in entries if e.is_ladder_stage and e.comparable and e.e2e}
-        best[config.trainer] = pytorch_best(entries)
+        # PyTorch's best: its fastest fp32 entry (e2e) that ran the configuration's epochs
+        pytorch = [e for e in entries if e.kind == "pytorch" and e.comparable and e.e2e and e.precision == "fp32"]
+        best[config.trainer] = min(pytorch, key=lambda e: e.e2e) if pytorch else None
         per_config.append((config, rungs, best[config.trainer]))
     lines = []
     for stage in sorted({stage for _, rungs, _ in per_config for stage in rungs}):
-        line = [stage, ideas.get(stage, NOT_COMPARED)]
+        line = [stage, (ideas or {}).get(stage, NOT_COMPARED)]
         for config, rungs, fastest in per_config:
             if stage not in rungs:
                 line += [NOT_COMPARED] * 3
@@ -290,29 +304,34 @@ def timing_cells(e, unit=True):
             rate_cell]
 
 
-def speedups(before, this, columns=("e2e", "wall")):
-    """before's figure ÷ this's for each column (— unless both ran the same epochs)."""
-    same_epochs = before.epochs == this.epochs
-    return [fmt_times(rc.ratio(getattr(before, c), getattr(this, c)) if same_epochs else None) for c in columns]
+def speedup(before, this, figure):
+    """before's figure (an Entry attribute) ÷ this's; None without both, or for a total (all but ms/epoch)
+    unless both ran the same epochs."""
+    if before is None or this is None or (figure != "ms_per_epoch" and before.epochs != this.epochs):
+        return None
+    return rc.ratio(getattr(before, figure), getattr(this, figure))
 
 
 def stage_lines(rows, stage, stage_names=None, defaults=None):
-    """(cells, rows shown) of a stage table (stage_block's header): per configuration, the stage before and
-    this stage (fp32, default variants)."""
-    lines, shown = [], []
+    """(cells, rows shown, payback sentences) of a stage table (stage_block's header): per configuration, the
+    stage before and this stage (fp32, default variants); when this stage's fixed cost pays back against the
+    stage before (payback_sentence; not against the CPU reference)."""
+    lines, shown, paybacks = [], [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage, reference=True)
         name = short_name(config)
         if this is None:
             lines.append([name, stage, "no result yet"] + [""] * 9)
             continue
+        if before is not None and before.kind == "stage":
+            paybacks.append(payback_sentence(config, before, this, stage_names))
         for e in ([before] if before else []) + [this]:
             ratios = ["", "", ""]
             if e is this and before is not None:
-                ratios = speedups(before, this) + [fmt_times(rc.ratio(before.ms_per_epoch, this.ms_per_epoch))]
+                ratios = [fmt_times(speedup(before, this, f)) for f in ("e2e", "wall", "ms_per_epoch")]
             lines.append([name, e.label(stage_names)] + timing_cells(e) + ratios)
             shown.append(e.row)
-    return lines, shown
+    return lines, shown, [sentence for sentence in paybacks if sentence]
 
 
 def variant_lines(rows, stage, defaults=None):
@@ -332,7 +351,7 @@ def variant_lines(rows, stage, defaults=None):
             name = f"`{e.row['variant']}`" + (" (default)" if e.row["variant"] == default else "")
             if not e.comparable and e.epochs is not None:
                 name += f" ({e.epochs} epoch{'s' if e.epochs != 1 else ''})"
-            versus = speedups(base, e) if base is not None and e is not base else ["", ""]
+            versus = [fmt_times(speedup(base, e, f)) for f in ("e2e", "wall")] if base not in (None, e) else ["", ""]
             lines.append([short_name(config), name, e.precision] + timing_cells(e) + versus)
             shown.append(e.row)
     return lines, shown
@@ -340,7 +359,7 @@ def variant_lines(rows, stage, defaults=None):
 
 def stage_block(datasets, stage, stage_names=None, known=None):
     """The text between the results:stageNN markers: per results file, the stage table (stage_lines), when its
-    fixed cost pays back (payback_block) and its variants table (variant_lines)."""
+    fixed cost pays back and its variants table (variant_lines)."""
     header = ["configuration", "run", "setup ms", "e2e ms", "wall ms", "e2e spread", "loop ms", "ms/epoch",
               "throughput", "speedup (e2e)", "speedup (wall)", "speedup (ms/epoch)"]
     variant_header = ["configuration", "variant", "precision", "setup ms", "e2e ms", "wall ms", "e2e spread",
@@ -349,10 +368,14 @@ def stage_block(datasets, stage, stage_names=None, known=None):
 
     def part(source, rows, defaults):
         nonlocal any_variants
-        lines, shown = stage_lines(rows, stage, stage_names, defaults)
+        lines, shown, paybacks = stage_lines(rows, stage, stage_names, defaults)
         parts = [sourced_table(shown, rows, source, f"the stage {stage} table",
-                               markdown_table(header, "ll" + "r" * 10, lines)),
-                 payback_block(rows, stage, stage_names, defaults)]
+                               markdown_table(header, "ll" + "r" * 10, lines))]
+        if paybacks:
+            parts.append(f"**When stage {stage}'s fixed cost pays back** against the stage before it, in wall "
+                         "time: setup + e2e = fixed cost + epochs × ms/epoch, where the fixed cost (setup + e2e − "
+                         "epochs × ms/epoch) is everything outside the median epochs: setup, uploads, downloads, "
+                         "slower epochs.\n\n" + "\n".join(f"- {sentence}" for sentence in paybacks))
         variants, variant_rows = variant_lines(rows, stage, defaults)
         if variants:
             any_variants = True
@@ -383,10 +406,7 @@ def vector_add_lines(rows):
     if not mine:
         return [], []
     n = rc.integer(mine[-1], "points")
-    newest = {}
-    for row in mine:
-        if rc.integer(row, "points") == n:
-            newest[row["variant"]] = row
+    newest = {row["variant"]: row for row in mine if rc.integer(row, "points") == n}
     lines, previous = [], None
     for row in newest.values():
         e2e, kernel = rc.number(row, "e2e_ms"), rc.number(row, "loop_ms")
@@ -412,20 +432,18 @@ def vector_add_block(datasets):
 # stage 08: the persistent sweep, stages 07 and 08 at each hidden width
 
 
-def sweep_lines(rows, defaults=None):
-    """(cells, rows shown) of the persistent sweep table: width (none: --hidden 0), stage 07 ms/epoch,
-    stage 08 ms/epoch, 07 ÷ 08 (above 1: stage 08 faster)."""
-    lines, shown = [], []
-    for width, by_stage in rc.persistent_sweep(rows, defaults).items():
-        seven, eight = (rc.number(by_stage[s], "ms_per_epoch") if s in by_stage else None for s in ("07", "08"))
-        lines.append(["none (`--hidden 0`)" if width == 0 else str(width), fmt_3(seven), fmt_3(eight),
-                      fmt_times(rc.ratio(seven, eight))])
-        shown += by_stage.values()
-    return lines, shown
-
-
 def sweep_block(datasets, known=None):
-    """The text between the sweep:stage08 markers: the persistent sweep of each results file."""
+    """The text between the sweep:stage08 markers: the persistent sweep of each results file, a line per width
+    (none: --hidden 0) with stage 07's and 08's ms/epoch and 07 ÷ 08."""
+    def sweep_lines(rows, defaults):
+        lines, shown = [], []
+        for width, by_stage in rc.persistent_sweep(rows, defaults).items():
+            seven, eight = (rc.number(by_stage[s], "ms_per_epoch") if s in by_stage else None for s in ("07", "08"))
+            lines.append(["none (`--hidden 0`)" if width == 0 else str(width), fmt_3(seven), fmt_3(eight),
+                          fmt_times(rc.ratio(seven, eight))])
+            shown += by_stage.values()
+        return lines, shown
+
     note = (f"MNIST with one hidden layer (784-W-10; none: 784-10), batch {rc.MNIST_BATCH}, fp32, each stage's "
             "default variant, the newest run's rows (the persistent sweep of `make bench`, and the ladder's --hidden "
             "0 and 128); ms/epoch: the median epoch, comparable across epoch counts. 07 ÷ 08 above 1: stage 08 "
@@ -442,27 +460,15 @@ def mnist_steps_per_epoch(batch=rc.MNIST_BATCH):
     return rc.MNIST_TRAIN // batch
 
 
-def fmt_saved(value):
-    """A saving in µs: positive when this stage is faster, signed when it is slower."""
-    if value is None:
-        return NOT_COMPARED
-    return ("−" if value < 0 else "") + rc.three_digits(abs(value))
-
-
 def step_figures(entry):
     """(µs per step, steps per epoch) of an entry: the regression's step is a full-batch epoch, loop ÷
     epochs; an MNIST step is ms/epoch ÷ the epoch's steps (60,000 // batch)."""
     if entry is None:
         return None, None
     if entry.row["trainer"] == "regression":
-        if entry.loop is None or not entry.epochs:
-            return None, 1
-        return entry.loop / entry.epochs * 1000, 1
-    batch = rc.integer(entry.row, "batch") or rc.MNIST_BATCH
-    steps = mnist_steps_per_epoch(batch)
-    if entry.ms_per_epoch is None or steps <= 0:
-        return None, steps
-    return entry.ms_per_epoch / steps * 1000, steps
+        return (None if entry.loop is None or not entry.epochs else entry.loop / entry.epochs * 1000), 1
+    steps = mnist_steps_per_epoch(rc.integer(entry.row, "batch") or rc.MNIST_BATCH)
+    return (None if entry.ms_per_epoch is None or steps <= 0 else entry.ms_per_epoch / steps * 1000), steps
 
 
 def steps_lines(rows, stage, stage_names=None, defaults=None):
@@ -471,24 +477,21 @@ def steps_lines(rows, stage, stage_names=None, defaults=None):
     regression, mnist, shown = [], [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage)
+        lines, name = (regression, []) if config.trainer == "regression" else (mnist, [short_name(config)])
         if this is None:
-            if config.trainer == "regression":
-                regression.append([stage, "no result yet", "", "", ""])
-            else:
-                mnist.append([short_name(config), stage, "no result yet", "", "", ""])
+            lines.append(name + [stage, "no result yet", "", "", ""])
             continue
         previous_us = step_figures(before)[0]  # None without a stage before
         for e in ([before] if before else []) + [this]:
             us, steps = step_figures(e)
             saved = ""
-            if e is this and before is not None:
-                saved = fmt_saved(previous_us - us if None not in (previous_us, us) else None)
-            if config.trainer == "regression":
-                outside = e.e2e - e.loop if None not in (e.e2e, e.loop) else None
-                regression.append([e.label(stage_names), fmt_3(e.loop), fmt_3(us), fmt_3(outside), saved])
-            else:
-                mnist.append([short_name(config), e.label(stage_names), fmt_3(e.ms_per_epoch), str(steps),
-                              fmt_3(us), saved])
+            if e is this and before is not None:  # positive when this stage is faster, signed when slower
+                value = previous_us - us if None not in (previous_us, us) else None
+                saved = NOT_COMPARED if value is None else ("−" if value < 0 else "") + rc.three_digits(abs(value))
+            outside = e.e2e - e.loop if None not in (e.e2e, e.loop) else None
+            figures = ([fmt_3(e.loop), fmt_3(us), fmt_3(outside)] if config.trainer == "regression" else
+                       [fmt_3(e.ms_per_epoch), str(steps), fmt_3(us)])
+            lines.append(name + [e.label(stage_names)] + figures + [saved])
             shown.append(e.row)
     return regression, mnist, shown
 
@@ -520,38 +523,34 @@ def steps_block(datasets, stage, stage_names=None, known=None):
 ANSWER_KEY_SPREAD = 0.2  # another GPU of the same model lands within about this share (clocks, driver, host)
 
 
-def answer_key_lines(rows, stages, defaults=None):
-    """(cells, rows shown) of the answer key (answer_key_block's header): per stage with a row, its newest
-    default fp32 rows, e2e with its range (± ANSWER_KEY_SPREAD)."""
-    configs = {(c.trainer, c.hidden): c for c in rc.canonical_configs()}
-    entries = {key: rc.select_entries(rows, config, defaults) for key, config in configs.items()}
-
+def answer_key_block(datasets, stages, known=None):
+    """The text between the answerkey markers: per stage with a row, its newest default fp32 rows (regression,
+    MNIST --hidden 0 and 128), e2e with the range (± ANSWER_KEY_SPREAD) a student's run on the same GPU model
+    should fall in."""
     def with_range(value):
         low, high = value * (1 - ANSWER_KEY_SPREAD), value * (1 + ANSWER_KEY_SPREAD)
         return f"{fmt_3(value)} ({fmt_3(low)}–{fmt_3(high)})"
 
-    lines, shown = [], []
-    for stage in stages:
-        regression, small, mid = (stage_entry(entries[key], stage)
-                                  for key in (("regression", None), ("mnist", "0"), ("mnist", "128")))
-        if regression is None and small is None and mid is None:
-            continue
-        shown += [e.row for e in (regression, small, mid) if e is not None]
-        lines.append([stage,
-                      with_range(regression.e2e) if regression else NOT_COMPARED,
-                      fmt_3(regression.loop) if regression else NOT_COMPARED,
-                      with_range(small.e2e) if small else NOT_COMPARED,
-                      with_range(mid.e2e) if mid else NOT_COMPARED,
-                      fmt_3(mid.ms_per_epoch) if mid else NOT_COMPARED])
-    return lines, shown
+    def lines_of(rows, defaults):
+        configs = (rc.Config("regression"), rc.Config("mnist", "0"), rc.Config("mnist", "128"))
+        entries = [rc.select_entries(rows, config, defaults) for config in configs]
+        lines, shown = [], []
+        for stage in stages:
+            regression, small, mid = found = [stage_entry(e, stage) for e in entries]
+            if not any(found):
+                continue
+            shown += [e.row for e in found if e is not None]
+            lines.append([stage,
+                          with_range(regression.e2e) if regression else NOT_COMPARED,
+                          fmt_3(regression.loop) if regression else NOT_COMPARED,
+                          with_range(small.e2e) if small else NOT_COMPARED,
+                          with_range(mid.e2e) if mid else NOT_COMPARED,
+                          fmt_3(mid.ms_per_epoch) if mid else NOT_COMPARED])
+        return lines, shown
 
-
-def answer_key_block(datasets, stages, known=None):
-    """The text between the answerkey markers: per stage, its newest default fp32 rows, and the range
-    (± ANSWER_KEY_SPREAD) a student's run on the same GPU model should fall in."""
     note = (f"Each stage's default variant, fp32, newest row; in brackets ± {ANSWER_KEY_SPREAD:.0%}, the range a run "
             "on the same GPU model should fall in. " + FOOTNOTE_GENERATED)
-    return results_tables(datasets, known, lambda rows, defaults: answer_key_lines(rows, stages, defaults),
+    return results_tables(datasets, known, lines_of,
                           ["stage", "regression e2e ms (range)", "regression loop ms", "MNIST hidden 0 e2e ms (range)",
                            "MNIST hidden 128 e2e ms (range)", "MNIST hidden 128 ms/epoch"],
                           "l" + "r" * 5, what="the answer key", note=note)
@@ -617,16 +616,27 @@ PROFILE_NOTE = (
 )
 
 
-class ProfileError(Exception):
-    """A profile marker whose selection cannot be read."""
+def parse_profile_selection(text, where):
+    """[(trainer, K or None, [kernel names])] of a marker's 'regression=top2 mnist=a,b'."""
+    picks = []
+    for word in text.split():
+        trainer, _, chosen = word.partition("=")
+        if trainer not in ("regression", "mnist") or not chosen:
+            raise TableError(f"{where}: '{word}': each selection is regression=... or mnist=...")
+        top = re.fullmatch(r"top(\d+)", chosen)
+        picks.append((trainer, int(top.group(1)), []) if top else (trainer, None, chosen.split(",")))
+    if not picks:
+        raise TableError(f"{where}: a profile marker names the trainers to quote, e.g. regression=top2 mnist=top3")
+    return picks
 
 
-def read_profile(path):
-    """(provenance line, command line, {trainer: (ncu command, table header, kernel lines, closing line)}) of
-    a results/<gpu>-profile-NN.txt as the stage-profile recipe writes it."""
+def profile_excerpt(path, picks, results_rel):
+    """The quote of one recorded profile (a results/<gpu>-profile-NN.txt as the stage-profile recipe writes it:
+    provenance, command, then per trainer '== trainer: ncu command', table header, kernel lines, closing line):
+    its provenance, then per trainer the lines picked."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().rstrip("\n").split("\n")
-    sections, trainer = {}, None
+    sections, trainer = {}, None  # trainer: [ncu command, table header, kernel lines, closing line]
     for line in lines[2:]:
         match = re.fullmatch(r"== (\w+): (.*)", line)
         if match:
@@ -641,27 +651,7 @@ def read_profile(path):
             else:
                 section[2].append(line)
     command = lines[1].removeprefix("command: ") if len(lines) > 1 else ""
-    return lines[0], command, {t: tuple(v) for t, v in sections.items()}
-
-
-def parse_profile_selection(text, where):
-    """[(trainer, K or None, [kernel names])] of a marker's 'regression=top2 mnist=a,b'."""
-    picks = []
-    for word in text.split():
-        trainer, _, chosen = word.partition("=")
-        if trainer not in ("regression", "mnist") or not chosen:
-            raise ProfileError(f"{where}: '{word}': each selection is regression=... or mnist=...")
-        top = re.fullmatch(r"top(\d+)", chosen)
-        picks.append((trainer, int(top.group(1)), []) if top else (trainer, None, chosen.split(",")))
-    if not picks:
-        raise ProfileError(f"{where}: a profile marker names the trainers to quote, e.g. regression=top2 mnist=top3")
-    return picks
-
-
-def profile_excerpt(path, picks, results_rel):
-    """The quote of one recorded profile: its provenance, then per trainer the lines picked."""
-    provenance, command, sections = read_profile(path)
-    parts = [f"`{results_rel}`: {provenance} (`{command}`)"]
+    parts = [f"`{results_rel}`: {lines[0]} (`{command}`)"]
     for trainer, top, names in picks:
         if trainer not in sections:
             parts.append(f"*{trainer}: not in this profile.*")
@@ -683,14 +673,11 @@ def profile_block(datasets, results_dir, root, stage, picks):
     """The text between a profile:stageNN marker pair: for every GPU with results (or a recorded profile),
     the excerpt of its results/<gpu>-profile-NN.txt, or a line saying none is recorded yet."""
     gpus = {}
-    for _, rows in datasets:
-        device = rc.device_of(rows)
+    for device in [rc.device_of(rows) for _, rows in datasets]:
         gpus.setdefault(rc.gpu_slug(device), device)
-    if os.path.isdir(results_dir):
-        for name in sorted(os.listdir(results_dir)):
-            match = re.fullmatch(rf"(.+)-profile-{stage}\.txt", name)
-            if match and match.group(1) not in gpus:
-                gpus[match.group(1)] = match.group(1)
+    names = os.listdir(results_dir) if os.path.isdir(results_dir) else []
+    for match in filter(None, (re.fullmatch(rf"(.+)-profile-{stage}\.txt", name) for name in names)):
+        gpus.setdefault(match.group(1), match.group(1))
     missing = f"*(no profile recorded for this GPU yet: run `make stage {int(stage)} profile RECORD=1`)*"
     parts, quoted = [], False
     for slug, device in sorted(gpus.items()):
@@ -704,45 +691,30 @@ def profile_block(datasets, results_dir, root, stage, picks):
     return "\n\n".join((parts or [missing]) + ([f"<sub>{PROFILE_NOTE}</sub>"] if quoted else []))
 
 
-def replace_between(text, name, content):
-    """text with the part between <!-- name begin --> and <!-- name end --> replaced by content, or
-    None when the file has neither marker."""
+def marked_span(text, name, where):
+    """(start, end) of the part of text between <!-- name begin --> and <!-- name end -->, None when text has
+    neither marker; TableError when it has one, or both in the wrong order."""
     begin, end = f"<!-- {name} begin -->", f"<!-- {name} end -->"
     b, e = text.find(begin), text.find(end)
     if b < 0 and e < 0:
         return None
     if b < 0 or e < 0 or e < b:
-        raise MarkerError(f"'{begin}' and '{end}' must both appear, in that order")
-    return text[:b + len(begin)] + "\n" + content.strip("\n") + "\n" + text[e:]
+        raise TableError(f"{where}: '{begin}' and '{end}' must both appear, in that order")
+    return b + len(begin), e
 
 
-def render_file(path, blocks):
-    """(old text, new text) of path with every block whose markers it has replaced."""
-    with open(path, encoding="utf-8") as f:
-        old = f.read()
-    new = old
-    for name, content in blocks.items():
-        try:
-            replaced = replace_between(new, name, content)
-        except MarkerError as err:
-            raise MarkerError(f"{path}: {err}") from None
-        if replaced is not None:
-            new = replaced
-    return old, new
+def replace_between(text, name, content, where="text"):
+    """text with the part between name's markers replaced by content, or None when it has neither marker."""
+    span = marked_span(text, name, where)
+    return None if span is None else text[:span[0]] + "\n" + content.strip("\n") + "\n" + text[span[1]:]
 
 
 RESULTS_DOC = os.path.join("docs", "RESULTS.md")  # the ladder tables and the sanitizer table
 
 
-def outcomes_block(datasets, root, dirs, stage_names=None, known=None):
-    """TEACHING.md's outcomes:all: every stage README's predictions against the measured rows, a line each."""
-    predictions = {}
-    for nn, d in dirs.items():
-        path = os.path.join(root, d, "README.md")
-        if nn != "01" and os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                predictions[nn] = parse_predictions(f.read(), path)
-
+def outcomes_block(datasets, predictions, stage_names=None, known=None):
+    """TEACHING.md's outcomes:all: every stage README's predictions ({stage: [Prediction]}) against the
+    measured rows, a line each."""
     def lines_of(rows, defaults):
         lines, shown = [], []
         for nn, stage_predictions in predictions.items():
@@ -758,8 +730,11 @@ def outcomes_block(datasets, root, dirs, stage_names=None, known=None):
 
 
 def all_blocks(datasets, root, results_dir):
-    """{file: {marker name: content}} for the top README, docs/RESULTS.md, every stage README and TEACHING.md."""
-    dirs = rc.stage_dirs(root)
+    """{file: {marker name: content}} for the top README, docs/RESULTS.md, every stage README and TEACHING.md.
+    A stage README's own text asks for the outcome of its predictions table (stages 02 on) and the quote of each
+    profile marker's selection; the try rounds go into 02's README (all of them) and each NN-*/assistant/README.md
+    (its stage's)."""
+    dirs, predictions, rounds = rc.stage_dirs(root), {}, try_rounds(results_dir)
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
     summaries = sanitize_summaries(results_dir)
@@ -781,33 +756,30 @@ def all_blocks(datasets, root, results_dir):
             f"sanitize:stage{nn}": sanitize_block(summaries, results_dir, nn)}
         if nn != "01":
             blocks[f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
+        if nn == "02":
+            blocks["rounds:all"] = rounds_block(rounds, None, d)
         if nn == "08":
             blocks["sweep:stage08"] = sweep_block(datasets, known)
+        assistant = os.path.join(root, d, "assistant", "README.md")
+        if os.path.exists(assistant):
+            files[assistant] = {f"rounds:stage{nn}": rounds_block(rounds, nn, os.path.join(d, "assistant"))}
         blocks.update(kernel_ladder_blocks(ladder_sets, root, nn, d))
+        text = ""
         if os.path.exists(readme):
-            blocks.update(readme_blocks(readme, nn, datasets, results_dir, root, names, known))
+            with open(readme, encoding="utf-8") as f:
+                text = f.read()
+        predictions[nn] = parse_predictions(text, readme) if nn != "01" else []
+        if predictions[nn]:
+            blocks[f"outcome:stage{nn}"] = outcome_block(datasets, nn, predictions[nn], names, known)
+        for match in PROFILE_MARKER.finditer(text):
+            name, profiled = match.group(1), match.group(2)
+            where = f"{readme}:{text.count(chr(10), 0, match.start()) + 1}"
+            picks = parse_profile_selection(name[len(f"profile:stage{profiled}"):], where)
+            blocks[name] = profile_block(datasets, results_dir, root, profiled, picks)
     files[os.path.join(root, "TEACHING.md")] = {
         "answerkey": answer_key_block(datasets, [nn for nn in dirs if nn != "01"], known),
-        "outcomes:all": outcomes_block(datasets, root, dirs, names, known)}
-    add_round_blocks(files, root, dirs, results_dir)
+        "outcomes:all": outcomes_block(datasets, predictions, names, known)}
     return files
-
-
-def readme_blocks(path, stage, datasets, results_dir, root, stage_names=None, known=None):
-    """The blocks a stage README's own text asks for: the outcome of its predictions table (stages 02 on), and
-    the quote of each profile marker's selection."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    blocks = {}
-    predictions = parse_predictions(text, path) if stage != "01" else []
-    if predictions:
-        blocks[f"outcome:stage{stage}"] = outcome_block(datasets, stage, predictions, stage_names, known)
-    for match in PROFILE_MARKER.finditer(text):
-        name, profiled = match.group(1), match.group(2)
-        where = f"{path}:{text.count(chr(10), 0, match.start()) + 1}"
-        picks = parse_profile_selection(name[len(f"profile:stage{profiled}"):], where)
-        blocks[name] = profile_block(datasets, results_dir, root, profiled, picks)
-    return blocks
 
 
 # ----------------------------------------------------------------------------
@@ -821,13 +793,6 @@ LADDER_COLUMNS = (
 )
 
 
-def ladder_names(root, stage_dir):
-    """The ladders a stage folder holds: 'reduce' for reduce_ladder.cu, sorted."""
-    folder = os.path.join(root, stage_dir)
-    files = os.listdir(folder) if os.path.isdir(folder) else []
-    return sorted(m.group(1) for m in (re.fullmatch(r"(\w+)_ladder\.cu", f) for f in files) if m)
-
-
 def last_run(rows, stage, ladder):
     """The rows of the last run (in file order) that wrote rows of this stage and ladder."""
     mine = [r for r in rows if r["stage"] == stage and r["ladder"] == ladder]
@@ -838,7 +803,7 @@ def kernel_ladder_lines(rows):
     """The cells of one shape's table (kernel_ladder_block's header), version order, then the ceiling; step
     names the version it compares with when the one just below is missing."""
     rows = sorted(rows, key=lambda r: rc.integer(r, "version") or 0)
-    lines, first, previous = [], None, None
+    lines, previous = [], None
     for row in rows:
         ms, rate, ceiling = rc.number(row, "median_ms"), rc.number(row, "rate"), rc.number(row, "ceiling_rate")
         version = rc.integer(row, "version")
@@ -847,14 +812,13 @@ def kernel_ladder_lines(rows):
             step = fmt_times(rc.ratio(rc.number(previous, "median_ms"), ms))
             if version - rc.integer(previous, "version") != 1:
                 step += f" (vs {previous['version']})"
-        cumulative = fmt_times(rc.ratio(rc.number(first, "median_ms"), ms)) if first is not None else "1.00×"
+        cumulative = "1.00×" if row is rows[0] else fmt_times(rc.ratio(rc.number(rows[0], "median_ms"), ms))
         share = rc.ratio(rate, ceiling)
         setup = rc.number(row, "setup_ms")
         lines.append([str(version), f"`{row['name']}`",
                       f"{fmt_3(ms)} ({fmt_3(rc.number(row, 'min_ms'))}–{fmt_3(rc.number(row, 'max_ms'))})",
                       fmt_3(rate), f"{100 * share:.1f}%" if share is not None else NOT_COMPARED,
                       step, cumulative, "" if setup is None else fmt_3(setup)])
-        first = first or row
         previous = row
     if rows:
         last = rows[-1]
@@ -914,8 +878,10 @@ def kernel_ladder_block(datasets, stage, ladder):
 
 
 def kernel_ladder_blocks(datasets, root, stage, stage_dir):
-    """{'ladder:NAME': text} for every ladder the stage folder holds or the results name."""
-    names = set(ladder_names(root, stage_dir))
+    """{'ladder:NAME': text} for every ladder the stage folder holds (NAME_ladder.cu) or the results name."""
+    folder = os.path.join(root, stage_dir)
+    files = os.listdir(folder) if os.path.isdir(folder) else []
+    names = {m.group(1) for m in (re.fullmatch(r"(\w+)_ladder\.cu", f) for f in files) if m}
     for _, rows in datasets:
         names.update(r["ladder"] for r in rows if r["stage"] == stage)
     return {f"ladder:{name}": kernel_ladder_block(datasets, stage, name) for name in sorted(names)}
@@ -933,39 +899,34 @@ TRY_VERDICT = re.compile(r"try: (?P<verdict>[A-Z]+(?: [A-Z]+)*)(?P<rest>.*)")  #
 TRY_SPEED = re.compile(r"relative loop speed (?P<speed>[\d.]+x.*)")
 
 
-class TryFileError(Exception):
-    """A results/*-try-NN-TRAINER.txt file that does not hold what `make stage N try` prints."""
-
-
 def parse_try_file(path):
     """The round recorded in path: answer, commit, device, verdict line and its verdict word ("outcome": PASS,
     FAIL, ...), the stage's own file's ("own") and the candidate's variant, e2e and loop ms as printed (strings),
     and the verdict line's relative loop speed."""
     match = TRY_FILE.fullmatch(os.path.basename(path))
     if not match:
-        raise TryFileError(f"{path}: not named <gpu>-try-NN-TRAINER.txt")
+        raise TableError(f"{path}: not named <gpu>-try-NN-TRAINER.txt")
     with open(path, encoding="utf-8") as f:
         lines = f.read().rstrip("\n").split("\n")
     command = TRY_COMMAND.fullmatch(lines[0]) if lines else None
     provenance = TRY_PROVENANCE.match(lines[1]) if len(lines) > 1 else None
     if not command or not provenance:
-        raise TryFileError(f"{path}: the first two lines must be '# make stage N try FILE=...' and '# commit ...'")
-    round_ = {"stage": match.group("stage"), "trainer": match.group("trainer"), "answer": command.group("answer"),
-              "commit": provenance.group("commit"), "state": provenance.group("state") or "",
-              "device": provenance.group("device"), "verdict": lines[-1]}
+        raise TableError(f"{path}: the first two lines must be '# make stage N try FILE=...' and '# commit ...'")
     verdict = TRY_VERDICT.fullmatch(lines[-1])
     if not verdict:
-        raise TryFileError(f"{path}: its last line is not a 'try: ...' verdict")
+        raise TableError(f"{path}: its last line is not a 'try: ...' verdict")
     speed = TRY_SPEED.search(verdict.group("rest"))
-    round_["outcome"] = verdict.group("verdict")
-    round_["speed"] = speed.group("speed") if speed else None
+    round_ = {"stage": match.group("stage"), "trainer": match.group("trainer"), "answer": command.group("answer"),
+              "commit": provenance.group("commit"), "state": provenance.group("state") or "",
+              "device": provenance.group("device"), "verdict": lines[-1], "outcome": verdict.group("verdict"),
+              "speed": speed.group("speed") if speed else None}
     for line in lines:
         run = TRY_RUN.match(line)
         if run and run.group("stage") == round_["stage"]:
             who = "candidate" if run.group("try") else "own"
             round_[who] = {key: run.group(key) for key in ("variant", "e2e", "loop")}
     if round_["outcome"] == "PASS" and not ("own" in round_ and "candidate" in round_):
-        raise TryFileError(f"{path}: a PASS without the two timed runs")
+        raise TableError(f"{path}: a PASS without the two timed runs")
     return round_
 
 
@@ -1004,18 +965,6 @@ def rounds_block(rounds, stage=None, base="."):
     return markdown_table(header, align, lines) + "\n\n" + footnote
 
 
-def add_round_blocks(files, root, dirs, results_dir):
-    """The rounds table into 02's README (all of them) and each NN-*/assistant/README.md (its stage's)."""
-    rounds = try_rounds(results_dir)
-    if "02" in dirs:
-        files.setdefault(os.path.join(root, dirs["02"], "README.md"), {})["rounds:all"] = rounds_block(rounds, None,
-                                                                                                     dirs["02"])
-    for nn, d in dirs.items():
-        path = os.path.join(root, d, "assistant", "README.md")
-        if os.path.exists(path):
-            files.setdefault(path, {})[f"rounds:stage{nn}"] = rounds_block(rounds, nn, os.path.join(d, "assistant"))
-
-
 # ----------------------------------------------------------------------------
 # setup and wall time, spread, one run per table, the torch.compile audit, predictions
 
@@ -1030,10 +979,6 @@ FOOTNOTE_SETUP = (
 MIXED_RUNS = "refuse"  # main sets "mark" for --allow-mixed-runs
 
 
-class MixedRunsError(Exception):
-    """A table would show rows of more than one run (run_id) and --allow-mixed-runs was not given."""
-
-
 def fmt_spread(row):
     """'118–131 (n=3)', 'n=1', or — when the row records no repeats."""
     found = rc.spread(row)
@@ -1045,29 +990,10 @@ def fmt_spread(row):
     return f"{fmt_3(low)}–{fmt_3(high)} (n={n})"
 
 
-def provenance_suffix(rows):
-    """What a source line adds about where its rows come from: their run (when they share one),
-    uncommitted changes, the torch version of PyTorch rows, the threads of CPU rows."""
-    text = ""
-    runs = rc.run_ids(rows)
-    if len(runs) == 1 and runs[0]:
-        text += f" · run `{runs[0]}`"
-    if any(row.get("dirty") == "1" for row in rows):
-        text += " · **built with uncommitted changes**"
-    torches = sorted({row["torch"] for row in rows if row.get("torch")})
-    if torches:
-        text += f" · torch {', '.join(torches)}"
-    # one entry per kind of CPU row (the CPU reference's rows of several configurations say it once)
-    threads = list(dict.fromkeys(f"{rc.row_label(row)} {row['threads']}" for row in rows if row.get("threads")))
-    if threads:
-        text += " · CPU threads: " + ", ".join(threads)
-    return text
-
-
 def runs_note(rows, what):
     """The line a table gets above it about its runs: nothing when its rows share one recorded run; a
     note when they record none (CSV schema 1: they may come from several runs); for rows of several
-    runs, MixedRunsError, or with --allow-mixed-runs a warning naming which rows come from which run."""
+    runs, TableError, or with --allow-mixed-runs a warning naming which rows come from which run."""
     runs = rc.run_ids(rows)
     if not rows or (len(runs) == 1 and runs[0]):
         return ""
@@ -1076,23 +1002,13 @@ def runs_note(rows, what):
                 "more than one run; a new `make bench` records one.*\n\n")
     named = ", ".join(f"`{run}`" if run else "not recorded" for run in runs)
     if MIXED_RUNS != "mark":
-        raise MixedRunsError(f"{what}: rows of {len(runs)} runs ({named}); a table shows one run: measure again "
-                             "in one `make bench`, or pass --allow-mixed-runs to show them marked")
+        raise TableError(f"{what}: rows of {len(runs)} runs ({named}); a table shows one run: measure again "
+                         "in one `make bench`, or pass --allow-mixed-runs to show them marked")
     groups = []
     for run in runs:
         members = [rc.row_label(r) for r in rows if r.get("run_id", "") == run]
         groups.append(f"{'`' + run + '`' if run else 'no run recorded'}: {', '.join(members)}")
     return f"**⚠ Rows of {len(runs)} runs**, not one measurement: " + "; ".join(groups) + ".\n\n"
-
-
-def unclean_note(rows, config):
-    """The line under a ladder table's title naming the torch.compile rows it does not show."""
-    bad = rc.unclean_compile_rows(rows, config)
-    if not bad:
-        return ""
-    named = "; ".join(f"PyTorch {row['variant']}: {why}" for row, why in bad)
-    return (f"*Not shown as results: {named}. A torch.compile row counts only with 0 graph breaks and 0 "
-            "recompiles (bench/torch_common.py).*\n\n")
 
 
 def payback(before, this):
@@ -1142,60 +1058,30 @@ def payback_sentence(config, before, this, stage_names=None):
     return text + "."
 
 
-def payback_block(rows, stage, stage_names=None, defaults=None):
-    """The paragraph under a stage table: per configuration, after how many epochs the stage's fixed cost
-    pays back against the stage before it (fp32, default variants; not against the CPU reference)."""
-    sentences = []
-    for config in rc.canonical_configs():
-        this, before = stage_pair(rc.select_entries(rows, config, defaults), stage)
-        if this is None or before is None:
-            continue
-        sentence = payback_sentence(config, before, this, stage_names)
-        if sentence:
-            sentences.append(f"- {sentence}")
-    if not sentences:
-        return ""
-    return (f"**When stage {stage}'s fixed cost pays back** against the stage before it, in wall time: setup + "
-            "e2e = fixed cost + epochs × ms/epoch, where the fixed cost (setup + e2e − epochs × ms/epoch) is "
-            "everything outside the median epochs: setup, uploads, downloads, slower epochs.\n\n"
-            + "\n".join(sentences))
-
-
 # ---- predictions: the stage READMEs' <!-- predictions --> tables, and the generated outcome
 
-PREDICTIONS_BEGIN, PREDICTIONS_END = "<!-- predictions begin -->", "<!-- predictions end -->"
 PREDICTIONS_HEADER = ("trainer", "config", "metric", "predicted low", "predicted high")
 VERDICT_HIT = "**Verdict: hit**"
 VERDICT_MISS = "**Verdict: miss**"
 
 
-class PredictionError(Exception):
-    """A predictions table that cannot be read."""
-
-
-def _same_epochs(before, this):
-    return before is not None and this is not None and before.epochs == this.epochs
-
-
-# metric -> (what it is, unit, value from (entry before, this entry)); speedups: the stage before ÷ this
+# metric -> (what it is, unit, the Entry figure); speedup_*: the stage before's figure ÷ this stage's (speedup)
 PREDICTION_METRICS = {
-    "speedup_e2e": ("e2e speedup", "×", lambda b, t: rc.ratio(b.e2e, t.e2e) if _same_epochs(b, t) else None),
-    "speedup_wall": ("wall speedup", "×", lambda b, t: rc.ratio(b.wall, t.wall) if _same_epochs(b, t) else None),
-    "speedup_loop": ("loop speedup", "×", lambda b, t: rc.ratio(b.loop, t.loop) if _same_epochs(b, t) else None),
-    "speedup_epoch": ("ms/epoch speedup", "×",
-                      lambda b, t: rc.ratio(b.ms_per_epoch, t.ms_per_epoch) if b is not None else None),
-    "e2e_ms": ("e2e", " ms", lambda b, t: t.e2e),
-    "wall_ms": ("wall", " ms", lambda b, t: t.wall),
-    "loop_ms": ("loop", " ms", lambda b, t: t.loop),
-    "ms_per_epoch": ("ms/epoch", " ms", lambda b, t: t.ms_per_epoch),
-    "setup_ms": ("setup", " ms", lambda b, t: t.setup),
+    "speedup_e2e": ("e2e speedup", "×", "e2e"),
+    "speedup_wall": ("wall speedup", "×", "wall"),
+    "speedup_loop": ("loop speedup", "×", "loop"),
+    "speedup_epoch": ("ms/epoch speedup", "×", "ms_per_epoch"),
+    "e2e_ms": ("e2e", " ms", "e2e"),
+    "wall_ms": ("wall", " ms", "wall"),
+    "loop_ms": ("loop", " ms", "loop"),
+    "ms_per_epoch": ("ms/epoch", " ms", "ms_per_epoch"),
+    "setup_ms": ("setup", " ms", "setup"),
 }
 
 
 class Prediction:
     def __init__(self, trainer, config_text, metric, low, high, where):
-        self.trainer, self.config_text, self.metric, self.low, self.high = trainer, config_text, metric, low, high
-        self.where = where
+        self.trainer, self.metric, self.low, self.high, self.where = trainer, metric, low, high, where
         self.config, self.variant, self.precision = parse_prediction_config(trainer, config_text, where)
 
     def predicted(self):
@@ -1230,34 +1116,30 @@ def parse_prediction_config(trainer, text, where):
     extras = tokens[1:] if base else tokens
     if trainer == "regression":
         if base.replace(",", "") not in ("", "5M", str(rc.REGRESSION_POINTS)):
-            raise PredictionError(f"{where}: config {text!r}: the regression's canonical size is 5M")
+            raise TableError(f"{where}: config {text!r}: the regression's canonical size is 5M")
         config = rc.Config("regression")
     elif trainer == "mnist":
         if base not in rc.MNIST_HIDDEN:
-            raise PredictionError(f"{where}: config {text!r}: an MNIST --hidden of the ladder, one of "
-                                  f"{', '.join(rc.MNIST_HIDDEN)}")
+            raise TableError(f"{where}: config {text!r}: an MNIST --hidden of the ladder, one of "
+                             f"{', '.join(rc.MNIST_HIDDEN)}")
         config = rc.Config("mnist", base)
     else:
-        raise PredictionError(f"{where}: trainer {trainer!r}: regression or mnist")
+        raise TableError(f"{where}: trainer {trainer!r}: regression or mnist")
     found = {"variant": None, "precision": None}
     for token in extras:
         key, _, value = token.partition("=")
         if key not in found or not value:
-            raise PredictionError(f"{where}: config {text!r}: after the size only variant=NAME and precision=NAME")
+            raise TableError(f"{where}: config {text!r}: after the size only variant=NAME and precision=NAME")
         found[key] = value
     return config, found["variant"], found["precision"]
 
 
 def _number_or_none(text, where, column):
+    """A bound's cell as rc.number reads a field (thousands separators and a × allowed), None when empty."""
     text = text.strip().rstrip("×x").replace(",", "").strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise PredictionError(f"{where}: {column} {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise PredictionError(f"{where}: {column} {text!r} is not a finite number")
+    value = rc.number({column: text}, column)
+    if text and value is None:
+        raise TableError(f"{where}: {column} {text!r} is not a number (a finite one)")
     return value
 
 
@@ -1271,62 +1153,54 @@ def parse_predictions(text, where):
         <!-- predictions end -->
 
     metric: one of PREDICTION_METRICS; a bound may be empty (open), not both."""
-    begin, end = text.find(PREDICTIONS_BEGIN), text.find(PREDICTIONS_END)
-    if begin < 0 and end < 0:
+    span = marked_span(text, "predictions", where)
+    if span is None:
         return []
-    if begin < 0 or end < 0 or end < begin:
-        raise PredictionError(f"{where}: '{PREDICTIONS_BEGIN}' and '{PREDICTIONS_END}' must both appear, in order")
-    first_line = text.count("\n", 0, begin) + 2
+    first_line = text.count("\n", 0, span[0]) + 2
     predictions, header = [], None
-    for offset, line in enumerate(text[begin + len(PREDICTIONS_BEGIN):end].split("\n")[1:]):
+    for offset, line in enumerate(text[span[0]:span[1]].split("\n")[1:]):
         here = f"{where}:{first_line + offset}"
         line = line.strip()
         if not line:
             continue
         if not (line.startswith("|") and line.endswith("|")):
-            raise PredictionError(f"{here}: not a table line: {line!r}")
+            raise TableError(f"{here}: not a table line: {line!r}")
         cells = [c.strip() for c in line[1:-1].split("|")]
         if header is None:
             header = tuple(c.lower() for c in cells)
             if header != PREDICTIONS_HEADER:
-                raise PredictionError(f"{here}: the header must be | {' | '.join(PREDICTIONS_HEADER)} |")
+                raise TableError(f"{here}: the header must be | {' | '.join(PREDICTIONS_HEADER)} |")
             continue
         if all(re.fullmatch(r":?-+:?", c) for c in cells):
             continue
         if len(cells) != len(PREDICTIONS_HEADER):
-            raise PredictionError(f"{here}: {len(cells)} cells, expected {len(PREDICTIONS_HEADER)}")
+            raise TableError(f"{here}: {len(cells)} cells, expected {len(PREDICTIONS_HEADER)}")
         trainer, config, metric, low, high = cells
         if metric not in PREDICTION_METRICS:
-            raise PredictionError(f"{here}: metric {metric!r}: one of {', '.join(PREDICTION_METRICS)}")
+            raise TableError(f"{here}: metric {metric!r}: one of {', '.join(PREDICTION_METRICS)}")
         low, high = _number_or_none(low, here, "predicted low"), _number_or_none(high, here, "predicted high")
         if low is None and high is None:
-            raise PredictionError(f"{here}: a prediction needs a low or a high bound")
+            raise TableError(f"{here}: a prediction needs a low or a high bound")
         if low is not None and high is not None and low > high:
-            raise PredictionError(f"{here}: predicted low {low:g} is above predicted high {high:g}")
+            raise TableError(f"{here}: predicted low {low:g} is above predicted high {high:g}")
         predictions.append(Prediction(trainer, config, metric, low, high, here))
     return predictions
 
 
-def measured_entries(rows, stage, prediction, defaults=None):
-    """(the entry before, this entry) a prediction is judged on: this = the stage's default variant
-    at fp32 (or the variant and precision the prediction names), before = the stage before it in the
-    ladder (the CPU reference for the first stage), as in the stage table."""
-    config = prediction.config
-    this, before = stage_pair(rc.select_entries(rows, config, defaults), stage, reference=True)
-    if prediction.variant is not None or prediction.precision not in (None, "fp32"):
-        this = next((e for e in rc.variant_entries(rows, config, stage, defaults)
-                     if (prediction.variant is None or e.row["variant"] == prediction.variant)
-                     and e.precision == (prediction.precision or "fp32")), None)
-    return before, this
-
-
 def outcome_lines(rows, stage, predictions, stage_names=None, defaults=None):
-    """(cells, rows used, hits, misses): one line per prediction."""
+    """(cells, rows used, hits, misses): one line per prediction, judged as the stage table reads its figures:
+    this = the stage's default variant at fp32 (or the variant and precision the prediction names), before =
+    the stage before it in the ladder (the CPU reference for the first stage)."""
     lines, used, hits, misses = [], [], 0, 0
     for p in predictions:
-        what, unit, value_of = PREDICTION_METRICS[p.metric]
-        before, this = measured_entries(rows, stage, p, defaults)
-        value = value_of(before, this) if this is not None else None
+        what, unit, figure = PREDICTION_METRICS[p.metric]
+        this, before = stage_pair(rc.select_entries(rows, p.config, defaults), stage, reference=True)
+        if p.variant is not None or p.precision not in (None, "fp32"):
+            this = next((e for e in rc.variant_entries(rows, p.config, stage, defaults)
+                         if (p.variant is None or e.row["variant"] == p.variant)
+                         and e.precision == (p.precision or "fp32")), None)
+        value = None if this is None else (speedup(before, this, figure) if p.metric.startswith("speedup_")
+                                           else getattr(this, figure))
         config = short_name(p.config) + "".join(f" {k}={v}" for k, v in (("variant", p.variant),
                                                                          ("precision", p.precision)) if v)
         if p.metric.startswith("speedup_") and before is not None:
@@ -1425,7 +1299,10 @@ def run(args, results_dir):
         for path, blocks in files.items():
             if not os.path.exists(path):
                 continue
-            old, new = render_file(path, blocks)
+            with open(path, encoding="utf-8") as f:
+                old = new = f.read()
+            for name, content in blocks.items():
+                new = replace_between(new, name, content, path) or new  # None: path lacks name's markers
             claims += prediction_claim_problems(os.path.relpath(path, args.root), new)
             if new == old:
                 continue
@@ -1434,7 +1311,7 @@ def run(args, results_dir):
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(new)
                 print(f"make_tables: updated {path}")
-    except (OSError, rc.SchemaError, MarkerError, MixedRunsError, PredictionError, ProfileError, TryFileError) as err:
+    except (OSError, rc.SchemaError, TableError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for problem in claims:
@@ -1442,8 +1319,7 @@ def run(args, results_dir):
     if args.check and stale:
         print("error: tables out of date in " + ", ".join(stale) + ": run python3 bench/make_tables.py",
               file=sys.stderr)
-        return 1
-    if args.check and claims:
+    if args.check and (stale or claims):
         return 1
     if not stale:
         print("make_tables: every table is up to date")

@@ -110,11 +110,10 @@ def curve_panels(curve_rows):
         if stages:
             chosen[f"stage {stages[-1][0]}"] = found[stages[-1]]
         # PyTorch: eager, or the first fp32 mode that wrote a curve when eager did not.
-        for mode in [m for m in rc.PYTORCH_MODES if rc.mode_precision(m) == "fp32"]:
-            key = next((k for k in found if k[0] == rc.PYTORCH and k[2] == mode), None)
-            if key:
-                chosen[f"PyTorch {mode}"] = found[key]
-                break
+        pytorch = [k for mode in rc.PYTORCH_MODES if rc.mode_precision(mode) == "fp32"
+                   for k in found if k[0] == rc.PYTORCH and k[2] == mode]
+        if pytorch:
+            chosen[f"PyTorch {pytorch[0][2]}"] = found[pytorch[0]]
         reference = next((k for k in found if k[0] == rc.REFERENCE), None)
         if reference:
             chosen["CPU reference"] = found[reference]
@@ -173,17 +172,6 @@ def line_style(label):
 def moving_mean(values, window):
     sums = [0.0, *itertools.accumulate(values)]
     return [(sums[i + 1] - sums[max(0, i + 1 - window)]) / min(i + 1, window) for i in range(len(values))]
-
-
-def panel_grid(plt, count, width, height):
-    """A figure of count panels, at most two per row; returns (figure, [axes])."""
-    cols = min(2, count)
-    rows = (count + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat[:count]
 
 
 def save(plt, fig, title, path, bottom=0.0):
@@ -252,7 +240,12 @@ def draw_persistent_sweep(plt, series, title, path):
 
 
 def draw_curves(plt, panels, title, path):
-    fig, axes = panel_grid(plt, len(panels), 6.5, 4.2)
+    cols = min(2, len(panels))  # at most two panels a row
+    rows = (len(panels) + cols - 1) // cols
+    fig, grid = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.2 * rows), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
     # Drawn widest first, so that lines lying on top of each other all stay visible.
     def style(label):
         if label == "CPU reference":

@@ -4,6 +4,7 @@ commit and dirty (resolve_commit), run_id (CUDA_STAGES_RUN_ID, else one per proc
 Standard library only (run_bench.py and the tests use it without PyTorch).
 """
 
+import functools
 import os
 import subprocess
 import time
@@ -13,9 +14,6 @@ RUN_ID_ENV = "CUDA_STAGES_RUN_ID"  # common/provenance.h PROVENANCE_RUN_ID_ENV
 COMMIT_ENV = "CUDA_STAGES_COMMIT"
 DIRTY_ENV = "CUDA_STAGES_DIRTY"
 UNKNOWN = "unknown"
-
-_process_run_id = None
-
 
 def utc_now(seconds=None):
     """ISO 8601 UTC, to the second: '2025-01-01T12:00:00Z'."""
@@ -28,16 +26,15 @@ def new_run_id(prefix="", seconds=None, pid=None):
     return f"{prefix}{stamp}-p{os.getpid() if pid is None else pid}"
 
 
+@functools.cache
+def _process_run_id():
+    return new_run_id()
+
+
 def run_id(environ=None):
     """CUDA_STAGES_RUN_ID, else this process's own run id (made once)."""
-    global _process_run_id
-    environ = os.environ if environ is None else environ
-    given = environ.get(RUN_ID_ENV, "").strip()
-    if given:
-        return given[:47]
-    if _process_run_id is None:
-        _process_run_id = new_run_id()
-    return _process_run_id
+    given = (os.environ if environ is None else environ).get(RUN_ID_ENV, "").strip()
+    return given[:47] if given else _process_run_id()
 
 
 def _clean_dirty(value):

@@ -27,6 +27,7 @@ recompile), and the graph reads memory that stays its own.
 """
 
 import gzip
+import math
 import os
 import struct
 from types import SimpleNamespace
@@ -83,13 +84,10 @@ def load_host(spec, epochs):
     order = tc.read_array(spec, "order", "<i4", spec["epochs"] * n_train).view(spec["epochs"], n_train)
     order = order[:epochs, :n_train // batch * batch].contiguous().view(-1)
     sizes = spec["sizes"]
-    flat = tc.read_array(spec, "init", "<f4", sum(a * b + b for a, b in zip(sizes, sizes[1:])))
-    init, offset = [], 0
-    for fan_in, fan_out in zip(sizes, sizes[1:]):
-        init.append(flat[offset:offset + fan_in * fan_out].view(fan_in, fan_out))
-        offset += fan_in * fan_out
-        init.append(flat[offset:offset + fan_out])
-        offset += fan_out
+    shapes = [shape for fan_in, fan_out in zip(sizes, sizes[1:]) for shape in ((fan_in, fan_out), (fan_out,))]
+    counts = [math.prod(shape) for shape in shapes]
+    flat = tc.read_array(spec, "init", "<f4", sum(counts))
+    init = [piece.view(shape) for piece, shape in zip(flat.split(counts), shapes)]
     return SimpleNamespace(train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y, order=order, init=init)
 
 
@@ -232,7 +230,7 @@ def main():
 
     for mode in args.modes:
         mode_epochs = cpu_epochs if mode == "cpu" else epochs
-        tc.start_mode(mode)
+        tc.reset_compiler(mode)
         baseline = Mnist(mode, spec, host, mode_epochs)
         timing = tc.measure(baseline, args.repeat)
         step_loss = baseline.step_loss.tolist()
@@ -244,8 +242,7 @@ def main():
                             train_loss=tc.fmt(sum(last_epoch) / len(last_epoch), ".8g"),
                             test_loss=tc.fmt(test_loss[-1], ".8g"), test_acc=tc.fmt(test_acc[-1], ".6f"))
         # As the C drivers write them: step losses by global step (0-based), test figures by epochs done.
-        curves = [{"stage": "pytorch", "trainer": "mnist", "variant": mode, "hidden": spec["hidden"],
-                   "series": series, "index": first + i, "value": tc.fmt(v, ".8g")}
+        curves = [{"series": series, "index": first + i, "value": tc.fmt(v, ".8g")}
                   for series, first, values in (("step_loss", 0, step_loss), ("test_loss", 1, test_loss),
                                                 ("test_acc", 1, test_acc))
                   for i, v in enumerate(values)]

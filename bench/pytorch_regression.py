@@ -122,7 +122,7 @@ def main():
 
     for mode in args.modes:
         mode_epochs = cpu_epochs if mode == "cpu" else epochs
-        tc.start_mode(mode)
+        tc.reset_compiler(mode)
         baseline = Regression(mode, spec, x, y, mode_epochs)
         timing = tc.measure(baseline, args.repeat)
         w, b = (float(v) for v in baseline.trained)
@@ -137,8 +137,7 @@ def main():
         points = [("train_loss", e, train_loss[k]) for e, k in baseline.slot.items()]
         points += [("test_loss", e, test_loss[k]) for e, k in baseline.slot.items()]
         points.append(("test_loss", mode_epochs, final_test))
-        curves = [{"stage": "pytorch", "trainer": "regression", "variant": mode, "hidden": "", "series": series,
-                   "index": index, "value": tc.fmt(value, ".8g")} for series, index, value in points]
+        curves = [{"series": series, "index": index, "value": tc.fmt(value, ".8g")} for series, index, value in points]
         tc.print_row(row)
         tc.write_rows(args, row, curves)
         del baseline

@@ -91,19 +91,15 @@ def ncu_value(cell):
     return float(cell) if NCU_NUMBER.fullmatch(cell) else None
 
 
-def strip_parameters(name):
-    """name without the "(...)" that ends it, matched from the right (parameter types hold parentheses)."""
-    depth = 0
+def short_name(name):
+    """No "void ", template arguments or parameter list (the "(...)" that ends it, matched from the right:
+    parameter types hold parentheses); cutlass::Kernel2<NAME> is NAME; one word."""
+    name, depth = name[5:] if name.startswith("void ") else name, 0
     for i in range(len(name) - 1, -1, -1) if name.endswith(")") else ():
         depth += {")": 1, "(": -1}.get(name[i], 0)
         if name[i] == "(" and depth == 0:
-            return name[:i]
-    return name
-
-
-def short_name(name):
-    """No "void ", template arguments or parameter list; cutlass::Kernel2<NAME> is NAME; one word."""
-    name = strip_parameters(name[5:] if name.startswith("void ") else name)
+            name = name[:i]
+            break
     one = re.search(r"<([A-Za-z_][A-Za-z0-9_]*)>\Z", name)
     if one and name.index("<") == one.start():
         return one.group(1)

@@ -263,20 +263,14 @@ def throughput(row):
 VARIANT_LIST = re.compile(r"const\s+char\s*\*\s*const\s+(REGRESSION|MNIST)_VARIANTS\s*\[\s*\]\s*=\s*\{\s*\"([^\"]+)\"")
 
 
-STAGE_DIR = re.compile(r"(\d\d)-[\w-]+")  # a stage folder: NN-name
+STAGE_DIR = re.compile(r"\d\d-[\w-]+")  # a stage folder: NN-name
 
 
 def stage_dirs(root):
     """{'01': '01-vector-add', '02': '02-llm-baseline', ...}: the stage folders (STAGE_DIR) of root, in
     order; {} when root is not a folder."""
-    found = {}
-    if not os.path.isdir(root):
-        return found
-    for name in sorted(os.listdir(root)):
-        match = STAGE_DIR.fullmatch(name)
-        if match and os.path.isdir(os.path.join(root, name)):
-            found[match.group(1)] = name
-    return found
+    names = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    return {name[:2]: name for name in names if STAGE_DIR.fullmatch(name) and os.path.isdir(os.path.join(root, name))}
 
 
 def source_default_variants(root):
@@ -301,18 +295,11 @@ def variant_defaults(rows, known=None):
     """{(stage, trainer): default variant} for the GPU stages in rows. known (source_default_variants)
     decides where its name has rows; otherwise the variant of the first row of that stage and trainer
     (make bench runs every stage's default before its other variants)."""
-    defaults = {}
-    seen = {}
+    known, seen = known or {}, {}
     for row in rows:
-        if row["stage"] in (PYTORCH, REFERENCE):
-            continue
-        key = (row["stage"], row["trainer"])
-        seen.setdefault(key, set()).add(row["variant"])
-        defaults.setdefault(key, row["variant"])
-    for key, name in (known or {}).items():
-        if name in seen.get(key, ()):
-            defaults[key] = name
-    return defaults
+        if row["stage"] not in (PYTORCH, REFERENCE):
+            seen.setdefault((row["stage"], row["trainer"]), []).append(row["variant"])
+    return {key: known[key] if known.get(key) in names else names[0] for key, names in seen.items()}
 
 
 def is_default_variant(row, defaults):
@@ -431,15 +418,6 @@ def row_label(row, stage_names=None):
     return text if precision == "fp32" else f"{text} · {precision}"
 
 
-def _identity(row):
-    """Rows with the same identity are repeats of one entry; the newest one is used."""
-    if row["stage"] == PYTORCH:
-        return (PYTORCH, row["variant"])
-    if row["stage"] == REFERENCE:
-        return (REFERENCE,)
-    return ("stage", row["stage"], row["precision"] or "fp32")
-
-
 def _order(entry):
     if entry.kind == "reference":
         return (0,)
@@ -455,9 +433,7 @@ def _newest(rows, config, key_of):
     over any that did not (e.g. a 1-epoch CPU reference, or a shorter sweep run of the same model)."""
     chosen = {}
     for row in rows:
-        if not config.matches(row):
-            continue
-        key = key_of(row)
+        key = key_of(row) if config.matches(row) else None
         if key is None:
             continue
         entry = Entry(row, config.epochs)
@@ -482,7 +458,9 @@ def select_entries(rows, config, defaults=None):
             return None
         if not compile_audit(row)[0]:
             return None  # a torch.compile row that is not clean is no result (compile_audit)
-        return _identity(row)
+        # rows of one identity are repeats of one entry: a PyTorch mode, the reference, a stage at a precision
+        return (row["stage"], row["variant"] if row["stage"] == PYTORCH else "",
+                "" if row["stage"] in (PYTORCH, REFERENCE) else row["precision"] or "fp32")
 
     return sorted(_newest(rows, config, key_of).values(), key=_order)
 
@@ -493,21 +471,12 @@ def variant_entries(rows, config, stage, defaults=None):
     row per (variant, precision), one of the configuration's epochs first."""
     if defaults is None:
         defaults = variant_defaults(rows)
-    first_seen = {}
-    for row in rows:
-        if row["stage"] == stage and config.matches(row):
-            first_seen.setdefault((row["variant"], row["precision"] or "fp32"), len(first_seen))
-
-    def key_of(row):
-        return (row["variant"], row["precision"] or "fp32") if row["stage"] == stage else None
-
-    chosen = _newest(rows, config, key_of)
+    chosen = _newest(rows, config, lambda row: (row["variant"], row["precision"] or "fp32")
+                     if row["stage"] == stage else None)
     default = defaults.get((stage, config.trainer))
-
-    def order(key):
-        return (key != (default, "fp32"), key[0] != default, first_seen[key])
-
-    return [chosen[k] for k in sorted(chosen, key=order)]
+    # a stable sort: _newest keeps its keys in the order their first rows were written
+    return sorted(chosen.values(), key=lambda e: ((e.row["variant"], e.precision) != (default, "fp32"),
+                                                  e.row["variant"] != default))
 
 
 def ratio(numerator, denominator):
@@ -557,10 +526,7 @@ def spread(row, column="e2e"):
     """(n, min, max) of a timed figure over the row's repeats ("e2e", "loop", "setup", "epoch"), or
     None when the row does not record them."""
     n = integer(row, "repeats")
-    low, high = number(row, f"{column}_min_ms"), number(row, f"{column}_max_ms")
-    if n is None or n < 1:
-        return None
-    return n, low, high
+    return None if n is None or n < 1 else (n, number(row, f"{column}_min_ms"), number(row, f"{column}_max_ms"))
 
 
 def is_compile_mode(row):
@@ -576,22 +542,9 @@ def compile_audit(row):
     breaks, recompiles = integer(row, "graph_breaks"), integer(row, "recompiles")
     if breaks is None or recompiles is None:
         return False, "not audited (no graph-break and recompile counts)"
-    problems = []
-    if breaks:
-        problems.append(f"{breaks} graph break{'s' if breaks != 1 else ''}")
-    if recompiles:
-        problems.append(f"{recompiles} recompile{'s' if recompiles != 1 else ''}")
+    problems = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((breaks, "graph break"), (recompiles, "recompile"))
+                if n]
     return not problems, ", ".join(problems)
-
-
-def unclean_compile_rows(rows, config):
-    """[(row, why)]: the newest torch.compile row of each mode of config that is not clean (the
-    tables name them below instead of showing their figures)."""
-    newest = {}
-    for row in rows:
-        if config.matches(row) and is_compile_mode(row):
-            newest[row["variant"]] = row
-    return [(row, compile_audit(row)[1]) for row in newest.values() if not compile_audit(row)[0]]
 
 
 def run_ids(rows):

@@ -2,26 +2,12 @@
 """bench/run_bench.py: every measurement of `make bench`, appended to the CSV files of one GPU.
 
 Run by bench/bench.mk after the build and `make data`; standard library only (the PyTorch scripts it
-starts need PyTorch). The phases, essential ones first, then the optional ones while the budget lasts:
-
-  vector add   stage 01's versions (build/01/vector_add --version all)
-  ladder       every built stage (02 on) on the canonical configs (regression 5M points / 200 epochs; MNIST
-               --hidden 0, 128, 1024,1024 / 10 epochs) in its DEFAULT variant, and --precision bf16
-               (at plan.bf16_hidden) where a stage offers it
-  variants     the attribution rows of the stage READMEs (VARIANT_RUNS): the other variants and
-               precisions of stages 04, 06, 07 and 08, same configs
-  reference    the CPU reference (common/reference.c): regression, MNIST at the epochs it can afford
-  pytorch      PyTorch eager, cuda-graph and cpu on the canonical configs; bf16-autocast and
-               bf16-cuda-graph (autocast inside the captured step) at plan.bf16_hidden
-  -- optional, skipped (saying why) once the budget is spent:
-  breakdown    each stage with --breakdown (per-phase times, parsed from its output)
-  persistent sweep
-               MNIST with one hidden layer of width W (0: none), stages 07 and 08 (plan.persistent_widths
-               at plan.persistent_epochs; the ladder's widths 0 and 128 are not run again)
-  compile      PyTorch compile-default and compile-max-autotune on regression and MNIST --hidden 128,
-               and bf16-compile-max-autotune (autocast, compiled) at plan.bf16_compile_configs
-  size sweep   regression at other sizes, each stage until a run would take too long, and PyTorch
-  width sweep  MNIST with two hidden layers of width W: the last stage against PyTorch
+starts need PyTorch). The phases (ESSENTIAL, then OPTIONAL while the budget lasts; what each runs: PLANS
+and the Bench method of its name): vector add (stage 01's versions); ladder (every built stage on the
+canonical configs in its default variant, and --precision bf16 where a stage offers it); variants (the
+stage READMEs' attribution rows, VARIANT_RUNS); reference (the CPU reference); pytorch (the baselines);
+then breakdown, persistent sweep (stages 07 and 08 at each one-layer width), compile (torch.compile modes),
+size sweep (regression at other sizes) and width sweep (MNIST at two hidden layers of width W).
 
 The budget (--budget-s, env BENCH_BUDGET_S; the plan's budget_s by default) bounds the wall time: an
 optional phase, or a run inside one, that would start past it (or whose estimate would take it past
@@ -346,12 +332,11 @@ class Bench:
         return os.path.join(directory, f"mnist-h{hidden.replace(',', '-')}.json")
 
     def canonical_export(self, config):
-        """The canonical export of "regression" or of an MNIST --hidden, made once."""
+        """The canonical export of "regression" (its points) or of an MNIST --hidden (and epochs), made once."""
         if config not in self.exports:
-            if config == "regression":
-                self.exports[config] = self.export("canonical", "regression", ["--points", str(rc.REGRESSION_POINTS)])
-            else:
-                self.exports[config] = self.export("canonical", "mnist", self.canonical_flags("mnist", config))
+            trainer = "regression" if config == "regression" else "mnist"
+            flags = self.canonical_flags(trainer, config)
+            self.exports[config] = self.export("canonical", trainer, flags[:2] if trainer == "regression" else flags)
         return self.exports[config]
 
     # ---- the essential phases
@@ -384,15 +369,10 @@ class Bench:
                 print(f"-- variants: stage {stage} is not built", flush=True)
                 continue
             offered = self.offered(stage, trainer, flag)
-            if wanted is None:
-                if offered is None:
-                    continue
-                names = offered[1:]  # the first is the default: the ladder's rows
-            else:
-                names = [n for n in wanted if offered is None or n in offered]
-                for name in wanted:
-                    if offered is not None and name not in offered:
-                        print(f"-- variants: stage {stage} {trainer} does not offer --{flag} {name}", flush=True)
+            # wanted None: every name offered but the first, the default (the ladder's rows)
+            names = (offered or [])[1:] if wanted is None else [n for n in wanted if offered is None or n in offered]
+            for name in [n for n in wanted or () if n not in names]:
+                print(f"-- variants: stage {stage} {trainer} does not offer --{flag} {name}", flush=True)
             for hidden in hiddens:
                 if trainer == "mnist" and hidden not in plan.mnist_hidden:
                     continue

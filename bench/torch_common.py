@@ -1,8 +1,5 @@
-"""bench/torch_common.py: what the two PyTorch baselines share.
-
-The modes, the command line, the device description, the clocks (CUDA events on the GPU, the host
-clock on the CPU), warm-up and repeats, the parameter update, and the rows they append: result rows
-in the schema of common/report.h and loss curves in long format (bench/results_csv.py).
+"""bench/torch_common.py: what the two PyTorch baselines share: modes, command line, clock, warm-up and
+repeats, the parameter update, and the rows they append (result rows and loss curves, bench/results_csv.py).
 
 Timing follows docs/DESIGN.md, "Timing": e2e runs from the training data in host memory (plain
 CPU tensors, as the C drivers use plain malloc memory) to the trained parameters back in host memory;
@@ -14,11 +11,8 @@ compilation (compile modes: the warm-up's training time less its epochs at the t
 Eager modes and cpu prepare nothing: setup 0 (their first-use costs, like the C drivers', are left
 in the untimed warm-up).
 
-Every row carries its provenance (bench/provenance.py: commit, dirty, run id, UTC time), the torch
-version, the thread count of --mode cpu, the repeats (n, and min / max of e2e, loop and the runs'
-median epochs) and, for compile modes, the torch._dynamo audit: graph_breaks and recompiles (a
-compilation during the timed runs counts as a recompile). A compile row whose audit is not 0 and 0,
-or missing, is not shown as a result (bench/results_csv.py compile_audit).
+Every row carries its provenance (bench/provenance.py), the torch version, the thread count of --mode
+cpu, the repeats (n, min / max) and, for compile modes, the torch._dynamo audit (print_compile_counts).
 """
 
 import argparse
@@ -63,16 +57,10 @@ def parse_args(trainer, modes):
                         help="--mode cpu only: train N epochs (default: as the other modes); the CPU mode is "
                              "timed once, whatever --repeat says")
     args = parser.parse_args()
-    if args.mode == "all":
-        args.modes = list(modes)
-    else:
-        args.modes = [m.strip() for m in args.mode.split(",") if m.strip()]
-        unknown = [m for m in args.modes if m not in modes]
-        if unknown or not args.modes:
-            parser.error(f"--mode {args.mode}: valid modes are {', '.join(modes)}, a comma-separated list, or all")
-    if args.repeat < 1:
-        parser.error(f"--repeat {args.repeat}: must be at least 1")
-    for flag, value in (("--epochs", args.epochs), ("--cpu-epochs", args.cpu_epochs)):
+    args.modes = list(modes) if args.mode == "all" else [m.strip() for m in args.mode.split(",") if m.strip()]
+    if not args.modes or not set(args.modes) <= set(modes):
+        parser.error(f"--mode {args.mode}: valid modes are {', '.join(modes)}, a comma-separated list, or all")
+    for flag, value in (("--repeat", args.repeat), ("--epochs", args.epochs), ("--cpu-epochs", args.cpu_epochs)):
         if value is not None and value < 1:
             parser.error(f"{flag} {value}: must be at least 1")
     if any(m != "cpu" for m in args.modes) and not torch.cuda.is_available():
@@ -108,21 +96,15 @@ def read_array(spec, key, dtype, count):
 # ----------------------------------------------------------------------------
 # devices and rows
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "CPU"
-
-
 def describe_device(mode):
     """device, cc, cuda, driver columns: the GPU's, or the CPU's name for --mode cpu."""
     if mode == "cpu":
-        return {"device": cpu_name(), "cc": "", "cuda": "", "driver": ""}
+        try:
+            with open("/proc/cpuinfo") as f:
+                names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        except OSError:
+            names = []
+        return {"device": names[0] if names else "CPU", "cc": "", "cuda": "", "driver": ""}
     major, minor = torch.cuda.get_device_capability()
     # The driver's CUDA version ("13.0"), as cudaDriverGetVersion gives it to the C drivers.
     get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
@@ -140,9 +122,9 @@ def write_rows(args, row, curves):
     if args.csv:
         results_csv.append_csv(args.csv, results_csv.RESULT_COLUMNS, [row])
     if args.curve and curves:
-        for point in curves:  # each point names the device, commit and run of its row
-            for key in ("device", "commit", "run_id"):
-                point.setdefault(key, row[key])
+        for point in curves:  # each point names the trainer, mode, device, commit and run of its row
+            for key in ("stage", "trainer", "variant", "hidden", "device", "commit", "run_id"):
+                point.setdefault(key, row.get(key))
         results_csv.append_csv(args.curve, results_csv.CURVE_COLUMNS, curves)
 
 
@@ -156,9 +138,7 @@ def compiled(mode, fn):
     it tensors allocated once, and keep per-step Python ints out of it."""
     if not compiling(mode):
         return fn
-    if max_autotune(mode):
-        return torch.compile(fn, mode="max-autotune", dynamic=False)
-    return torch.compile(fn, dynamic=False)
+    return torch.compile(fn, mode="max-autotune" if max_autotune(mode) else None, dynamic=False)
 
 
 compiling = results_csv.mode_compiles  # compile-default, compile-max-autotune, bf16-compile-max-autotune
@@ -229,17 +209,12 @@ def mark_step(mode):
         torch.compiler.cudagraph_mark_step_begin()
 
 
-def start_mode(mode):
-    """Before a mode: no compiled code and no compile counters left from another mode."""
+def reset_compiler(mode):
+    """Before and after a compile mode: drop compiled code and compile counters, so that no mode reuses
+    or counts another's compilation."""
     if compiling(mode):
         torch._dynamo.reset()
         _dynamo_counters().clear()
-
-
-def reset_compiler(mode):
-    """Drop compiled code between modes, so that no mode reuses another's compilation."""
-    if compiling(mode):
-        torch._dynamo.reset()
 
 
 def _dynamo_counters():
@@ -286,56 +261,42 @@ def print_compile_counts(mode, after_warmup):
 # ----------------------------------------------------------------------------
 # clocks
 
-class CudaClock:
-    """CUDA events on the current stream: e2e start, loop start, the end of each epoch, e2e stop."""
+class Clock:
+    """The marks of one timed run: e2e start, loop start, the end of each epoch, e2e stop. CUDA events on
+    the current stream; for --mode cpu the host clock (nothing is uploaded, so e2e is the loop, h2d empty)."""
 
-    def __init__(self, epochs):
-        self.start_event, self.loop_event, self.stop_event = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        self.epoch_events = [torch.cuda.Event(enable_timing=True) for _ in range(epochs)]
+    def __init__(self, epochs, cuda):
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(epochs + 3)] if cuda else None
+        self.marks = [None] * (epochs + 3)
+
+    def mark(self, index):
+        if self.events:
+            self.events[index].record()
+        else:
+            self.marks[index] = time.perf_counter()
 
     def start(self):
-        self.start_event.record()
+        self.mark(0)
 
     def loop_start(self):
-        self.loop_event.record()
+        self.mark(1)
 
     def epoch_end(self, epoch):
-        self.epoch_events[epoch].record()
+        self.mark(2 + epoch)
 
     def stop(self):
-        self.stop_event.record()
+        self.mark(-1)
 
     def result(self):
         """(e2e, loop, h2d, [per-epoch]) in ms, as common/timing.c computes them."""
-        self.stop_event.synchronize()
-        marks = [self.loop_event] + self.epoch_events
-        epochs = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
-        return (self.start_event.elapsed_time(self.stop_event), self.loop_event.elapsed_time(self.epoch_events[-1]),
-                self.start_event.elapsed_time(self.loop_event), epochs)
-
-
-class HostClock:
-    """The host clock, for --mode cpu: nothing is uploaded, so e2e is the loop (h2d empty)."""
-
-    def __init__(self, epochs):
-        self.marks = [None] * (epochs + 3)
-
-    def start(self):
-        self.marks[0] = time.perf_counter()
-
-    def loop_start(self):
-        self.marks[1] = time.perf_counter()
-
-    def epoch_end(self, epoch):
-        self.marks[2 + epoch] = time.perf_counter()
-
-    def stop(self):
-        self.marks[-1] = time.perf_counter()
-
-    def result(self):
-        ms = [1e3 * t for t in self.marks]
-        epochs = [b - a for a, b in zip(ms[1:-1], ms[2:-1])]
-        return ms[-1] - ms[0], ms[-2] - ms[1], None, epochs
+        if self.events:
+            self.events[-1].synchronize()
+            ms = lambda a, b: self.events[a].elapsed_time(self.events[b])  # noqa: E731
+        else:
+            ms = lambda a, b: 1e3 * self.marks[b] - 1e3 * self.marks[a]  # noqa: E731
+        last = len(self.marks) - 1
+        epochs = [ms(i, i + 1) for i in range(1, last - 1)]
+        return ms(0, last), ms(1, last - 1), ms(0, 1) if self.events else None, epochs
 
 
 # ----------------------------------------------------------------------------
@@ -387,7 +348,7 @@ class Baseline:
         return capture_ms, train_ms, epochs
 
     def timed_run(self):
-        clock = HostClock(self.epochs) if self.mode == "cpu" else CudaClock(self.epochs)
+        clock = Clock(self.epochs, cuda=self.mode != "cpu")
         clock.start()
         self.upload()
         clock.loop_start()
@@ -441,11 +402,8 @@ def result_row(trainer, mode, timing, **columns):
     row = {"stage": results_csv.PYTORCH, "trainer": trainer, "variant": mode, "precision": precision_of(mode),
            "torch": torch.__version__, "threads": str(torch.get_num_threads()) if mode == "cpu" else "",
            **describe_device(mode), **provenance.columns()}
-    for key in TIMED_COLUMNS:
-        row[key] = fmt(timing.get(key), ".4f")
-    row["repeats"] = str(timing["repeats"])
-    for key in ("graph_breaks", "recompiles"):
-        row[key] = timing.get(key, "")
+    row.update({key: fmt(timing.get(key), ".4f") for key in TIMED_COLUMNS}, repeats=str(timing["repeats"]),
+               graph_breaks=timing.get("graph_breaks", ""), recompiles=timing.get("recompiles", ""))
     row.update(columns)
     return row
 
