@@ -27,4 +27,11 @@ static inline const char *loss_divergence_text(double loss, double first, char *
     return out;
 }
 
+// loss_diverged, with *what set to loss_divergence_text's words when it has.
+static inline int loss_diverged_as(double loss, double first, const char **what, char *text, size_t len) {
+    if (!loss_diverged(loss, first)) return 0;
+    *what = loss_divergence_text(loss, first, text, len);
+    return 1;
+}
+
 #endif

@@ -3,38 +3,25 @@
 // An IDX file is a big-endian header followed by raw uint8 items:
 //     images: 0x00000803, count, rows, cols, then count * rows * cols pixels
 //     labels: 0x00000801, count, then count labels
-// A file that starts with the gzip magic (1f 8b) is decompressed with zlib's inflate, so "path" and
-// "path.gz" go through one code path.
+// A file that starts with the gzip magic (1f 8b) goes through zlib's inflate, so "path" and "path.gz"
+// share one code path. zlib's gzread is not used: it reports a missing trailer only through gzerror and
+// skips whatever follows a gzip stream without a word, and no zlib call tells where the stream ended;
+// trailing bytes mean the header does not describe the file, which is corruption, not padding.
 //
-// Opening: a file is opened without blocking (O_NONBLOCK) and must be a regular file, so a FIFO, a
-// device or a directory under an IDX name is refused at once instead of hanging the program.
-//
-// Validation, in this order, so that nothing is allocated for a file that cannot be right:
-//   1. the header: magic, count (1 .. 10,000,000), rows and cols (1 .. 4096);
-//   2. the header against the file: a plain file must be exactly as long as its header says; a gzip
-//      file must be able to hold that much (deflate expands at most 1032:1) and its trailer's length
-//      field (ISIZE, the uncompressed size mod 2^32) must agree with the header;
-//   3. (mnist_load) all four headers of a set: 28x28 images, as many labels as images in each split,
-//      no gzip file that would expand past 64 MiB at more than 100:1 (a decompression bomb: blank
-//      images compress about 1000:1, image data a few times), and a set that fits in the machine's
-//      physical memory once loaded (pixels and their floats);
-//   4. the body, read into a buffer that starts at 1 MiB and grows only while bytes keep arriving, so
-//      memory follows the data actually present, never a header's promise;
-//   5. the end: a gzip stream must reach its end with a correct CRC-32 and length (zlib checks the
-//      8-byte trailer), and nothing may follow it (a second gzip member counts as trailing data);
-//      a plain file must end right after its body. Trailing bytes are rejected, not ignored: they
-//      mean the header does not describe the file, which is corruption, not padding.
+// Nothing is allocated for a file that cannot be right. A file is opened without blocking and must be a
+// regular file (a FIFO or a device under an IDX name would hang the program); then, in this order:
+//   1. the header (idx_read_fields, idx_check_dims);
+//   2. the header against the file's size (idx_check_plain_size, idx_check_gzip_size);
+//   3. (mnist_load) all four headers of a set against the MNIST shape, each other, decompression bombs
+//      and the machine's memory (mnist_open_all);
+//   4. the body, into a buffer that grows only while bytes keep arriving (idx_read_body), so memory
+//      follows the data actually present, never a header's promise;
+//   5. the end: a gzip stream's CRC-32 and length, and nothing after the body or the stream (idx_check_end).
 // mnist_load adds the last MNIST check, labels 0..9.
 //
-// zlib's gzread is not used: it reports a missing trailer only through gzerror/gzclose and skips
-// whatever follows a gzip stream without a word, both of which step 5 must see.
-//
-// Pixels become floats as (float)p / 255.0f (mnist_pixel_value, common/trainer.h), exactly what PyTorch's
-// x.float() / 255 computes, so the C trainers and the Python baselines see identical inputs; the bytes
-// are kept too, for the trainers that upload them and scale on the GPU.
-//
-// Built into build/common/libcommon.a by the top Makefile (link with -lz); tested by tests/test_idx.c
-// and fuzzed by tests/fuzz/fuzz_idx.c.
+// Pixels become floats as mnist_pixel_value (common/trainer.h), exactly PyTorch's x.float() / 255, so
+// the C trainers and the Python baselines see identical inputs; the bytes are kept too, for the trainers
+// that upload them and scale on the GPU. Tested by tests/test_idx.c, fuzzed by tests/fuzz/fuzz_idx.c.
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -65,6 +52,7 @@
 
 typedef struct {
     FILE *file;
+    int images;          // 1: an images file, 0: a labels file
     int gz;              // 1: a gzip stream, inflated through z
     int z_ready;         // inflateInit2 succeeded (inflateEnd needed)
     int stream_end;      // gz: inflate reached the end of the stream (CRC-32 and length verified)
@@ -87,10 +75,6 @@ static void idx_close(IdxFile *f) {
     f->input = NULL;
 }
 
-static int idx_is_images(const IdxFile *f) {
-    return strcmp(f->what, "images") == 0;
-}
-
 // "cannot read PATH: REASON" from errno; returns -1.
 static int idx_read_error(const IdxFile *f, char *err, size_t err_len) {
     error_message(err, err_len, "cannot read %s: %s", f->path, strerror(errno));
@@ -99,7 +83,8 @@ static int idx_read_error(const IdxFile *f, char *err, size_t err_len) {
 
 // Opens path (or path.gz when path does not exist) without blocking; it must be a regular file.
 static int idx_open(const char *path, const char *what, IdxFile *f, char *err, size_t err_len) {
-    *f = (IdxFile){.what = what, .body = strcmp(what, "images") == 0 ? "pixels" : "labels"};
+    int images = strcmp(what, "images") == 0;
+    *f = (IdxFile){.images = images, .what = what, .body = images ? "pixels" : "labels"};
     int fd = -1;
     for (int gz = 0; gz <= 1 && fd < 0; gz++) {  // path, then path.gz when path does not exist
         if (snprintf(f->path, sizeof(f->path), "%s%s", path, gz ? ".gz" : "") >= (int)sizeof(f->path)) {
@@ -174,27 +159,22 @@ static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, s
     }
     size_t done = 0;
     while (done < len && !f->stream_end) {
-        size_t chunk = len - done;
-        if (chunk > (1u << 30)) chunk = 1u << 30;
-        f->z.next_out = dst + done;
-        f->z.avail_out = (uInt)chunk;
-        while (f->z.avail_out > 0 && !f->stream_end) {
-            if (f->z.avail_in == 0 && !feof(f->file)) {
-                f->z.avail_in = (uInt)fread(f->input, 1, IDX_INPUT_BYTES, f->file);
-                f->z.next_in = f->input;
-                if (ferror(f->file)) return idx_read_error(f, err, err_len);
-            }
+        if (f->z.avail_in == 0) {
+            f->z.avail_in = (uInt)fread(f->input, 1, IDX_INPUT_BYTES, f->file);
+            f->z.next_in = f->input;
+            if (ferror(f->file)) return idx_read_error(f, err, err_len);
             if (f->z.avail_in == 0) break;  // the file ended inside the stream
-            int status = inflate(&f->z, Z_NO_FLUSH);
-            if (status == Z_STREAM_END) {
-                f->stream_end = 1;
-            } else if (status != Z_OK && status != Z_BUF_ERROR) {
-                idx_corrupt_gzip(f, err, err_len);
-                return -1;
-            }
         }
+        f->z.next_out = dst + done;
+        f->z.avail_out = (uInt)(len - done < (1u << 30) ? len - done : 1u << 30);
+        int status = inflate(&f->z, Z_NO_FLUSH);
         done = (size_t)(f->z.next_out - dst);
-        if (f->z.avail_out > 0) break;  // the stream or the file ended
+        if (status == Z_STREAM_END) {
+            f->stream_end = 1;
+        } else if (status != Z_OK && status != Z_BUF_ERROR) {
+            idx_corrupt_gzip(f, err, err_len);
+            return -1;
+        }
     }
     return (int64_t)done;
 }
@@ -205,8 +185,8 @@ static uint32_t be32(const uint8_t *p) {
 
 // Step 1, the fields: the magic, then the count (and rows and cols for images) into f->dims.
 static int idx_read_fields(IdxFile *f, char *err, size_t err_len) {
-    uint32_t magic = idx_is_images(f) ? IDX_MAGIC_IMAGES : IDX_MAGIC_LABELS;
-    int n_fields = idx_is_images(f) ? 4 : 2;
+    uint32_t magic = f->images ? IDX_MAGIC_IMAGES : IDX_MAGIC_LABELS;
+    int n_fields = f->images ? 4 : 2;
     uint8_t header[16];  // (n_fields * 4,) big-endian
     f->header_len = (size_t)n_fields * 4;
     int64_t got = idx_read_bytes(f, header, 4, err, err_len);
@@ -233,7 +213,7 @@ static int idx_read_fields(IdxFile *f, char *err, size_t err_len) {
 // Step 1, the values: a count of 1 .. IDX_MAX_COUNT, images of 1 .. IDX_MAX_DIM a side; sets body_len.
 static int idx_check_dims(IdxFile *f, char *err, size_t err_len) {
     uint32_t count = f->dims[0];
-    int images = idx_is_images(f);
+    int images = f->images;
     if (count == 0) {
         error_message(err, err_len, "%s holds zero %s", f->path, f->what);
         return -1;

@@ -134,29 +134,16 @@ static int first_bad_epoch(const MnistConfig *cfg, int steps, const MnistResult 
                            size_t len) {
     double first_step = out->step_loss[0], first_test = out->test_loss[0];
     for (int e = 0; e < cfg->epochs; e++) {
-        for (int s = 0; s < steps; s++) {
-            float loss = out->step_loss[(int64_t)e * steps + s];
-            if (loss_diverged(loss, first_step)) {
-                *what = loss_divergence_text(loss, first_step, text, len);
-                return e + 1;
-            }
-        }
-        if (loss_diverged(out->test_loss[e], first_test)) {
-            *what = loss_divergence_text(out->test_loss[e], first_test, text, len);
+        for (int s = 0; s < steps; s++)
+            if (loss_diverged_as(out->step_loss[(int64_t)e * steps + s], first_step, what, text, len)) return e + 1;
+        // an accuracy is checked for NaN and Inf only (words as for a loss)
+        if (loss_diverged_as(out->test_loss[e], first_test, what, text, len) ||
+            (!isfinite(out->test_acc[e]) && loss_diverged_as(out->test_acc[e], 0.0, what, text, len)))
             return e + 1;
-        }
-        if (!isfinite(out->test_acc[e])) {
-            *what = isnan(out->test_acc[e]) ? "NaN" : "Inf";
-            return e + 1;
-        }
     }
     int64_t n_params = mnist_param_count(cfg);
-    for (int64_t i = 0; i < n_params; i++) {
-        if (!isfinite(out->params[i])) {
-            *what = isnan(out->params[i]) ? "NaN" : "Inf";
-            return cfg->epochs;
-        }
-    }
+    for (int64_t i = 0; i < n_params; i++)
+        if (!isfinite(out->params[i]) && loss_diverged_as(out->params[i], 0.0, what, text, len)) return cfg->epochs;
     return -1;
 }
 
@@ -187,23 +174,18 @@ static int load_data(const Options *opt, MnistSet *set) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_DATA;
     }
-    if (opt->batch > set->n_train) {
-        // the directory is quoted through error_message: a newline in its name stays one line
+    // the directory is quoted through error_message: a newline in its name stays one line
+    if (opt->batch > set->n_train)
         error_message(err, sizeof(err), "--batch %d is larger than the %d training images in %s (valid: 1 .. %d)",
                       opt->batch, set->n_train, opt->data_dir, set->n_train);
-        fprintf(stderr, "error: %s\n", err);
-        mnist_free(set);
-        return EXIT_USAGE;
-    }
-
-    // the batch order holds epochs x n_train indices; int32 step and row counts must not overflow
-    if ((int64_t)opt->epochs * set->n_train > INT32_MAX) {
-        fprintf(stderr, "error: --epochs %d is too many for %d training images (valid: 1 .. %d)\n", opt->epochs,
-                set->n_train, (int)(INT32_MAX / set->n_train));
-        mnist_free(set);
-        return EXIT_USAGE;
-    }
-    return EXIT_OK;
+    else if ((int64_t)opt->epochs * set->n_train > INT32_MAX)  // the batch order's int32 step and row counts
+        error_message(err, sizeof(err), "--epochs %d is too many for %d training images (valid: 1 .. %d)", opt->epochs,
+                      set->n_train, (int)(INT32_MAX / set->n_train));
+    else
+        return EXIT_OK;
+    fprintf(stderr, "error: %s\n", err);
+    mnist_free(set);
+    return EXIT_USAGE;
 }
 
 // The trainer's settings from the flags: layer sizes 784, --hidden..., 10, and --hidden as text.

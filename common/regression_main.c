@@ -92,20 +92,12 @@ static int first_bad_epoch(const RegressionConfig *cfg, const RegressionResult *
     double first_train = out->train_loss[0], first_test = out->test_loss[0];
     for (int e = 0, i = 0; e < cfg->epochs; e++) {
         if (!regression_epoch_logged(e, cfg->epochs, cfg->log_every)) continue;
-        if (loss_diverged(out->train_loss[i], first_train)) {
-            *what = loss_divergence_text(out->train_loss[i], first_train, text, len);
+        if (loss_diverged_as(out->train_loss[i], first_train, what, text, len) ||
+            loss_diverged_as(out->test_loss[i], first_test, what, text, len))
             return e;
-        }
-        if (loss_diverged(out->test_loss[i], first_test)) {
-            *what = loss_divergence_text(out->test_loss[i], first_test, text, len);
-            return e;
-        }
         i++;
     }
-    if (loss_diverged(out->final_test_loss, first_test)) {
-        *what = loss_divergence_text(out->final_test_loss, first_test, text, len);
-        return cfg->epochs;
-    }
+    if (loss_diverged_as(out->final_test_loss, first_test, what, text, len)) return cfg->epochs;
     if (!isfinite(out->w) || !isfinite(out->b)) {
         *what = isnan(out->w) || isnan(out->b) ? "NaN" : "Inf";
         return cfg->epochs;

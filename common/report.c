@@ -1,17 +1,15 @@
 // common/report.c: result rows for humans (stdout) and for tools (CSV), plus the drivers' other
 // outputs: --curve rows, the --breakdown table and the --export files, and the figures of their timed
-// runs (see report.h).
+// runs (see report.h). Tested by tests/test_report.c.
 //
 // The CSV is the only source of every table and plot in this repository, so it is written with
 // enough digits to be re-read exactly and quoted wherever a field holds a comma ("1024,1024").
 //
-// Every file written here is written whole or not at all: the new content goes to a temporary file
-// beside the target (".NAME.tmp-XXXXXX"), every write, the fsync and the close are checked, and only
-// then is it renamed over the target. An append copies the old rows into the temporary file first,
-// and only onto a file whose first line is the expected header (a CSV of another schema, or a --curve
-// file given as --csv, is refused, never mixed). A full disk or an unwritable directory leaves the old
-// file as it was and gives one line. report_check_outputs runs the same checks before any training.
-// Built into build/common/libcommon.a; tested by tests/test_report.c.
+// Every file is written whole or not at all: the new content (after the old rows, for an append) goes
+// to a temporary file beside the target (".NAME.tmp-XXXXXX"), and only once every write, the fsync and
+// the close succeeded is it renamed over the target, so a full disk leaves the old file as it was. An
+// append goes only onto a file whose first line is the expected header (a CSV of another schema, or a
+// --curve file given as --csv, is refused, never mixed); report_check_outputs checks that before training.
 #define _XOPEN_SOURCE 700  // realpath
 #include <errno.h>
 #include <fcntl.h>
@@ -116,18 +114,6 @@ static int create_temp(const char *target, char *temp, size_t temp_len, char *er
     return fd;
 }
 
-static int write_all(int fd, const void *data, size_t len) {
-    const char *p = data;
-    while (len > 0) {
-        ssize_t done = write(fd, p, len);
-        if (done < 0 && errno == EINTR) continue;
-        if (done < 0) return -1;
-        p += done;
-        len -= (size_t)done;
-    }
-    return 0;
-}
-
 // The mode a new file gets from fopen: 0666 less the umask.
 static mode_t new_file_mode(void) {
     mode_t mask = umask(0);
@@ -143,12 +129,13 @@ static int replace_file(const char *target, int old_fd, const char *head, const 
     char temp[PATH_MAX + 32], buf[1 << 16];
     int fd = create_temp(target, temp, sizeof(temp), err, err_len);
     if (fd < 0) return -1;
-    int failed = 0;
+    FILE *out = fdopen(fd, "w");
+    int failed = !out;
     for (ssize_t got; old_fd >= 0 && !failed && (got = read(old_fd, buf, sizeof(buf))) != 0;)
-        failed = got < 0 ? errno != EINTR : write_all(fd, buf, (size_t)got) != 0;
-    if (!failed && head) failed = write_all(fd, head, strlen(head)) != 0 || write_all(fd, "\n", 1) != 0;
-    if (!failed) failed = write_all(fd, data, len) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0;
-    int saved = errno, closed = close(fd);
+        failed = got < 0 ? errno != EINTR : fwrite(buf, 1, (size_t)got, out) != (size_t)got;
+    if (!failed && head) failed = fprintf(out, "%s\n", head) < 0;
+    if (!failed) failed = fwrite(data, 1, len, out) != len || fflush(out) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0;
+    int saved = errno, closed = out ? fclose(out) : close(fd);
     if (!failed && (closed != 0 || rename(temp, target) != 0)) {
         failed = 1;
         saved = errno;
@@ -220,6 +207,19 @@ static int check_header(int fd, const struct stat *info, const char *path, const
     return 0;
 }
 
+// Where rows for path go (resolve_target), opened when that file exists (else *fd = -1) and checked to start
+// with header: 0, or -1 with a message.
+static int open_rows(const char *path, const char *header, char target[PATH_MAX], int *fd, struct stat *info,
+                     char *err, size_t err_len) {
+    if (resolve_target(path, target, PATH_MAX, err, err_len) != 0 || open_existing(target, fd, info, err, err_len) != 0)
+        return -1;
+    if (*fd >= 0 && check_header(*fd, info, target, header, err, err_len) != 0) {
+        close(*fd);
+        return -1;
+    }
+    return 0;
+}
+
 // Appends rows (complete lines) to path: header first when the file is new or empty. The old rows and the
 // new ones go to a temporary file that replaces path only when all of it is written.
 static int append_text(const char *path, const char *header, const char *rows, size_t rows_len, char *err,
@@ -227,13 +227,9 @@ static int append_text(const char *path, const char *header, const char *rows, s
     char target[PATH_MAX];
     int old_fd;
     struct stat info;
-    if (resolve_target(path, target, sizeof(target), err, err_len) != 0 ||
-        open_existing(target, &old_fd, &info, err, err_len) != 0)
-        return -1;
+    if (open_rows(path, header, target, &old_fd, &info, err, err_len) != 0) return -1;
     if (old_fd < 0) return replace_file(target, -1, header, rows, rows_len, new_file_mode(), err, err_len);
-    int status = check_header(old_fd, &info, target, header, err, err_len);
-    if (status == 0)
-        status = replace_file(target, old_fd, info.st_size > 0 ? NULL : header, rows, rows_len, info.st_mode & 07777,
+    int status = replace_file(target, old_fd, info.st_size > 0 ? NULL : header, rows, rows_len, info.st_mode & 07777,
                               err, err_len);
     close(old_fd);
     return status;
@@ -241,15 +237,10 @@ static int append_text(const char *path, const char *header, const char *rows, s
 
 int report_check_rows(const char *path, const char *header, char *err, size_t err_len) {
     char target[PATH_MAX], temp[PATH_MAX + 32];
-    if (resolve_target(path, target, sizeof(target), err, err_len) != 0) return -1;
     int fd;
     struct stat info;
-    if (open_existing(target, &fd, &info, err, err_len) != 0) return -1;
-    if (fd >= 0) {
-        int status = check_header(fd, &info, target, header, err, err_len);
-        close(fd);
-        if (status != 0) return -1;
-    }
+    if (open_rows(path, header, target, &fd, &info, err, err_len) != 0) return -1;
+    if (fd >= 0) close(fd);
     int probe = create_temp(target, temp, sizeof(temp), err, err_len);
     if (probe < 0) return -1;
     close(probe);
