@@ -246,8 +246,7 @@ def main():
                   for series, first, values in (("step_loss", 0, step_loss), ("test_loss", 1, test_loss),
                                                 ("test_acc", 1, test_acc))
                   for i, v in enumerate(values)]
-        tc.print_row(row)
-        tc.write_rows(args, row, curves)
+        tc.report_row(args, row, curves)
         del baseline
         tc.reset_compiler(mode)
 

@@ -138,8 +138,7 @@ def main():
         points += [("test_loss", e, test_loss[k]) for e, k in baseline.slot.items()]
         points.append(("test_loss", mode_epochs, final_test))
         curves = [{"series": series, "index": index, "value": tc.fmt(value, ".8g")} for series, index, value in points]
-        tc.print_row(row)
-        tc.write_rows(args, row, curves)
+        tc.report_row(args, row, curves)
         del baseline
         tc.reset_compiler(mode)
 

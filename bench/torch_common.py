@@ -117,8 +117,11 @@ def fmt(value, spec):
     return "" if value is None else format(value, spec)
 
 
-def write_rows(args, row, curves):
-    """Appends the result row (a dict of RESULT_COLUMNS) and the curve rows, where asked for."""
+def report_row(args, row, curves):
+    """Prints the result row (a dict of RESULT_COLUMNS), then appends it and the curve rows where asked for."""
+    fields = ("variant", "points", "hidden", "epochs", "setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
+              "train_loss", "test_loss", "test_acc", "w", "b", "graph_breaks", "recompiles")
+    print("pytorch " + row["trainer"] + "  " + "  ".join(f"{k} {row[k]}" for k in fields if row.get(k)), flush=True)
     if args.csv:
         results_csv.append_csv(args.csv, results_csv.RESULT_COLUMNS, [row])
     if args.curve and curves:
@@ -406,9 +409,3 @@ def result_row(trainer, mode, timing, **columns):
                graph_breaks=timing.get("graph_breaks", ""), recompiles=timing.get("recompiles", ""))
     row.update(columns)
     return row
-
-
-def print_row(row):
-    fields = ("variant", "points", "hidden", "epochs", "setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
-              "train_loss", "test_loss", "test_acc", "w", "b", "graph_breaks", "recompiles")
-    print("pytorch " + row["trainer"] + "  " + "  ".join(f"{k} {row[k]}" for k in fields if row.get(k)), flush=True)

@@ -76,7 +76,7 @@ static void json_string(const char *text, char *out, size_t len) {
 
 static int export_mnist(const char *dir, const MnistConfig *cfg, const MnistData *data, const char *hidden,
                         uint64_t seed, const char *data_dir, int quiet) {
-    char err[512], tag[64], init_name[128], order_name[128], json_name[128], sizes[128], data_dir_json[2048];
+    char tag[64], init_name[128], order_name[128], json_name[128], sizes[128], data_dir_json[2048];
     char json[4096];
     snprintf(tag, sizeof(tag), "%s", hidden);
     for (char *c = tag; *c; c++)
@@ -99,14 +99,9 @@ static int export_mnist(const char *dir, const MnistConfig *cfg, const MnistData
     // raw float32 / int32 in host byte order: little-endian on every machine CUDA runs on
     size_t init_bytes = sizeof(float) * (size_t)mnist_param_count(cfg);
     size_t order_bytes = sizeof(int32_t) * (size_t)cfg->epochs * (size_t)data->n_train;
-    if (report_write_file(dir, init_name, data->init_params, init_bytes, err, sizeof(err)) != 0 ||
-        report_write_file(dir, order_name, data->batch_order, order_bytes, err, sizeof(err)) != 0 ||
-        report_write_file(dir, json_name, json, (size_t)len, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: --export: %s\n", err);
-        return EXIT_USAGE;
-    }
-    if (!quiet) printf("exported %s/%s (with %s, %s)\n", dir, json_name, init_name, order_name);
-    return EXIT_OK;
+    ExportFile files[3] = {{init_name, data->init_params, init_bytes}, {order_name, data->batch_order, order_bytes},
+                           {json_name, json, (size_t)len}};
+    return report_export(dir, files, quiet);
 }
 
 // ----------------------------------------------------------------------------

@@ -45,7 +45,7 @@
 
 static int export_regression(const char *dir, const RegressionConfig *cfg, const RegressionSet *set,
                              const RegressionData *data, uint64_t seed, int quiet) {
-    char err[512], x_name[64], y_name[64], json_name[64], json[1024];
+    char x_name[64], y_name[64], json_name[64], json[1024];
     long long points = (long long)set->n;
     snprintf(x_name, sizeof(x_name), "regression-%lld.x.f32", points);
     snprintf(y_name, sizeof(y_name), "regression-%lld.y.f32", points);
@@ -57,14 +57,8 @@ static int export_regression(const char *dir, const RegressionConfig *cfg, const
                        data->b_init, (unsigned long long)seed, x_name, y_name);
     // raw float32 in host byte order: little-endian on every machine CUDA runs on
     size_t bytes = sizeof(float) * (size_t)set->n;
-    if (report_write_file(dir, x_name, set->x, bytes, err, sizeof(err)) != 0 ||
-        report_write_file(dir, y_name, set->y, bytes, err, sizeof(err)) != 0 ||
-        report_write_file(dir, json_name, json, (size_t)len, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: --export: %s\n", err);
-        return EXIT_USAGE;
-    }
-    if (!quiet) printf("exported %s/%s (with %s, %s)\n", dir, json_name, x_name, y_name);
-    return EXIT_OK;
+    ExportFile files[3] = {{x_name, set->x, bytes}, {y_name, set->y, bytes}, {json_name, json, (size_t)len}};
+    return report_export(dir, files, quiet);
 }
 
 // ----------------------------------------------------------------------------

@@ -486,6 +486,17 @@ int report_write_file(const char *dir, const char *name, const void *data, size_
     return replace_file(path, -1, NULL, data, bytes, new_file_mode(), err, err_len);
 }
 
+int report_export(const char *dir, const ExportFile files[3], int quiet) {
+    char err[512];
+    for (int i = 0; i < 3; i++)
+        if (report_write_file(dir, files[i].name, files[i].data, files[i].bytes, err, sizeof(err)) != 0) {
+            fprintf(stderr, "error: --export: %s\n", err);
+            return EXIT_USAGE;
+        }
+    if (!quiet) printf("exported %s/%s (with %s, %s)\n", dir, files[2].name, files[0].name, files[1].name);
+    return EXIT_OK;
+}
+
 void result_row_name(ResultRow *row, int reference, const char *stage, const char *trainer, const char *variant,
                      const char *precision) {
     snprintf(row->stage, sizeof(row->stage), "%s", reference ? "cpu-reference" : stage);

@@ -124,6 +124,14 @@ int report_append_outputs(const ResultRow *row, const char *csv_path, const char
                           const CurveSeries *series, int n_series);
 // --export: writes bytes to dir/name, creating dir (and its parents) first; whole or not at all.
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len);
+// --export's files: two arrays, then the JSON that names them (last, so that a JSON on disk means its arrays are
+// there), and unless quiet one "exported" line; EXIT_OK, or one "error: --export: ..." line and EXIT_USAGE.
+typedef struct {
+    const char *name;
+    const void *data;
+    size_t bytes;
+} ExportFile;
+int report_export(const char *dir, const ExportFile files[3], int quiet);
 
 #ifdef __cplusplus
 }
