@@ -136,7 +136,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 
 else
 
-.PHONY: all help test check test-cpu test-gpu data bench clean stage-run stage-compare stage-diff stage-test stage-profile profile
+.PHONY: all help test check prerequisites commit-info data bench clean stage-run stage-compare stage-diff stage-test stage-profile profile
 
 all: $(STAGE_BINS) $(BUILD)/01/vector_add
 
@@ -219,7 +219,6 @@ GPU_SLUG = $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | he
     tr 'A-Z' 'a-z' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$$//')
 
 # What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
-.PHONY: commit-info
 commit-info:
 	@echo "commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY)"
 
@@ -278,6 +277,12 @@ $(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*
 $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)) $(COMMON_LIB)
 	$(LINK_TEST)
 
+# make data checks the four files every time; a verb that trains MNIST fetches it only where it is missing
+MNIST_DATA := data/mnist/train-images-idx3-ubyte
+data $(MNIST_DATA):
+	@sh common/fetch_mnist.sh data
+NEEDS_MNIST = $(if $(filter-out 01,$(NN)),$(if $(filter mnist,$(TRAINER)),$(MNIST_DATA)))
+
 # Checked exercises and candidate kernels (make stage N try|exercise|prompt), and the robustness tools
 # (make sanitize, make fuzz, make test SANITIZE=1): each set of rules lives in its own file.
 -include common/exercises.mk common/robustness.mk common/mutants.mk
@@ -294,7 +299,6 @@ TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo
 
 # make test: what a student runs, in a few minutes; make check: the slow smoke suites of the tools. Both build
 # quietly (-s: warnings and errors only) after checking that Criterion and zlib are there (tests/prerequisites.sh).
-.PHONY: check prerequisites
 prerequisites:
 	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
 
@@ -308,12 +312,6 @@ check: prerequisites
 	@NVCC=$(NVCC) bash tests/run_all.sh check $(BUILD) "$(STAGES)"
 
 # ----------------------------------------------------------------------------
-# data
-
-data:
-	@sh common/fetch_mnist.sh data
-
-# ----------------------------------------------------------------------------
 # stage verbs (reached through `make stage N VERB`, which sets NN)
 
 TRAINER ?= regression mnist
@@ -323,20 +321,18 @@ PREV = $(filter $(shell printf '%02d' $$(( 1$(NN) - 101 )) 2>/dev/null),$(STAGES
 CPU_RUN_ARGS = $(if $(DETECTED_ARCH)$(findstring --reference,$(ARGS))$(findstring --version,$(ARGS)),,$(if $(filter 01,$(NN)),--version cpu,--reference))
 CPU_RUN_NOTE = $(if $(CPU_RUN_ARGS),@echo "note: no CUDA device found: stage $(NN:0%=%) runs on the CPU ($(CPU_RUN_ARGS)) and its timings are CPU timings" >&2)
 
-stage-run: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist)
+stage-run: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist) $(NEEDS_MNIST)
 	$(CPU_RUN_NOTE)
 ifeq ($(NN),01)
 	$(BUILD)/01/vector_add $(ARGS) $(CPU_RUN_ARGS)
 else
-	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@set -e; for t in $(TRAINER); do $(BUILD)/$(NN)/$$t $(ARGS) $(CPU_RUN_ARGS); done
 endif
 
-stage-compare:
+stage-compare: $(if $(PREV),$(NEEDS_MNIST))
 	@if [ -z "$(PREV)" ] || [ "$(NN)" = "01" ] || [ "$(PREV)" = "01" ]; then \
 	    echo "error: stage $(NN) has no previous trainer stage to compare with (compare works for stages $(word 2,$(STAGES:0%=%))..$(lastword $(STAGES:0%=%)))" >&2; exit 2; fi
 	@$(MAKE) --no-print-directory -s $(BUILD)/$(PREV)/regression $(BUILD)/$(PREV)/mnist $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
-	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv
 	@set -e; for t in $(TRAINER); do for s in $(PREV) $(NN); do \
 	    $(BUILD)/$$s/$$t --quiet --csv $(BUILD)/compare/$(NN).csv $(ARGS); done; done
@@ -351,9 +347,8 @@ stage-diff:
 	    for f in $$(sh common/stage_common.sh $(call stage_dir,$(NN)) $(call stage_dir,$(PREV))); do \
 	        diff -u --label /dev/null --label $$f /dev/null $$f; done; fi; true
 
-stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
-	@$(if $(filter 01,$(NN)),,$(if $(DETECTED_ARCH),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true))
-	$(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
+stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu $(if $(DETECTED_ARCH),$(MNIST_DATA)))
+	$<
 
 # make stage N profile: Nsight Compute over a short run of each trainer, the metrics the summary reports
 # collected by name (the SpeedOfLight section alone lacks dram__throughput on some GPUs; it is kept so
@@ -372,12 +367,11 @@ PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS) $(ARGS) $(MNIST_ARGS))
 PROFILE_BIN = $(BUILD)/$(NN)
 PROFILE_OUT = $(BUILD)/profile/$(NN)
 
-stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
+stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist $(NEEDS_MNIST)
 	@if [ "$(RECORD)" = 1 ]; then \
 	    command -v ncu >/dev/null 2>&1 || { echo "error: RECORD=1 records ncu's summaries, and ncu is not installed" >&2; exit 2; }; \
 	    [ "$(words $(TRAINER))" = 2 ] || { echo "error: RECORD=1 records both trainers: leave TRAINER unset" >&2; exit 2; }; \
 	fi
-	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@mkdir -p $(dir $(PROFILE_OUT))
 	@set -e; rm -f $(PROFILE_OUT)-record.txt; for t in $(TRAINER); do \
 	    args="$(if $(strip $(ARGS)), $(strip $(ARGS)))"; \

@@ -28,52 +28,41 @@ trap '[ -z "$parts" ] || rm -rf "$parts"' EXIT  # a refusal leaves no half-fille
 
 put() { printf '%s\n' "$2" >"$parts/$1"; }  # put NAME VALUE: a one-line value
 
-value() {  # value NAME: sets REPLY to the value of NAME, without its newline (no subshell: it runs often)
-    [ -f "$parts/$1" ] || die "$template: nothing fills {{$1}}"
-    REPLY=
-    IFS= read -r -d '' REPLY <"$parts/$1"
-    REPLY=${REPLY%$'\n'}
-}
-
-fill_line() {  # fill_line LINE: the line with each {{name}} in it replaced by its value
-    local rest=$1 done_part=
-    while [[ $rest == *'{{'*'}}'* ]]; do
-        done_part+=${rest%%'{{'*}
-        rest=${rest#*'{{'}
-        value "${rest%%'}}'*}"
-        done_part+=$REPLY
-        rest=${rest#*'}}'}
-    done
-    printf '%s\n' "$done_part$rest"
-}
-
-# fill: the template, filled. A line that is only {{name}} is its file as it is (code, tables, program
-# output); <!-- if name = a or b --> ... <!-- end if --> keeps its lines where the value is one of those
-# words. Ifs nest; the directive lines themselves are left out.
+# fill: the template, filled, or exit 2. A {{name}} is its file without the last newline; a line that is only
+# {{name}} is its file as it is (code, tables, program output); <!-- if name = a or b --> ... <!-- end if -->
+# keeps its lines where the value is one of those words. Ifs nest; the directive lines themselves are left out.
 fill() {
-    local line depth=0 off=0 test whole='^\{\{([a-z_]+)\}\}$'
-    while IFS= read -r line; do
-        case $line in
-        '<!-- if '*' -->')
-            depth=$((depth + 1))
-            [ "$off" = 0 ] || continue
-            test=${line#'<!-- if '}
-            test=${test%' -->'}
-            value "${test%% *}"
-            [[ " ${test#* = } " == *" $REPLY "* ]] || off=$depth
-            continue ;;
-        '<!-- end if -->')
-            [ "$off" != "$depth" ] || off=0
-            depth=$((depth - 1))
-            continue ;;
-        esac
-        [ "$off" = 0 ] || continue
-        if [[ $line =~ $whole ]]; then
-            cat "$parts/${BASH_REMATCH[1]}" 2>/dev/null || die "$template: nothing fills {{${BASH_REMATCH[1]}}}"
-        else
-            fill_line "$line"
-        fi
-    done <"$template"
+    awk -v parts="$parts" -v template="$template" '
+        function value(name,   file, line) {  # sets lines, the count of its lines
+            file = parts "/" name
+            if ((lines = getline line <file) < 0) {
+                printf "error: %s: nothing fills {{%s}}\n", template, name >"/dev/stderr"
+                exit 2
+            }
+            text = line
+            while ((getline line <file) > 0) { text = text "\n" line; lines++ }
+            close(file)
+            return text
+        }
+        /^<!-- if [a-z_]+ = .* -->$/ {
+            words = $0
+            sub(/^<!-- if [a-z_]+ = /, "", words)
+            sub(/ -->$/, "", words)
+            if (!off && !index(" " words " ", " " value($3) " ")) off = depth + 1
+            depth++
+            next
+        }
+        /^<!-- end if -->$/ { if (off == depth--) off = 0; next }
+        off { next }
+        /^\{\{[a-z_]+\}\}$/ { text = value(substr($0, 3, length($0) - 4)); if (lines) print text; next }
+        {
+            done_part = ""
+            while (match($0, /\{\{[a-z_]+\}\}/)) {
+                done_part = done_part substr($0, 1, RSTART - 1) value(substr($0, RSTART + 2, RLENGTH - 4))
+                $0 = substr($0, RSTART + RLENGTH)
+            }
+            print done_part $0
+        }' "$template" || exit 2
 }
 
 # ----------------------------------------------------------------------------
@@ -83,8 +72,8 @@ code_only() {  # code_only FILE: the file without its comments (gcc's preprocess
     "${TRY_CC:-gcc}" -x c++ -fpreprocessed -dD -E "$1" | grep -v '^# [0-9]'
 }
 
-squeeze_blank_lines() {  # standard input without trailing blanks, runs of blank lines squeezed to one
-    awk '{ sub(/[[:space:]]+$/, "") } NF == 0 { if (blank++) next } NF { blank = 0 } { print }'
+squeeze_blank_lines() {  # standard input without trailing blanks, blank lines first and last, runs of them squeezed to one
+    awk '{ sub(/[[:space:]]+$/, "") } NF == 0 { blank = 1; next } { if (blank && printed) print ""; blank = 0; printed = 1; print }'
 }
 
 without_comment_lines() {  # FILE: without its whole-line // comments

@@ -66,8 +66,7 @@ stage-sanitize: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/re
 SAN_CUTS := mnist-small mnist-tiny
 SAN_CUT_mnist-small := 3000 1000
 SAN_CUT_mnist-tiny := 300 100
-$(SAN_CUTS:%=$(SAN_DIR)/%/.done): $(SAN_DIR)/%/.done:
-	@[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data
+$(SAN_CUTS:%=$(SAN_DIR)/%/.done): $(SAN_DIR)/%/.done: | $(MNIST_DATA)
 	@mkdir -p $(@D)
 	@be32() { printf "\\$$(printf %03o $$(($$1 >> 24 & 255)))\\$$(printf %03o $$(($$1 >> 16 & 255)))\\$$(printf %03o $$(($$1 >> 8 & 255)))\\$$(printf %03o $$(($$1 & 255)))"; }; \
 	cut() { { head -c 4 "data/mnist/$$1"; be32 $$2; tail -c +9 "data/mnist/$$1" | head -c $$(($$3 + $$2 * $$4)); } >"$(@D)/$$1"; }; \

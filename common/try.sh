@@ -35,10 +35,6 @@ answer_blocks() {  # answer_blocks FILE.md: how many fenced code blocks it holds
     awk '/^(```|~~~)/ { fences++ } END { print fences % 2 ? "unclosed" : fences / 2 }' "$1"
 }
 
-answer_code() {  # answer_code FILE.md: the body of its fenced code blocks (check_candidate has checked there is one)
-    awk '/^(```|~~~)/ { inside = !inside; next } inside' "$1"
-}
-
 check_candidate() {  # check_candidate FILE: sets file, and answer where it is a Markdown answer; or exits 2
     file=$1 answer=
     [ -n "$file" ] || die "no candidate given: make stage $n try FILE=path/to/regression.cu (a .cu file that replaces one of stage $nn's trainers)"
