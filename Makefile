@@ -1,9 +1,4 @@
 # cuda-stages: one entry point. `make help` lists everything.
-#
-#   make stage N run|compare|diff|test|profile|ladder   one stage (N = 1..8; `make stage N` = run)
-#   make test                                    the quick suites (GPU suites skip without a GPU)
-#   make check                                   the slow smoke suites of the tools (try, exercises, mutants, ...)
-#   make data | bench | clean | help
 
 CUDA_HOME ?= /usr/local/cuda
 CRITERION_PREFIX ?= /usr

@@ -245,7 +245,7 @@ prompt_trainer() {
     fi
     if [ "$have_gpu" = 1 ]; then  # what this run measures: built (and its data fetched) first
         if [ "$nn" = 01 ]; then build_stage "$build/01/vector_add"; else build_stage "$build/$from/$trainer"; fi
-        [ "$trainer" != mnist ] || [ -f data/mnist/train-images-idx3-ubyte ] || "$TRY_MAKE" --no-print-directory data || exit 3
+        [ "$trainer" != mnist ] || "$TRY_MAKE" --no-print-directory -s data/mnist/train-images-idx3-ubyte || exit 3
     fi
     parts=$build/prompt/.parts-$nn-$trainer
     rm -rf "$parts"

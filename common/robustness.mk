@@ -94,8 +94,7 @@ sanitize stage-sanitize:
 	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make sanitize needs a CUDA device (nvidia-smi lists none)" >&2; exit 4; fi
 	@if [ ! -x "$(COMPUTE_SANITIZER)" ]; then echo "error: compute-sanitizer not found in $(CUDA_HOME)/bin or on PATH: set COMPUTE_SANITIZER=/path/to/compute-sanitizer" >&2; exit 2; fi
 	@rm -rf $(SAN_DIR)/logs $(SAN_DIR)/results $(SAN_DIR)/jobs; mkdir -p $(SAN_DIR)/logs
-	@for tool in racecheck memcheck initcheck synccheck; do \
-	    case " $(SAN_TOOLS) " in *" $$tool "*) ;; *) continue ;; esac; \
+	@for tool in $(filter racecheck,$(SAN_TOOLS)) $(filter memcheck synccheck initcheck,$(SAN_TOOLS)); do \
 	    for trainer in mnist regression vector_add; do for stage in $(SAN_STAGES); do \
 	        case $$stage-$$trainer in 01-vector_add) ;; 01-*|*-vector_add) continue ;; esac; \
 	        variants=- precisions=-; \

@@ -1,21 +1,14 @@
 #!/usr/bin/env bash
 # common/try.sh NN FILE: the work behind `make stage N try` (common/exercises.mk hands over the build
 # settings as TRY_* environment variables). FILE replaces the stage trainer it defines (for stage 01:
-# vector_add.cu). Not meant to be run by hand.
+# vector_add.cu), or is a Markdown answer whose only fenced code block is that file. Not meant to be run by hand.
 #
-# Step by step (every mistake is one "error:" line and exit 2, before anything runs on a GPU):
-#   1. FILE exists and is a .cu file, or a Markdown answer (.md) whose only fenced code block is taken as
-#      the file (build/try/NN/TRAINER.cu); the stage's own objects are built (make, as usual);
-#   2. FILE compiles (nvcc, the Makefile's flags) into build/try/NN/;
-#   3. it defines, with C linkage, what the drivers and tests call: train_regression and
-#      REGRESSION_VARIANTS, or train_mnist, MNIST_VARIANTS and MNIST_PRECISIONS (nm decides which
-#      trainer it replaces); for stage 01, main and the three vector_add_* functions;
-#   4. it links with tests/gpu/test_stage.c and the stage's other trainer (build/try/NN/test_gpu),
-#      and with the driver (build/try/NN/regression or mnist, which reports its stage as "NN-try");
-#   5. the `// TODO(exercise)` comments left in FILE are counted: a file with one left never passes;
-#   6. the suite runs on the candidate's trainer only (Criterion --filter);
-#   7. only if it passed: the stage's driver and the candidate's, same flags, one after the other
-#      (--quiet --repeat 3, then ARGS), and a table of the two result rows with the relative speed.
+# First what needs no GPU (every mistake is one "error:" line and exit 2): FILE compiles with the Makefile's
+# flags into build/try/NN/, defines with C linkage what the drivers and tests call (nm decides which trainer it
+# replaces), and links with the suite and the stage's other trainer, and with the driver (which reports its
+# stage as "NN-try"). A `// TODO(exercise)` comment left in FILE never passes. Then the suite on the candidate's
+# trainer only (Criterion --filter) and, only if it passed, the stage's driver and the candidate's with the
+# same flags, and a table of the two result rows with the relative speed.
 # Verdict on the last line: "try: PASS", "try: FAIL", or "try: UNVERIFIED (no CUDA device)"; exit 0, 1
 # or 4 (see common/exercises.mk). common/exercise.sh runs this on a skeleton, with TRY_OUT (the folder
 # for the build) and TRY_INCLUDE_DIR (the stage's folder, where a skeleton cut into build/ finds the
@@ -73,6 +66,15 @@ compile_candidate() {  # compile_candidate OUT.o [FLAGS...]
         die "$file does not compile (see the compiler output above)"
 }
 
+# link_candidate OUT WHY OBJECTS...: OBJECTS and libcommon.a linked into OUT (as LINK_TEST does), or "FILE does not link WHY"
+link_candidate() {
+    local program=$1 why=$2
+    shift 2
+    # shellcheck disable=SC2086  # the flags are lists
+    $TRY_NVCC "$@" "$build/common/libcommon.a" -o "$program" $TRY_LDFLAGS $TRY_CRITERION_LIBS $TRY_LDLIBS ||
+        die "$file does not link $why"
+}
+
 defined_symbols() {  # the global symbols an object defines, one per line
     nm --defined-only "$1" 2>/dev/null | awk 'NF == 3 && $2 ~ /^[A-Z]$/ { print $3 }'
 }
@@ -116,30 +118,21 @@ link_vector_add() {  # stage 01: the file is the whole program, and its versions
     done
     has main "$(defined_symbols "$out/candidate.o")" ||
         die "$file does not define main: it replaces vector_add.cu as a whole, the program included (main only under #ifndef VECTOR_ADD_NO_MAIN)"
-    # shellcheck disable=SC2086
-    $TRY_NVCC "$build/tests/gpu/test_vector_add.o" "$out/candidate_versions.o" "$build/common/libcommon.a" \
-        -o "$out/test_vector_add" $TRY_LDFLAGS $TRY_CRITERION_LIBS $TRY_LDLIBS ||
-        die "$file does not link with tests/gpu/test_vector_add.c (see the linker output above)"
-    # shellcheck disable=SC2086
-    $TRY_NVCC "$out/candidate.o" "$build/common/libcommon.a" -o "$out/vector_add" $TRY_LDFLAGS $TRY_LDLIBS ||
-        die "$file does not link into the vector_add program (see the linker output above)"
+    link_candidate "$out/test_vector_add" "with tests/gpu/test_vector_add.c (see the linker output above)" \
+        "$build/tests/gpu/test_vector_add.o" "$out/candidate_versions.o"
+    link_candidate "$out/vector_add" "into the vector_add program (see the linker output above)" "$out/candidate.o"
     echo "   compiles, defines main and vector_add_version_count/_name/_run, links: $out/test_vector_add, $out/vector_add"
 }
 
 link_trainer() {  # stages 02 on: the file replaces one trainer, beside the stage's other one
     compile_candidate "$out/candidate.o"
     pick_trainer "$(defined_symbols "$out/candidate.o")"
-    # shellcheck disable=SC2086
-    $TRY_NVCC "$build/tests/gpu/test_stage.o" "$out/candidate.o" "$build/$nn/$other.o" "$build/common/libcommon.a" \
-        -o "$out/test_gpu" $TRY_LDFLAGS $TRY_CRITERION_LIBS $TRY_LDLIBS ||
-        die "$file does not link with stage $nn's $other.o and the test suite (see the linker output above): make its helpers and kernels static"
+    link_candidate "$out/test_gpu" "with stage $nn's $other.o and the test suite (see the linker output above): make its helpers and kernels static" \
+        "$build/tests/gpu/test_stage.o" "$out/candidate.o" "$build/$nn/$other.o"
     # shellcheck disable=SC2086
     $TRY_CC $TRY_CFLAGS -DSTAGE_NAME="\"$nn-try\"" -c "common/${trainer}_main.c" -o "$out/${trainer}_main.o" ||
         die "the $trainer driver does not compile (see above)"
-    # shellcheck disable=SC2086
-    $TRY_NVCC "$out/${trainer}_main.o" "$out/candidate.o" "$build/common/libcommon.a" -o "$out/$trainer" \
-        $TRY_LDFLAGS $TRY_LDLIBS ||
-        die "$file does not link into the $trainer driver (see the linker output above)"
+    link_candidate "$out/$trainer" "into the $trainer driver (see the linker output above)" "$out/${trainer}_main.o" "$out/candidate.o"
     echo "   replaces stage $nn's $trainer: compiles, defines ${required// /, }, links: $out/test_gpu, $out/$trainer"
 }
 
@@ -159,12 +152,14 @@ run_suite() {
         END { print t + 0, f + 0 }' "$out/suite.tap")
 }
 
-verdict_fail() {  # verdict_fail REASON...: the FAIL block, exit 1
-    echo "== verdict for $file (stage $nn $trainer)"
-    local reason
-    for reason in "$@"; do echo "  $reason"; done
-    echo "try: FAIL"
-    exit 1
+# verdict WORD STATUS LINE...: the verdict block, "try: WORD" its last line, and exit STATUS
+verdict() {
+    local word=$1 status=$2 line
+    shift 2
+    echo "== verdict for $file (stage $nn $trainer)${scope:-}"
+    for line in "$@"; do echo "  $line"; done
+    echo "try: $word"
+    exit "$status"
 }
 
 todo_note() {
@@ -175,24 +170,17 @@ todo_note() {
 }
 
 verdict_not_run() {  # TRY_RUN=0: the CPU-side checks are all there is
-    echo "== verdict for $file (stage $nn $trainer), CPU-side checks only (TRY_RUN=0)"
-    if [ "$todo" -gt 0 ]; then
-        echo "  $(todo_note)"
-        echo "try: FAIL"
-        exit 1
-    fi
-    echo "  compiles, exports what the drivers need, links; the suite did not run (TRY_RUN=0): nothing was checked"
-    echo "try: NOT RUN"
-    exit 0
+    local scope=", CPU-side checks only (TRY_RUN=0)"
+    [ "$todo" -eq 0 ] || verdict FAIL 1 "$(todo_note)"
+    verdict "NOT RUN" 0 "compiles, exports what the drivers need, links; the suite did not run (TRY_RUN=0): nothing was checked"
 }
 
 suite_verdict() {  # the suite, on the candidate's trainer only; returns only where it passed
     if [ "$nn" = 01 ]; then
         run_suite "$out/test_vector_add"
     else
-        if [ "$trainer" = mnist ] && [ "${TRY_HAVE_GPU:-0}" = 1 ] && [ -z "${MNIST_DIR:-}" ] &&
-            [ ! -f data/mnist/train-images-idx3-ubyte ]; then
-            "$TRY_MAKE" --no-print-directory data || exit 3
+        if [ "$trainer" = mnist ] && [ "${TRY_HAVE_GPU:-0}" = 1 ] && [ -z "${MNIST_DIR:-}" ]; then
+            "$TRY_MAKE" --no-print-directory -s data/mnist/train-images-idx3-ubyte || exit 3
         fi
         local filter='regression/*'
         [ "$trainer" = mnist ] && filter='mnist*/*'
@@ -201,16 +189,14 @@ suite_verdict() {  # the suite, on the candidate's trainer only; returns only wh
     if [ "$failed" -gt 0 ] || [ "$suite_rc" -ne 0 ]; then
         local reasons=("correctness: FAIL, $failed of ${tested:-?} tests failed or crashed (the output above; kept in $out/suite.log)")
         [ "$todo" -gt 0 ] && reasons+=("$(todo_note)")
-        verdict_fail "${reasons[@]}"
+        verdict FAIL 1 "${reasons[@]}"
     fi
     if [ "${tested:-0}" -eq 0 ]; then
-        [ "$todo" -gt 0 ] && verdict_fail "$(todo_note)" "correctness: not checked, the suite skipped every test (no CUDA device)"
-        echo "== verdict for $file (stage $nn $trainer)"
-        echo "  compiles, exports what the drivers need, links; the suite skipped every test (no CUDA device): nothing was checked"
-        echo "try: UNVERIFIED (no CUDA device)"
-        exit 4
+        [ "$todo" -gt 0 ] && verdict FAIL 1 "$(todo_note)" "correctness: not checked, the suite skipped every test (no CUDA device)"
+        verdict "UNVERIFIED (no CUDA device)" 4 \
+            "compiles, exports what the drivers need, links; the suite skipped every test (no CUDA device): nothing was checked"
     fi
-    [ "$todo" -gt 0 ] && verdict_fail "correctness: the suite passed, but $(todo_note)"
+    [ "$todo" -gt 0 ] && verdict FAIL 1 "correctness: the suite passed, but $(todo_note)"
 }
 
 speed_verdict() {  # the stage's driver, then the candidate's, the same flags; the PASS table
@@ -226,7 +212,7 @@ speed_verdict() {  # the stage's driver, then the candidate's, the same flags; t
     fi
     # shellcheck disable=SC2086
     if ! "$out/$trainer" $flags --csv "$out/candidate.csv"; then
-        verdict_fail "correctness: PASS on the suite" "speed: the candidate's $trainer failed with these flags (see above): $flags"
+        verdict FAIL 1 "correctness: PASS on the suite" "speed: the candidate's $trainer failed with these flags (see above): $flags"
     fi
     echo "== verdict for $file (stage $nn $trainer)"
     echo "  correctness: PASS, $tested tests against the CPU reference (output above; kept in $out/suite.log)"
