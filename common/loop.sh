@@ -57,8 +57,8 @@ extract_candidate() {
 }
 
 gpu_header() {  # the verdict's header, as results/<gpu>-try-NN-TRAINER.txt names its run
-    local dirty=clean
-    [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || dirty=dirty
+    local dirty=unknown
+    case ${TRY_GIT_DIRTY:-} in 0) dirty=clean ;; 1) dirty=dirty ;; esac
     echo "# make loop TRAINER=$trainer ROUND=$round FROM=$answer_in MODE=$mode: round $((round - 1))'s answer, tried"
     echo "# commit $commit ($dirty), $device, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1), $(date -u +%Y-%m-%d); run $CUDA_STAGES_RUN_ID"
 }

@@ -264,18 +264,14 @@ prompt_trainer() {
 have_gpu=${TRY_HAVE_GPU:-0}
 device="no GPU (none was visible when this prompt was written)"
 [ "$have_gpu" = 1 ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+commit=${TRY_GIT_COMMIT_ID:-unknown}
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 mkdir -p "$build/prompt"
 if [ "$nn" = 01 ]; then
     targets=vector_add kind=vector-add
 else
-    targets=
-    for t in ${TRY_TRAINER:-regression mnist}; do
-        case $t in regression | mnist) targets="$targets $t" ;; *) die "TRAINER=$t: valid are regression, mnist" ;; esac
-    done
-    [ -n "$targets" ] || targets="regression mnist"
+    targets=${TRY_TRAINER:-regression mnist}  # the Makefile has checked TRAINER
     kind=later
     [ "$nn" = 02 ] && kind=baseline
 fi
