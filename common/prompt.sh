@@ -12,6 +12,7 @@
 # script works out what fills the template's placeholders. Every prompt stays under PROMPT_LIMIT bytes:
 # when the starting file does not fit whole, its whole-line comments are left out, then all its comments,
 # then this run's measurements; a prompt that still does not fit is an error (exit 2).
+# shellcheck disable=SC2086  # the TRY_* flags and ARGS are lists of words
 nn=${1:-}
 # shellcheck source=common/try_common.sh
 source common/try_common.sh
@@ -145,7 +146,6 @@ results_parts() {  # the newest result rows of stage $from in results/, the trai
     : >"$parts/results_table"
     if [ -z "$csvs" ]; then put results none; return; fi
     put results found
-    # shellcheck disable=SC2086
     report_rows try-results "$from" $csvs |
         awk -v t="$trainer" -v nn="$nn" 'nn == "01" || !/^\| / { print; next }
             { split($0, cell, "|"); gsub(/ /, "", cell[3]) } cell[3] == t || cell[3] == "trainer" || cell[3] ~ /^-+$/' \
@@ -156,10 +156,8 @@ results_parts() {  # the newest result rows of stage $from in results/, the trai
 # measured=1 (they are what the form "unmeasured" leaves out)
 measure_parts() {
     if [ "$nn" = 01 ]; then
-        # shellcheck disable=SC2086  # ARGS is a list of flags
         "$build/01/vector_add" --repeat 5 ${TRY_ARGS:-} 2>&1 | tail -n 30 >"$parts/vector_add_output"
     else
-        # shellcheck disable=SC2086
         "$build/$from/$trainer" --quiet --breakdown ${TRY_ARGS:-} 2>&1 | tail -n 12 >"$parts/breakdown_output"
         if command -v ncu >/dev/null 2>&1; then
             put ncu found

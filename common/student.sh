@@ -114,8 +114,6 @@ state="commit $commit"
 } >"$work/copy/STUDENT.md"
 
 # replace an earlier copy only now that the new one is complete
-if [ -d "$target" ]; then
-    rm -rf -- "$target" || die "cannot remove the earlier copy in DIR=$dir"
-fi
+[ ! -d "$target" ] || rm -rf -- "$target" || die "cannot remove the earlier copy in DIR=$dir"
 mv -- "$work/copy" "$target" || die "cannot move the copy to DIR=$dir"
 echo "wrote $dir: $files files from $state, $regions exercise region(s) cut from $(printf '%s' "$cut_list" | grep -c '^- ') file(s) (listed in $dir/STUDENT.md)"

@@ -13,6 +13,7 @@
 # or 4 (see common/exercises.mk). common/exercise.sh runs this on a skeleton, with TRY_OUT (the folder
 # for the build) and TRY_INCLUDE_DIR (the stage's folder, where a skeleton cut into build/ finds the
 # headers beside its file).
+# shellcheck disable=SC2086  # the TRY_* flags and ARGS are lists of words
 nn=${1:-}
 # shellcheck source=common/try_common.sh
 source common/try_common.sh
@@ -61,7 +62,6 @@ build_own() {  # what the candidate links with, and the drivers only when they w
 compile_candidate() {  # compile_candidate OUT.o [FLAGS...]
     local object=$1
     shift
-    # shellcheck disable=SC2086  # the flags are a list
     $TRY_NVCC $TRY_NVCCFLAGS ${include_dir:+"-I$include_dir"} "$@" -c "$file" -o "$object" ||
         die "$file does not compile (see the compiler output above)"
 }
@@ -70,7 +70,6 @@ compile_candidate() {  # compile_candidate OUT.o [FLAGS...]
 link_candidate() {
     local program=$1 why=$2
     shift 2
-    # shellcheck disable=SC2086  # the flags are lists
     $TRY_NVCC "$@" "$build/common/libcommon.a" -o "$program" $TRY_LDFLAGS $TRY_CRITERION_LIBS $TRY_LDLIBS ||
         die "$file does not link $why"
 }
@@ -129,7 +128,6 @@ link_trainer() {  # stages 02 on: the file replaces one trainer, beside the stag
     pick_trainer "$(defined_symbols "$out/candidate.o")"
     link_candidate "$out/test_gpu" "with stage $nn's $other.o and the test suite (see the linker output above): make its helpers and kernels static" \
         "$build/tests/gpu/test_stage.o" "$out/candidate.o" "$build/$nn/$other.o"
-    # shellcheck disable=SC2086
     $TRY_CC $TRY_CFLAGS -DSTAGE_NAME="\"$nn-try\"" -c "common/${trainer}_main.c" -o "$out/${trainer}_main.o" ||
         die "the $trainer driver does not compile (see above)"
     link_candidate "$out/$trainer" "into the $trainer driver (see the linker output above)" "$out/${trainer}_main.o" "$out/candidate.o"
@@ -205,15 +203,10 @@ speed_verdict() {  # the stage's driver, then the candidate's, the same flags; t
     flags="$flags ${TRY_ARGS:-}"
     echo "== speed: $build/$nn/$trainer and $out/$trainer, each with: $flags"
     rm -f "$out/stage.csv" "$out/candidate.csv"
-    # shellcheck disable=SC2086
-    if ! "$build/$nn/$trainer" $flags --csv "$out/stage.csv"; then
-        echo "error: stage $nn's own $trainer failed with these flags (see above): no speed to compare with" >&2
-        exit 2
-    fi
-    # shellcheck disable=SC2086
-    if ! "$out/$trainer" $flags --csv "$out/candidate.csv"; then
+    "$build/$nn/$trainer" $flags --csv "$out/stage.csv" ||
+        die "stage $nn's own $trainer failed with these flags (see above): no speed to compare with"
+    "$out/$trainer" $flags --csv "$out/candidate.csv" ||
         verdict FAIL 1 "correctness: PASS on the suite" "speed: the candidate's $trainer failed with these flags (see above): $flags"
-    fi
     echo "== verdict for $file (stage $nn $trainer)"
     echo "  correctness: PASS, $tested tests against the CPU reference (output above; kept in $out/suite.log)"
     report_rows try-speed "$nn" "$out/stage.csv" "$out/candidate.csv"

@@ -35,8 +35,6 @@ answer_code() {
 }
 
 build_stage() {  # the stage's own objects and drivers, through the Makefile's rules
-    if ! "$TRY_MAKE" --no-print-directory -s "$@"; then
-        echo "error: stage $nn's own files do not build (see above): try needs them to link and compare" >&2
-        exit 2
-    fi
+    "$TRY_MAKE" --no-print-directory -s "$@" ||
+        die "stage $nn's own files do not build (see above): try needs them to link and compare"
 }
