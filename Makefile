@@ -42,7 +42,6 @@ COMMON_HEADERS := $(wildcard common/*.h common/*.cuh)
 COMMON_SRC := $(filter-out common/%_main.c,$(wildcard common/*.c))
 COMMON_OBJ := $(patsubst common/%.c,$(BUILD)/common/%.o,$(COMMON_SRC))
 COMMON_LIB := $(BUILD)/common/libcommon.a
-CPU_TEST_SRC := $(wildcard tests/test_*.c)
 
 stage_dir = $(filter $(1)-%,$(STAGE_DIRS) 01-vector-add)
 STAGE_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist)
@@ -269,7 +268,7 @@ $(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CRITERION_FLAGS) -Itests -c $< -o $@
 
-$(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)) $(COMMON_LIB)
+$(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/test_*.c)) $(COMMON_LIB)
 	$(LINK_TEST)
 
 # make data checks the four files every time; a verb that trains MNIST fetches it only where it is missing
@@ -286,8 +285,7 @@ NEEDS_MNIST = $(if $(filter-out 01,$(NN)),$(if $(filter mnist,$(TRAINER)),$(MNIS
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
 
-GPU_TEST_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/test_gpu)
-TEST_BINS := $(BUILD)/tests/test_cpu $(GPU_TEST_BINS) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
+TEST_BINS := $(BUILD)/tests/test_cpu $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
              $(LADDER_TEST_BINS)
 # the test builds use every core unless make was given -j
 TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
@@ -356,8 +354,7 @@ PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
 # Stage 08's MNIST profile runs --hidden 0 first, the configuration its recorded profile
 # (results/<gpu>-profile-08.txt) was taken at, and ARGS or MNIST_ARGS after it (the last of a repeated flag counts).
 PROFILE_MNIST_ARGS_08 := --hidden 0
-PROFILE_MNIST_ARGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)))
-PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS) $(ARGS) $(MNIST_ARGS))
+PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)) $(ARGS) $(MNIST_ARGS))
 # The trainers profiled and where the outputs go (common/loop.sh points them at a candidate's build)
 PROFILE_BIN = $(BUILD)/$(NN)
 PROFILE_OUT = $(BUILD)/profile/$(NN)
@@ -378,7 +375,7 @@ stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist $(NEEDS_MNIST)
 	        ncu --import $$out.ncu-rep --page raw --csv --metrics $(PROFILE_METRICS) >$$out.csv; \
 	        { echo "== $$t: $(PROFILE_NCU) -f -o $$out $$run"; \
 	          $(PYTHON) bench/report_rows.py profile $$out.csv; echo; } >$$out.txt; \
-	        cat $$out.txt; cat $$out.txt >>$(PROFILE_OUT)-record.txt; \
+	        tee -a $(PROFILE_OUT)-record.txt <$$out.txt; \
 	    else echo "== ncu not found: per-phase breakdown instead"; $(PROFILE_BIN)/$$t --breakdown$$args; fi; done
 	@if [ "$(RECORD)" = 1 ]; then \
 	    record=$(PROFILE_RECORD); mkdir -p results; \

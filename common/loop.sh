@@ -103,9 +103,7 @@ gpu_verdict() {
         { echo "== against stage 08, the best hand-written stage (same flags, same run)"
           report_rows try-speed 08 "$work/stage08.csv" "$work/try/candidate.csv" |
               grep -v '^try: '; } >>"$work/verdict.txt"
-        cat "$work/try/stage.csv" >"$work/rows.csv"
-        tail -n +2 "$work/try/candidate.csv" >>"$work/rows.csv"
-        tail -n +2 "$work/stage08.csv" >>"$work/rows.csv"
+        awk 'NR == 1 || FNR > 1' "$work/try/stage.csv" "$work/try/candidate.csv" "$work/stage08.csv" >"$work/rows.csv"
     fi
     gpu_profile
 }
@@ -151,9 +149,7 @@ record_round() {
     verdict=$REPLY
     mkdir -p "$dir"
     cp "$answer_in" "$dir/answer.md"
-    cp "$work/$trainer.cu" "$dir/$trainer.cu"
-    cp "$work/verdict.txt" "$dir/verdict.txt"
-    cp "$work/profile.txt" "$dir/profile.txt"
+    cp "$work/$trainer.cu" "$work/verdict.txt" "$work/profile.txt" "$dir/"
     echo "recorded round $prev in $dir/: answer.md, $trainer.cu, verdict.txt, profile.txt"
     [ ! -s "$work/rows.csv" ] || append_rows "$work/rows.csv"
     [ "$prev" -ge 2 ] && [ "$verdict" = fail ] || return 0

@@ -9,9 +9,7 @@
 # the starting file (each later stage's marker found in its code or not), the rules, how the answer is
 # checked, the contract (the trainer's part of common/trainer.h, the helpers' usage, the suite's
 # tolerances), the starting file and its measurements. Its prose is common/prompt_template.md; this
-# script works out what fills the template's placeholders. Every prompt stays under PROMPT_LIMIT bytes:
-# when the starting file does not fit whole, its whole-line comments are left out, then all its comments,
-# then this run's measurements; a prompt that still does not fit is an error (exit 2).
+# script works out what fills the template's placeholders, under PROMPT_LIMIT bytes (fit_prompt).
 # shellcheck disable=SC2086  # the TRY_* flags and ARGS are lists of words
 nn=${1:-}
 # shellcheck source=common/try_common.sh

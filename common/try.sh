@@ -82,28 +82,26 @@ has() { grep -qx "$1" <<<"$2"; }
 
 # sets trainer (regression|mnist), other (the stage trainer that stays) and required, or exits 2
 pick_trainer() {
-    local symbols=$1 has_r=0 has_m=0 s
-    for s in train_regression REGRESSION_VARIANTS; do has "$s" "$symbols" && has_r=1; done
-    for s in train_mnist MNIST_VARIANTS MNIST_PRECISIONS; do has "$s" "$symbols" && has_m=1; done
-    if [ $has_r = 1 ] && [ $has_m = 1 ]; then
+    local symbols=$1 t s found=
+    declare -A exports=([regression]="train_regression REGRESSION_VARIANTS" [mnist]="train_mnist MNIST_VARIANTS MNIST_PRECISIONS")
+    for t in regression mnist; do
+        for s in ${exports[$t]}; do has "$s" "$symbols" && { found="$found $t"; break; }; done
+    done
+    [ "$found" != " regression mnist" ] ||
         die "$file defines symbols of both trainers (train_regression ... and train_mnist ...): a candidate replaces one; split it into regression.cu and mnist.cu"
-    fi
-    if [ $has_r = 0 ] && [ $has_m = 0 ]; then  # neither: the file name says what it meant to be
-        case $(basename "$file") in
-        *mnist*) has_m=1 ;;
-        *regression*) has_r=1 ;;
-        *) die "$file defines neither train_regression nor train_mnist with C linkage: keep a signature of common/trainer.h and #include \"trainer.h\" (it declares them extern \"C\")" ;;
-        esac
-    fi
-    if [ $has_r = 1 ]; then trainer=regression other=mnist required="train_regression REGRESSION_VARIANTS"
-    else trainer=mnist other=regression required="train_mnist MNIST_VARIANTS MNIST_PRECISIONS"; fi
+    case $found$(basename "$file") in  # neither: the file name says what it meant to be
+    " "*) trainer=${found# } ;;
+    *mnist*) trainer=mnist ;;
+    *regression*) trainer=regression ;;
+    *) die "$file defines neither train_regression nor train_mnist with C linkage: keep a signature of common/trainer.h and #include \"trainer.h\" (it declares them extern \"C\")" ;;
+    esac
+    other=mnist required=${exports[$trainer]}
+    [ "$trainer" = regression ] || other=regression
     for s in $required; do
         has "$s" "$symbols" ||
             die "$file does not define $s with C linkage, which the $trainer driver and tests need (common/trainer.h declares it: #include \"trainer.h\" and keep its signature)"
     done
-    if has main "$symbols"; then
-        die "$file defines main: a trainer file must not (the drivers in common/ own main)"
-    fi
+    ! has main "$symbols" || die "$file defines main: a trainer file must not (the drivers in common/ own main)"
 }
 
 link_vector_add() {  # stage 01: the file is the whole program, and its versions are what the suite calls
