@@ -190,11 +190,9 @@ $(BUILD)/common/%.o: common/%.c $(COMMON_HEADERS) | $(ARCH_STAMP)
 #   4. unknown.
 # A new commit or flag rewrites build/.commit / build/.dirty and rebuilds provenance.o.
 GIT_AT_TOP := $(shell [ "$$(git rev-parse --show-toplevel 2>/dev/null)" -ef . ] && echo yes)
-ifeq ($(strip $(GIT_COMMIT_ID)),)
-ifeq ($(GIT_AT_TOP),yes)
+ifeq ($(GIT_AT_TOP) $(strip $(GIT_COMMIT_ID)),yes )
 override GIT_COMMIT_ID := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 override GIT_DIRTY := $(if $(GIT_COMMIT_ID),$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo 1 || echo 0))
-endif
 endif
 ifeq ($(strip $(GIT_COMMIT_ID)),)
 override GIT_COMMIT_ID := $(or $(shell cat $(BUILD)/.commit 2>/dev/null),unknown)

@@ -18,8 +18,7 @@ $(foreach v,MAKE BUILD PYTHON NVCC NVCCFLAGS CC CFLAGS LDFLAGS LDLIBS CRITERION_
 $(TRY_VERBS): export TRY_HAVE_GPU = $(if $(DETECTED_ARCH),1,0)
 stage-try stage-exercise stage-prompt: export TRY_STAGE_DIR = $(call stage_dir,$(NN))
 stage-try stage-exercise: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
-stage-exercise: export TRY_EXERCISE = $(EXERCISE)
-stage-exercise: export TRY_ANSWER = $(ANSWER)
+$(foreach v,EXERCISE ANSWER,$(eval stage-exercise: export TRY_$(v) = $$($(v))))
 
 stage-try:
 	+@bash common/try.sh $(NN) "$(FILE)"
@@ -32,9 +31,7 @@ stage-prompt:
 
 # the loop's stage is 02: its trainers, built and profiled with these settings; FROM travels in the environment
 loop: export TRY_STAGE_DIR = $(call stage_dir,02)
-loop: export LOOP_ROUND = $(ROUND)
-loop: export LOOP_FROM = $(FROM)
-loop: export LOOP_MODE = $(or $(MODE),open)
+$(foreach v,ROUND FROM MODE,$(eval loop: export LOOP_$(v) = $$($(v))))
 loop:
 	+@bash common/loop.sh
 

@@ -75,10 +75,6 @@ squeeze_blank_lines() {  # standard input without trailing blanks, blank lines f
     awk '{ sub(/[[:space:]]+$/, "") } NF == 0 { blank = 1; next } { if (blank && printed) print ""; blank = 0; printed = 1; print }'
 }
 
-without_comment_lines() {  # FILE: without its whole-line // comments
-    grep -v '^[[:space:]]*//' "$1" | squeeze_blank_lines
-}
-
 stage_folder() {  # stage_folder NN: the stage's folder, empty when there is none (a planned stage)
     find . -maxdepth 1 -type d -name "$1-*" | sed 's|^\./||' | head -n1
 }
@@ -193,16 +189,6 @@ trainer_parts() {
     tolerances_part "$trainer" >"$parts/tolerances"
 }
 
-# put_code FILE FORM: the {{code}} part, FILE whole, lean (without its whole-line comments) or bare (without
-# any comment)
-put_code() {
-    case $2 in
-    whole) cp "$1" "$parts/code" ;;
-    lean) without_comment_lines "$1" >"$parts/code" ;;
-    bare) code_only "$1" | squeeze_blank_lines >"$parts/code" ;;
-    esac
-}
-
 # fit_prompt OUT WHAT HINT: the template filled in the first form that fits under PROMPT_LIMIT: the starting
 # code whole, lean, bare, then bare without the measurements (measured emptied); sets size and note (what was
 # left out). A prompt that never fits is removed: exit 2, WHAT and HINT saying what is too long.
@@ -211,7 +197,11 @@ fit_prompt() {
     for form in whole lean bare unmeasured; do
         [ "$form" != unmeasured ] || form=bare measured=
         put form "$form"
-        put_code "$start" "$form"
+        case $form in  # the {{code}} part: the starting file whole, without its whole-line comments, or without any
+        whole) cp "$start" "$parts/code" ;;
+        lean) grep -v '^[[:space:]]*//' "$start" | squeeze_blank_lines >"$parts/code" ;;
+        bare) code_only "$start" | squeeze_blank_lines >"$parts/code" ;;
+        esac
         if [ "$have_gpu" != 1 ]; then put run no-gpu
         elif [ -z "$measured" ]; then put run left-out
         else put run measured; fi
