@@ -171,8 +171,7 @@ help:
 # ----------------------------------------------------------------------------
 # build
 
-$(ARCH_STAMP):
-	@mkdir -p $(BUILD)
+$(ARCH_STAMP):  # (BUILD exists: the commit's record below is written there as the Makefile is read)
 	@rm -f $(BUILD)/.arch-*
 	@touch $@
 

@@ -23,9 +23,6 @@
 # (build-asan/ keeps instrumented and normal objects apart). gcc compiles common/, the drivers and the tests
 # with them; nvcc links the sanitizers' runtimes. The stages' device code is compute-sanitizer's job.
 ifeq ($(SANITIZE),1)
-ifeq ($(filter -fsanitize=address,$(CFLAGS)),)
-$(error SANITIZE=1: the top Makefile does not set the sanitizer flags yet (see common/robustness.mk))
-endif
 # protect_shadow_gap=0: the CUDA driver maps memory where ASan would otherwise protect its shadow gap
 export ASAN_OPTIONS ?= protect_shadow_gap=0:detect_leaks=1:check_initialization_order=1:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
