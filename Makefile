@@ -102,18 +102,11 @@ $(error unknown verb '$(wordlist 3,99,$(MAKECMDGOALS))'; valid verbs: $(VERBS))
 endif
 
 # Without a GPU, run trains on the CPU (stage 01: its CPU version); compare and profile say so in one line.
-ifneq ($(filter compare profile,$(VERB)),)
-ifeq ($(DETECTED_ARCH),)
-$(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU)
-endif
-endif
-ifeq ($(VERB),ladder)
-ifeq ($(wildcard $(call stage_dir,$(NN))/*_ladder.cu),)
+ifeq ($(VERB)$(wildcard $(call stage_dir,$(NN))/*_ladder.cu),ladder)
 $(error error: stage $(NN) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-8]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f)))))))
 endif
-ifeq ($(DETECTED_ARCH),)
-$(error no CUDA device found (nvidia-smi lists none): stage $(NN) ladder needs a GPU (make all builds the ladders))
-endif
+ifeq ($(DETECTED_ARCH)$(filter compare profile ladder,$(VERB)),$(VERB))
+$(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU$(if $(filter ladder,$(VERB)), (make all builds the ladders)))
 endif
 
 # The verb runs in a sub-make whose own "make[1]: *** [...] Error N" line is dropped from its stderr
