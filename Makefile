@@ -66,15 +66,14 @@ without_chars = $(if $(2),$(call without_chars,$(subst $(firstword $(2)),,$(1)),
 # (and spaces, when the fourth argument is given) only
 check_value = $(if $(filter <>,<$(call without_chars,$(if $(4),$(subst $(space),,$(value $(1))),$(value $(1))),$(2))>),,$(error $(1) holds $(UNSAFE_TEXT): $(3)))
 UNSAFE_TEXT := a character a shell would act on (a quote, ; $$ ` | & < > * ( ) or a control character)
-HINT_FILE := FILE takes a path of letters, digits and . _ - / + , = @ : (copy the file to such a path)
+hint_path = $(1) takes a path of letters, digits and . _ - / + , = @ : (copy the $(2) to such a path)
 HINT_ARGS := it takes flags and values of letters, digits and . _ - / + , = @ : separated by spaces
 HINT_TRAINER := TRAINER takes regression, mnist or both
 HINT_WORD := it takes a name of letters, digits and . _ -
-HINT_FROM := FROM takes a path of letters, digits and . _ - / + , = @ : (copy the answer to such a path)
 
 ifneq ($(filter stage stage-% loop,$(MAKECMDGOALS)),)
-$(call check_value,FILE,$(SAFE_PATH_CHARS),$(HINT_FILE))
-$(call check_value,FROM,$(SAFE_PATH_CHARS),$(HINT_FROM))
+$(call check_value,FILE,$(SAFE_PATH_CHARS),$(call hint_path,FILE,file))
+$(call check_value,FROM,$(SAFE_PATH_CHARS),$(call hint_path,FROM,answer))
 $(foreach v,ARGS MNIST_ARGS,$(call check_value,$(v),$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces))
 $(call check_value,TRAINER,$(SAFE_WORD_CHARS),$(HINT_TRAINER),spaces)
 $(foreach v,ROUND MODE EXERCISE ANSWER TRY_RUN NN,$(call check_value,$(v),$(SAFE_WORD_CHARS),$(HINT_WORD)))

@@ -89,7 +89,6 @@ END {
     if (inside != "")
         fail(file ":" begun ": EXERCISE(" inside ") is never closed: no // EXERCISE end after it")
     if (exercise != "" && !(exercise in first)) {
-        known = ""
         for (i = 1; i <= count; i++)
             known = known " " names[i]
         fail("EXERCISE=" exercise ": " file " has no such region; " (count ? "it has:" known : "it has none"))
