@@ -30,7 +30,7 @@ verdict_word() {  # verdict_word RC: the verdict a try.sh exit status stands for
 # sets mode (cut, or student in a student copy) and index, "FILE NAME" a line for every region of the
 # stage; or exits 2 where there is none, or a name is used twice
 exercise_index() {
-    local f names
+    local f name names
     index='' mode=cut
     if [ -f STUDENT.md ]; then  # "- `NN-stage/file.cu`: name, name" lines
         mode=student
@@ -46,7 +46,7 @@ exercise_index() {
     for f in $(exercise_files); do
         [ -f "$stage_dir/$f" ] || continue
         names=$(awk -v list=1 -f "$cutter" "$stage_dir/$f") || exit 2
-        index+=${names:+$(sed "s|^|$f |" <<<"$names")$'\n'}
+        for name in $names; do index+="$f $name"$'\n'; done
     done
     index=${index%$'\n'}
     [ -n "$index" ] ||
