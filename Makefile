@@ -1,9 +1,4 @@
 # cuda-stages: one entry point. `make help` lists everything.
-#
-#   make stage N run|compare|diff|test|profile|ladder   one stage (N = 1..8; `make stage N` = run)
-#   make test                                    the quick suites (GPU suites skip without a GPU)
-#   make check                                   the slow smoke suites of the tools (try, exercises, mutants, ...)
-#   make data | bench | clean | help
 
 CUDA_HOME ?= /usr/local/cuda
 CRITERION_PREFIX ?= /usr
@@ -47,7 +42,6 @@ COMMON_HEADERS := $(wildcard common/*.h common/*.cuh)
 COMMON_SRC := $(filter-out common/%_main.c,$(wildcard common/*.c))
 COMMON_OBJ := $(patsubst common/%.c,$(BUILD)/common/%.o,$(COMMON_SRC))
 COMMON_LIB := $(BUILD)/common/libcommon.a
-CPU_TEST_SRC := $(wildcard tests/test_*.c)
 
 stage_dir = $(filter $(1)-%,$(STAGE_DIRS) 01-vector-add)
 STAGE_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist)
@@ -72,15 +66,14 @@ without_chars = $(if $(2),$(call without_chars,$(subst $(firstword $(2)),,$(1)),
 # (and spaces, when the fourth argument is given) only
 check_value = $(if $(filter <>,<$(call without_chars,$(if $(4),$(subst $(space),,$(value $(1))),$(value $(1))),$(2))>),,$(error $(1) holds $(UNSAFE_TEXT): $(3)))
 UNSAFE_TEXT := a character a shell would act on (a quote, ; $$ ` | & < > * ( ) or a control character)
-HINT_FILE := FILE takes a path of letters, digits and . _ - / + , = @ : (copy the file to such a path)
+hint_path = $(1) takes a path of letters, digits and . _ - / + , = @ : (copy the $(2) to such a path)
 HINT_ARGS := it takes flags and values of letters, digits and . _ - / + , = @ : separated by spaces
 HINT_TRAINER := TRAINER takes regression, mnist or both
 HINT_WORD := it takes a name of letters, digits and . _ -
-HINT_FROM := FROM takes a path of letters, digits and . _ - / + , = @ : (copy the answer to such a path)
 
 ifneq ($(filter stage stage-% loop,$(MAKECMDGOALS)),)
-$(call check_value,FILE,$(SAFE_PATH_CHARS),$(HINT_FILE))
-$(call check_value,FROM,$(SAFE_PATH_CHARS),$(HINT_FROM))
+$(call check_value,FILE,$(SAFE_PATH_CHARS),$(call hint_path,FILE,file))
+$(call check_value,FROM,$(SAFE_PATH_CHARS),$(call hint_path,FROM,answer))
 $(foreach v,ARGS MNIST_ARGS,$(call check_value,$(v),$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces))
 $(call check_value,TRAINER,$(SAFE_WORD_CHARS),$(HINT_TRAINER),spaces)
 $(foreach v,ROUND MODE EXERCISE ANSWER TRY_RUN NN,$(call check_value,$(v),$(SAFE_WORD_CHARS),$(HINT_WORD)))
@@ -108,18 +101,11 @@ $(error unknown verb '$(wordlist 3,99,$(MAKECMDGOALS))'; valid verbs: $(VERBS))
 endif
 
 # Without a GPU, run trains on the CPU (stage 01: its CPU version); compare and profile say so in one line.
-ifneq ($(filter compare profile,$(VERB)),)
-ifeq ($(DETECTED_ARCH),)
-$(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU)
-endif
-endif
-ifeq ($(VERB),ladder)
-ifeq ($(wildcard $(call stage_dir,$(NN))/*_ladder.cu),)
+ifeq ($(VERB)$(wildcard $(call stage_dir,$(NN))/*_ladder.cu),ladder)
 $(error error: stage $(NN) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-8]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f)))))))
 endif
-ifeq ($(DETECTED_ARCH),)
-$(error no CUDA device found (nvidia-smi lists none): stage $(NN) ladder needs a GPU (make all builds the ladders))
-endif
+ifeq ($(DETECTED_ARCH)$(filter compare profile ladder,$(VERB)),$(VERB))
+$(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU$(if $(filter ladder,$(VERB)), (make all builds the ladders)))
 endif
 
 # The verb runs in a sub-make whose own "make[1]: *** [...] Error N" line is dropped from its stderr
@@ -136,7 +122,7 @@ $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 
 else
 
-.PHONY: all help test check test-cpu test-gpu data bench clean stage-run stage-compare stage-diff stage-test stage-profile profile
+.PHONY: all help test check prerequisites commit-info data bench clean stage-run stage-compare stage-diff stage-test stage-profile profile
 
 all: $(STAGE_BINS) $(BUILD)/01/vector_add
 
@@ -177,8 +163,7 @@ help:
 # ----------------------------------------------------------------------------
 # build
 
-$(ARCH_STAMP):
-	@mkdir -p $(BUILD)
+$(ARCH_STAMP):  # (BUILD exists: the commit's record below is written there as the Makefile is read)
 	@rm -f $(BUILD)/.arch-*
 	@touch $@
 
@@ -196,11 +181,9 @@ $(BUILD)/common/%.o: common/%.c $(COMMON_HEADERS) | $(ARCH_STAMP)
 #   4. unknown.
 # A new commit or flag rewrites build/.commit / build/.dirty and rebuilds provenance.o.
 GIT_AT_TOP := $(shell [ "$$(git rev-parse --show-toplevel 2>/dev/null)" -ef . ] && echo yes)
-ifeq ($(strip $(GIT_COMMIT_ID)),)
-ifeq ($(GIT_AT_TOP),yes)
+ifeq ($(GIT_AT_TOP) $(strip $(GIT_COMMIT_ID)),yes )
 override GIT_COMMIT_ID := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 override GIT_DIRTY := $(if $(GIT_COMMIT_ID),$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo 1 || echo 0))
-endif
 endif
 ifeq ($(strip $(GIT_COMMIT_ID)),)
 override GIT_COMMIT_ID := $(or $(shell cat $(BUILD)/.commit 2>/dev/null),unknown)
@@ -219,7 +202,6 @@ GPU_SLUG = $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | he
     tr 'A-Z' 'a-z' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$$//')
 
 # What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
-.PHONY: commit-info
 commit-info:
 	@echo "commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY)"
 
@@ -275,8 +257,14 @@ $(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CRITERION_FLAGS) -Itests -c $< -o $@
 
-$(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)) $(COMMON_LIB)
+$(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/test_*.c)) $(COMMON_LIB)
 	$(LINK_TEST)
+
+# make data checks the four files every time; a verb that trains MNIST fetches it only where it is missing
+MNIST_DATA := data/mnist/train-images-idx3-ubyte
+data $(MNIST_DATA):
+	@sh common/fetch_mnist.sh data
+NEEDS_MNIST = $(if $(filter-out 01,$(NN)),$(if $(filter mnist,$(TRAINER)),$(MNIST_DATA)))
 
 # Checked exercises and candidate kernels (make stage N try|exercise|prompt), and the robustness tools
 # (make sanitize, make fuzz, make test SANITIZE=1): each set of rules lives in its own file.
@@ -286,15 +274,13 @@ $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(CPU_TEST_SRC)
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
 
-GPU_TEST_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/test_gpu)
-TEST_BINS := $(BUILD)/tests/test_cpu $(GPU_TEST_BINS) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
+TEST_BINS := $(BUILD)/tests/test_cpu $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
              $(LADDER_TEST_BINS)
 # the test builds use every core unless make was given -j
 TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
 
 # make test: what a student runs, in a few minutes; make check: the slow smoke suites of the tools. Both build
 # quietly (-s: warnings and errors only) after checking that Criterion and zlib are there (tests/prerequisites.sh).
-.PHONY: check prerequisites
 prerequisites:
 	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
 
@@ -308,12 +294,6 @@ check: prerequisites
 	@NVCC=$(NVCC) bash tests/run_all.sh check $(BUILD) "$(STAGES)"
 
 # ----------------------------------------------------------------------------
-# data
-
-data:
-	@sh common/fetch_mnist.sh data
-
-# ----------------------------------------------------------------------------
 # stage verbs (reached through `make stage N VERB`, which sets NN)
 
 TRAINER ?= regression mnist
@@ -323,20 +303,18 @@ PREV = $(filter $(shell printf '%02d' $$(( 1$(NN) - 101 )) 2>/dev/null),$(STAGES
 CPU_RUN_ARGS = $(if $(DETECTED_ARCH)$(findstring --reference,$(ARGS))$(findstring --version,$(ARGS)),,$(if $(filter 01,$(NN)),--version cpu,--reference))
 CPU_RUN_NOTE = $(if $(CPU_RUN_ARGS),@echo "note: no CUDA device found: stage $(NN:0%=%) runs on the CPU ($(CPU_RUN_ARGS)) and its timings are CPU timings" >&2)
 
-stage-run: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist)
+stage-run: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist) $(NEEDS_MNIST)
 	$(CPU_RUN_NOTE)
 ifeq ($(NN),01)
 	$(BUILD)/01/vector_add $(ARGS) $(CPU_RUN_ARGS)
 else
-	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@set -e; for t in $(TRAINER); do $(BUILD)/$(NN)/$$t $(ARGS) $(CPU_RUN_ARGS); done
 endif
 
-stage-compare:
+stage-compare: $(if $(PREV),$(NEEDS_MNIST))
 	@if [ -z "$(PREV)" ] || [ "$(NN)" = "01" ] || [ "$(PREV)" = "01" ]; then \
 	    echo "error: stage $(NN) has no previous trainer stage to compare with (compare works for stages $(word 2,$(STAGES:0%=%))..$(lastword $(STAGES:0%=%)))" >&2; exit 2; fi
 	@$(MAKE) --no-print-directory -s $(BUILD)/$(PREV)/regression $(BUILD)/$(PREV)/mnist $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
-	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv
 	@set -e; for t in $(TRAINER); do for s in $(PREV) $(NN); do \
 	    $(BUILD)/$$s/$$t --quiet --csv $(BUILD)/compare/$(NN).csv $(ARGS); done; done
@@ -351,9 +329,8 @@ stage-diff:
 	    for f in $$(sh common/stage_common.sh $(call stage_dir,$(NN)) $(call stage_dir,$(PREV))); do \
 	        diff -u --label /dev/null --label $$f /dev/null $$f; done; fi; true
 
-stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
-	@$(if $(filter 01,$(NN)),,$(if $(DETECTED_ARCH),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true))
-	$(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu)
+stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu $(if $(DETECTED_ARCH),$(MNIST_DATA)))
+	$<
 
 # make stage N profile: Nsight Compute over a short run of each trainer, the metrics the summary reports
 # collected by name (the SpeedOfLight section alone lacks dram__throughput on some GPUs; it is kept so
@@ -366,18 +343,16 @@ PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
 # Stage 08's MNIST profile runs --hidden 0 first, the configuration its recorded profile
 # (results/<gpu>-profile-08.txt) was taken at, and ARGS or MNIST_ARGS after it (the last of a repeated flag counts).
 PROFILE_MNIST_ARGS_08 := --hidden 0
-PROFILE_MNIST_ARGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)))
-PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS) $(ARGS) $(MNIST_ARGS))
+PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)) $(ARGS) $(MNIST_ARGS))
 # The trainers profiled and where the outputs go (common/loop.sh points them at a candidate's build)
 PROFILE_BIN = $(BUILD)/$(NN)
 PROFILE_OUT = $(BUILD)/profile/$(NN)
 
-stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
+stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist $(NEEDS_MNIST)
 	@if [ "$(RECORD)" = 1 ]; then \
 	    command -v ncu >/dev/null 2>&1 || { echo "error: RECORD=1 records ncu's summaries, and ncu is not installed" >&2; exit 2; }; \
 	    [ "$(words $(TRAINER))" = 2 ] || { echo "error: RECORD=1 records both trainers: leave TRAINER unset" >&2; exit 2; }; \
 	fi
-	@$(if $(filter mnist,$(TRAINER)),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
 	@mkdir -p $(dir $(PROFILE_OUT))
 	@set -e; rm -f $(PROFILE_OUT)-record.txt; for t in $(TRAINER); do \
 	    args="$(if $(strip $(ARGS)), $(strip $(ARGS)))"; \
@@ -389,7 +364,7 @@ stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	        ncu --import $$out.ncu-rep --page raw --csv --metrics $(PROFILE_METRICS) >$$out.csv; \
 	        { echo "== $$t: $(PROFILE_NCU) -f -o $$out $$run"; \
 	          $(PYTHON) bench/report_rows.py profile $$out.csv; echo; } >$$out.txt; \
-	        cat $$out.txt; cat $$out.txt >>$(PROFILE_OUT)-record.txt; \
+	        tee -a $(PROFILE_OUT)-record.txt <$$out.txt; \
 	    else echo "== ncu not found: per-phase breakdown instead"; $(PROFILE_BIN)/$$t --breakdown$$args; fi; done
 	@if [ "$(RECORD)" = 1 ]; then \
 	    record=$(PROFILE_RECORD); mkdir -p results; \

@@ -22,13 +22,7 @@
 BENCH ?= full
 PYTHON ?= python3
 
-ifeq ($(BENCH),quick)
-RESULTS := build/bench/quick
-TABLE_FLAGS := --results $(RESULTS) --print
-else
-RESULTS := results
-TABLE_FLAGS := --results $(RESULTS)
-endif
+RESULTS := $(if $(filter quick,$(BENCH)),build/bench/quick,results)
 
 .PHONY: bench
 bench:
@@ -44,6 +38,6 @@ bench:
 	$(PYTHON) bench/run_bench.py --bench $(BENCH) --results $(RESULTS) \
 	    $(if $(BENCH_BUDGET_S),--budget-s $(BENCH_BUDGET_S)) \
 	    $(if $(GIT_COMMIT_ID),--commit $(GIT_COMMIT_ID)) $(if $(GIT_DIRTY),--dirty $(GIT_DIRTY)) || status=1; \
-	$(PYTHON) bench/make_tables.py $(TABLE_FLAGS) || status=1; \
+	$(PYTHON) bench/make_tables.py --results $(RESULTS) $(if $(filter quick,$(BENCH)),--print) || status=1; \
 	$(PYTHON) bench/plots.py --results $(RESULTS) || status=1; \
 	exit $$status

@@ -46,7 +46,7 @@ exercise_index() {
     for f in $(exercise_files); do
         [ -f "$stage_dir/$f" ] || continue
         names=$(awk -v list=1 -f "$cutter" "$stage_dir/$f") || exit 2
-        for name in $names; do index="$index$f $name"$'\n'; done
+        for name in $names; do index+="$f $name"$'\n'; done
     done
     index=${index%$'\n'}
     [ -n "$index" ] ||
@@ -67,11 +67,8 @@ exercise_picks() {
         return
     fi
     f=$(awk -v n="$TRY_EXERCISE" '$2 == n { print $1; exit }' <<<"$index")
-    if [ -n "$f" ]; then
-        pick_name=$TRY_EXERCISE
-    else
-        f=$(awk -v n="$TRY_EXERCISE" '$1 == n || $1 == n ".cu" { print $1; exit }' <<<"$index")
-    fi
+    [ -z "$f" ] || pick_name=$TRY_EXERCISE
+    [ -n "$f" ] || f=$(awk -v n="$TRY_EXERCISE" '$1 == n || $1 == n ".cu" { print $1; exit }' <<<"$index")
     [ -n "$f" ] ||
         die "EXERCISE=$TRY_EXERCISE: stage $nn has no such exercise; it has: $(awk '{ printf "%s%s", sep, $2; sep = ", " }' <<<"$index") (or name a file: $(awk '!seen[$1]++ { printf "%s%s", sep, $1; sep = ", " }' <<<"$index"))"
     picks=("$f")

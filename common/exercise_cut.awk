@@ -16,6 +16,8 @@
 # marker line, a name used twice and an unknown NAME are refused: one "error:" line, exit 2, no output.
 # Used by `make stage N exercise` (common/exercise.sh) and `make student` (common/student.sh).
 
+# count: regions seen; out[1..lines]: the output, kept until the whole file has been checked; inside: the name
+# of the region being read
 function fail(message) {
     printf "error: %s\n", message > "/dev/stderr"
     failed = 1
@@ -27,9 +29,6 @@ function where() { return file ":" FNR ": " }
 BEGIN {
     if (exercise != "" && exercise !~ /^[a-z0-9-]+$/)
         fail("EXERCISE=" exercise ": not an exercise name (names are made of a-z, 0-9 and -)")
-    count = 0   # regions seen
-    lines = 0   # output lines kept until the whole file has been checked
-    inside = "" # the name of the region being read
 }
 
 FNR == 1 { file = (FILENAME == "" || FILENAME == "-") ? "stdin" : FILENAME }
@@ -40,8 +39,7 @@ FNR == 1 { file = (FILENAME == "" || FILENAME == "-") ? "stdin" : FILENAME }
     sub(/\/\/ EXERCISE.*$/, "", indent)
     marker = substr($0, length(indent) + 1)
     if (marker ~ /^\/\/ EXERCISE\([a-z0-9-]+\) begin: [^ \t]/) {
-        name = marker
-        sub(/^\/\/ EXERCISE\(/, "", name)
+        name = substr(marker, length("// EXERCISE(") + 1)
         sub(/\).*$/, "", name)
         if (inside != "")
             fail(where() "EXERCISE(" name ") begins inside EXERCISE(" inside ") of line " begun ": regions do not nest (close it with // EXERCISE end first)")
@@ -53,12 +51,8 @@ FNR == 1 { file = (FILENAME == "" || FILENAME == "-") ? "stdin" : FILENAME }
         begun = FNR
         cutting = (exercise == "" || exercise == name)
         continuation = 1
-        if (cutting) {
-            task = marker
-            sub(/^\/\/ EXERCISE\([a-z0-9-]+\) begin: /, "", task)
-            out[++lines] = indent "// TODO(exercise): " name ": " task
-        } else
-            out[++lines] = $0
+        task = substr(marker, length("// EXERCISE(" name ") begin: ") + 1)
+        out[++lines] = cutting ? indent "// TODO(exercise): " name ": " task : $0
         next
     }
     if (marker ~ /^\/\/ EXERCISE end[ \t]*$/) {
@@ -95,7 +89,6 @@ END {
     if (inside != "")
         fail(file ":" begun ": EXERCISE(" inside ") is never closed: no // EXERCISE end after it")
     if (exercise != "" && !(exercise in first)) {
-        known = ""
         for (i = 1; i <= count; i++)
             known = known " " names[i]
         fail("EXERCISE=" exercise ": " file " has no such region; " (count ? "it has:" known : "it has none"))

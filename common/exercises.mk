@@ -11,23 +11,14 @@
 
 .PHONY: stage-try stage-exercise stage-prompt student loop
 
-stage-try stage-exercise stage-prompt loop: export TRY_MAKE = $(MAKE)
-stage-try stage-exercise stage-prompt loop: export TRY_BUILD = $(BUILD)
-stage-try stage-exercise stage-prompt loop: export TRY_PYTHON = $(PYTHON)
-stage-try stage-exercise stage-prompt loop: export TRY_NVCC = $(NVCC)
-stage-try stage-exercise stage-prompt loop: export TRY_NVCCFLAGS = $(NVCCFLAGS)
-stage-try stage-exercise stage-prompt loop: export TRY_CC = $(CC)
-stage-try stage-exercise stage-prompt loop: export TRY_CFLAGS = $(CFLAGS)
-stage-try stage-exercise stage-prompt loop: export TRY_LDFLAGS = $(LDFLAGS)
-stage-try stage-exercise stage-prompt loop: export TRY_LDLIBS = $(LDLIBS)
-stage-try stage-exercise stage-prompt loop: export TRY_CRITERION_LIBS = $(CRITERION_LIBS)
-stage-try stage-exercise stage-prompt loop: export TRY_HAVE_GPU = $(if $(DETECTED_ARCH),1,0)
+TRY_VERBS := stage-try stage-exercise stage-prompt loop
+# each verb's script reads TRY_MAKE = $(MAKE), TRY_BUILD = $(BUILD), and so on
+$(foreach v,MAKE BUILD PYTHON NVCC NVCCFLAGS CC CFLAGS LDFLAGS LDLIBS CRITERION_LIBS ARGS TRAINER GIT_COMMIT_ID GIT_DIRTY,\
+    $(eval $(TRY_VERBS): export TRY_$(v) = $$($(v))))
+$(TRY_VERBS): export TRY_HAVE_GPU = $(if $(DETECTED_ARCH),1,0)
 stage-try stage-exercise stage-prompt: export TRY_STAGE_DIR = $(call stage_dir,$(NN))
-stage-try stage-exercise stage-prompt loop: export TRY_ARGS = $(ARGS)
-stage-try stage-exercise stage-prompt loop: export TRY_TRAINER = $(TRAINER)
 stage-try stage-exercise: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
-stage-exercise: export TRY_EXERCISE = $(EXERCISE)
-stage-exercise: export TRY_ANSWER = $(ANSWER)
+$(foreach v,EXERCISE ANSWER,$(eval stage-exercise: export TRY_$(v) = $$($(v))))
 
 stage-try:
 	+@bash common/try.sh $(NN) "$(FILE)"
@@ -40,9 +31,7 @@ stage-prompt:
 
 # the loop's stage is 02: its trainers, built and profiled with these settings; FROM travels in the environment
 loop: export TRY_STAGE_DIR = $(call stage_dir,02)
-loop: export LOOP_ROUND = $(ROUND)
-loop: export LOOP_FROM = $(FROM)
-loop: export LOOP_MODE = $(or $(MODE),open)
+$(foreach v,ROUND FROM MODE,$(eval loop: export LOOP_$(v) = $$($(v))))
 loop:
 	+@bash common/loop.sh
 

@@ -48,27 +48,17 @@ check_settings() {  # every refusal that needs nothing run
     fi
 }
 
-# extract_candidate ANSWER OUT: the one fenced block tagged cuda, cu, c, c++ or cpp that defines
-# train_TRAINER (an answer may hold other blocks: napkin math, a diff), written to OUT; or exit 2.
-# Fences as try.sh reads them (a line opening with ``` or ~~~).
+# extract_candidate ANSWER OUT: the one ```cuda block that defines train_TRAINER, written to OUT; or exit 2
 extract_candidate() {
     local status=0
-    awk -v want="train_$trainer(" '
-        /^(```|~~~)/ {
-            if (!inside) { inside = 1; body = ""; tag = $0; sub(/^[`~]+[ \t]*/, "", tag); sub(/[^A-Za-z0-9+].*$/, "", tag); next }
-            inside = 0
-            if (tolower(tag) ~ /^(cuda|cu|c|c\+\+|cpp)$/ && index(body, want)) { found++; code = body }
-            next
-        }
-        inside { body = body $0 "\n" }
-        END { if (found == 1) printf "%s", code; exit found == 1 ? 0 : (found ? 4 : 3) }' "$1" >"$2" || status=$?
+    answer_code "$1" "train_$trainer(" >"$2" || status=$?
     [ "$status" != 3 ] || die "$1 holds no \`\`\`cuda (or \`\`\`c) block that defines train_$trainer: the answer must end with the complete $trainer.cu"
     [ "$status" = 0 ] || die "$1 holds several \`\`\`cuda blocks that define train_$trainer: the candidate must be one"
 }
 
 gpu_header() {  # the verdict's header, as results/<gpu>-try-NN-TRAINER.txt names its run
-    local dirty=clean
-    [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || dirty=dirty
+    local dirty=unknown
+    case ${TRY_GIT_DIRTY:-} in 0) dirty=clean ;; 1) dirty=dirty ;; esac
     echo "# make loop TRAINER=$trainer ROUND=$round FROM=$answer_in MODE=$mode: round $((round - 1))'s answer, tried"
     echo "# commit $commit ($dirty), $device, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1), $(date -u +%Y-%m-%d); run $CUDA_STAGES_RUN_ID"
 }
@@ -113,9 +103,7 @@ gpu_verdict() {
         { echo "== against stage 08, the best hand-written stage (same flags, same run)"
           report_rows try-speed 08 "$work/stage08.csv" "$work/try/candidate.csv" |
               grep -v '^try: '; } >>"$work/verdict.txt"
-        cat "$work/try/stage.csv" >"$work/rows.csv"
-        tail -n +2 "$work/try/candidate.csv" >>"$work/rows.csv"
-        tail -n +2 "$work/stage08.csv" >>"$work/rows.csv"
+        awk 'NR == 1 || FNR > 1' "$work/try/stage.csv" "$work/try/candidate.csv" "$work/stage08.csv" >"$work/rows.csv"
     fi
     gpu_profile
 }
@@ -161,9 +149,7 @@ record_round() {
     verdict=$REPLY
     mkdir -p "$dir"
     cp "$answer_in" "$dir/answer.md"
-    cp "$work/$trainer.cu" "$dir/$trainer.cu"
-    cp "$work/verdict.txt" "$dir/verdict.txt"
-    cp "$work/profile.txt" "$dir/profile.txt"
+    cp "$work/$trainer.cu" "$work/verdict.txt" "$work/profile.txt" "$dir/"
     echo "recorded round $prev in $dir/: answer.md, $trainer.cu, verdict.txt, profile.txt"
     [ ! -s "$work/rows.csv" ] || append_rows "$work/rows.csv"
     [ "$prev" -ge 2 ] && [ "$verdict" = fail ] || return 0
@@ -178,13 +164,11 @@ record_round() {
 # the prompt: common/loop_template.md, filled by prompt.sh's fill; its rules and contract are the stage
 # prompt's own sections (common/prompt_template.md), filled as stage 02's, so that the two never drift
 
-section_of() {  # section_of FROM TO: common/prompt_template.md from the heading FROM to the one before TO
-    awk -v from="$1" -v to="$2" '$0 == to { on = 0 } $0 == from { on = 1 } on' common/prompt_template.md
-}
-
-fill_from() {  # fill_from TEMPLATE: fill reads $template; this one, for once (without trailing blank lines)
-    local template=$1
-    fill | squeeze_blank_lines | awk '{ line[++n] = $0 } END { while (n && line[n] == "") n--; for (i = 1; i <= n; i++) print line[i] }'
+# filled_section FROM TO: common/prompt_template.md from the heading FROM to the one before TO, filled
+filled_section() {
+    local template=$parts/section.tpl  # what fill reads
+    awk -v from="$1" -v to="$2" '$0 == to { on = 0 } $0 == from { on = 1 } on' common/prompt_template.md >"$template"
+    fill | squeeze_blank_lines
 }
 
 # loop_parts START: every value of round k's prompt but the form's
@@ -192,10 +176,8 @@ loop_parts() {
     # what trainer_parts of prompt.sh reads: stage 02's prompt, the baseline
     n=2 nn=02 prev='' from=02 kind=baseline idea='' start=$1 stage_dir=02-llm-baseline
     trainer_parts
-    section_of "## Rules a candidate must keep" "## How the answer is checked" >"$parts/rules.tpl"
-    section_of "## The interface: common/trainer.h" "## The starting code: {{start}}" >"$parts/contract.tpl"
-    fill_from "$parts/rules.tpl" >"$parts/rules"
-    fill_from "$parts/contract.tpl" >"$parts/contract"
+    filled_section "## Rules a candidate must keep" "## How the answer is checked" >"$parts/rules"
+    filled_section "## The interface: common/trainer.h" "## The starting code: {{start}}" >"$parts/contract"
     put round "$round"; put prev_round "$((round - 1))"; put next_round "$((round + 1))"; put mode "$mode"
     put record "$records/round-$((round - 1))"
     put guided no

@@ -8,11 +8,7 @@
 .PHONY: test-mutants
 MUTANT_STAGE ?= $(lastword $(STAGES))
 
-test-mutants: export NVCC := $(NVCC)
-test-mutants: export NVCCFLAGS := $(NVCCFLAGS)
-test-mutants: export LDFLAGS := $(LDFLAGS)
-test-mutants: export LDLIBS := $(LDLIBS)
-test-mutants: export CRITERION_LIBS := $(CRITERION_LIBS)
-test-mutants: $(BUILD)/tests/gpu/test_stage.o $(COMMON_LIB) $(BUILD)/$(MUTANT_STAGE)/regression $(BUILD)/$(MUTANT_STAGE)/mnist
-	@$(if $(DETECTED_ARCH),[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data,true)
+$(foreach v,NVCC NVCCFLAGS LDFLAGS LDLIBS CRITERION_LIBS,$(eval test-mutants: export $(v) := $$($(v))))
+test-mutants: $(BUILD)/tests/gpu/test_stage.o $(COMMON_LIB) $(BUILD)/$(MUTANT_STAGE)/regression $(BUILD)/$(MUTANT_STAGE)/mnist \
+              $(if $(DETECTED_ARCH),$(MNIST_DATA))
 	@bash tests/mutants.sh $(BUILD) $(MUTANT_STAGE)

@@ -9,9 +9,8 @@
 # the starting file (each later stage's marker found in its code or not), the rules, how the answer is
 # checked, the contract (the trainer's part of common/trainer.h, the helpers' usage, the suite's
 # tolerances), the starting file and its measurements. Its prose is common/prompt_template.md; this
-# script works out what fills the template's placeholders. Every prompt stays under PROMPT_LIMIT bytes:
-# when the starting file does not fit whole, its whole-line comments are left out, then all its comments,
-# then this run's measurements; a prompt that still does not fit is an error (exit 2).
+# script works out what fills the template's placeholders, under PROMPT_LIMIT bytes (fit_prompt).
+# shellcheck disable=SC2086  # the TRY_* flags and ARGS are lists of words
 nn=${1:-}
 # shellcheck source=common/try_common.sh
 source common/try_common.sh
@@ -28,52 +27,41 @@ trap '[ -z "$parts" ] || rm -rf "$parts"' EXIT  # a refusal leaves no half-fille
 
 put() { printf '%s\n' "$2" >"$parts/$1"; }  # put NAME VALUE: a one-line value
 
-value() {  # value NAME: sets REPLY to the value of NAME, without its newline (no subshell: it runs often)
-    [ -f "$parts/$1" ] || die "$template: nothing fills {{$1}}"
-    REPLY=
-    IFS= read -r -d '' REPLY <"$parts/$1"
-    REPLY=${REPLY%$'\n'}
-}
-
-fill_line() {  # fill_line LINE: the line with each {{name}} in it replaced by its value
-    local rest=$1 done_part=
-    while [[ $rest == *'{{'*'}}'* ]]; do
-        done_part+=${rest%%'{{'*}
-        rest=${rest#*'{{'}
-        value "${rest%%'}}'*}"
-        done_part+=$REPLY
-        rest=${rest#*'}}'}
-    done
-    printf '%s\n' "$done_part$rest"
-}
-
-# fill: the template, filled. A line that is only {{name}} is its file as it is (code, tables, program
-# output); <!-- if name = a or b --> ... <!-- end if --> keeps its lines where the value is one of those
-# words. Ifs nest; the directive lines themselves are left out.
+# fill: the template, filled, or exit 2. A {{name}} is its file without the last newline; a line that is only
+# {{name}} is its file as it is (code, tables, program output); <!-- if name = a or b --> ... <!-- end if -->
+# keeps its lines where the value is one of those words. Ifs nest; the directive lines themselves are left out.
 fill() {
-    local line depth=0 off=0 test whole='^\{\{([a-z_]+)\}\}$'
-    while IFS= read -r line; do
-        case $line in
-        '<!-- if '*' -->')
-            depth=$((depth + 1))
-            [ "$off" = 0 ] || continue
-            test=${line#'<!-- if '}
-            test=${test%' -->'}
-            value "${test%% *}"
-            [[ " ${test#* = } " == *" $REPLY "* ]] || off=$depth
-            continue ;;
-        '<!-- end if -->')
-            [ "$off" != "$depth" ] || off=0
-            depth=$((depth - 1))
-            continue ;;
-        esac
-        [ "$off" = 0 ] || continue
-        if [[ $line =~ $whole ]]; then
-            cat "$parts/${BASH_REMATCH[1]}" 2>/dev/null || die "$template: nothing fills {{${BASH_REMATCH[1]}}}"
-        else
-            fill_line "$line"
-        fi
-    done <"$template"
+    awk -v parts="$parts" -v template="$template" '
+        function value(name,   file, line) {  # sets lines, the count of its lines
+            file = parts "/" name
+            if ((lines = getline line <file) < 0) {
+                printf "error: %s: nothing fills {{%s}}\n", template, name >"/dev/stderr"
+                exit 2
+            }
+            text = line
+            while ((getline line <file) > 0) { text = text "\n" line; lines++ }
+            close(file)
+            return text
+        }
+        /^<!-- if [a-z_]+ = .* -->$/ {
+            words = $0
+            sub(/^<!-- if [a-z_]+ = /, "", words)
+            sub(/ -->$/, "", words)
+            if (!off && !index(" " words " ", " " value($3) " ")) off = depth + 1
+            depth++
+            next
+        }
+        /^<!-- end if -->$/ { if (off == depth--) off = 0; next }
+        off { next }
+        /^\{\{[a-z_]+\}\}$/ { text = value(substr($0, 3, length($0) - 4)); if (lines) print text; next }
+        {
+            done_part = ""
+            while (match($0, /\{\{[a-z_]+\}\}/)) {
+                done_part = done_part substr($0, 1, RSTART - 1) value(substr($0, RSTART + 2, RLENGTH - 4))
+                $0 = substr($0, RSTART + RLENGTH)
+            }
+            print done_part $0
+        }' "$template" || exit 2
 }
 
 # ----------------------------------------------------------------------------
@@ -83,12 +71,8 @@ code_only() {  # code_only FILE: the file without its comments (gcc's preprocess
     "${TRY_CC:-gcc}" -x c++ -fpreprocessed -dD -E "$1" | grep -v '^# [0-9]'
 }
 
-squeeze_blank_lines() {  # standard input without trailing blanks, runs of blank lines squeezed to one
-    awk '{ sub(/[[:space:]]+$/, "") } NF == 0 { if (blank++) next } NF { blank = 0 } { print }'
-}
-
-without_comment_lines() {  # FILE: without its whole-line // comments
-    grep -v '^[[:space:]]*//' "$1" | squeeze_blank_lines
+squeeze_blank_lines() {  # standard input without trailing blanks, blank lines first and last, runs of them squeezed to one
+    awk '{ sub(/[[:space:]]+$/, "") } NF == 0 { blank = 1; next } { if (blank && printed) print ""; blank = 0; printed = 1; print }'
 }
 
 stage_folder() {  # stage_folder NN: the stage's folder, empty when there is none (a planned stage)
@@ -156,7 +140,6 @@ results_parts() {  # the newest result rows of stage $from in results/, the trai
     : >"$parts/results_table"
     if [ -z "$csvs" ]; then put results none; return; fi
     put results found
-    # shellcheck disable=SC2086
     report_rows try-results "$from" $csvs |
         awk -v t="$trainer" -v nn="$nn" 'nn == "01" || !/^\| / { print; next }
             { split($0, cell, "|"); gsub(/ /, "", cell[3]) } cell[3] == t || cell[3] == "trainer" || cell[3] ~ /^-+$/' \
@@ -167,10 +150,8 @@ results_parts() {  # the newest result rows of stage $from in results/, the trai
 # measured=1 (they are what the form "unmeasured" leaves out)
 measure_parts() {
     if [ "$nn" = 01 ]; then
-        # shellcheck disable=SC2086  # ARGS is a list of flags
         "$build/01/vector_add" --repeat 5 ${TRY_ARGS:-} 2>&1 | tail -n 30 >"$parts/vector_add_output"
     else
-        # shellcheck disable=SC2086
         "$build/$from/$trainer" --quiet --breakdown ${TRY_ARGS:-} 2>&1 | tail -n 12 >"$parts/breakdown_output"
         if command -v ncu >/dev/null 2>&1; then
             put ncu found
@@ -208,16 +189,6 @@ trainer_parts() {
     tolerances_part "$trainer" >"$parts/tolerances"
 }
 
-# put_code FILE FORM: the {{code}} part, FILE whole, lean (without its whole-line comments) or bare (without
-# any comment)
-put_code() {
-    case $2 in
-    whole) cp "$1" "$parts/code" ;;
-    lean) without_comment_lines "$1" >"$parts/code" ;;
-    bare) code_only "$1" | squeeze_blank_lines >"$parts/code" ;;
-    esac
-}
-
 # fit_prompt OUT WHAT HINT: the template filled in the first form that fits under PROMPT_LIMIT: the starting
 # code whole, lean, bare, then bare without the measurements (measured emptied); sets size and note (what was
 # left out). A prompt that never fits is removed: exit 2, WHAT and HINT saying what is too long.
@@ -226,7 +197,11 @@ fit_prompt() {
     for form in whole lean bare unmeasured; do
         [ "$form" != unmeasured ] || form=bare measured=
         put form "$form"
-        put_code "$start" "$form"
+        case $form in  # the {{code}} part: the starting file whole, without its whole-line comments, or without any
+        whole) cp "$start" "$parts/code" ;;
+        lean) grep -v '^[[:space:]]*//' "$start" | squeeze_blank_lines >"$parts/code" ;;
+        bare) code_only "$start" | squeeze_blank_lines >"$parts/code" ;;
+        esac
         if [ "$have_gpu" != 1 ]; then put run no-gpu
         elif [ -z "$measured" ]; then put run left-out
         else put run measured; fi
@@ -256,7 +231,7 @@ prompt_trainer() {
     fi
     if [ "$have_gpu" = 1 ]; then  # what this run measures: built (and its data fetched) first
         if [ "$nn" = 01 ]; then build_stage "$build/01/vector_add"; else build_stage "$build/$from/$trainer"; fi
-        [ "$trainer" != mnist ] || [ -f data/mnist/train-images-idx3-ubyte ] || "$TRY_MAKE" --no-print-directory data || exit 3
+        [ "$trainer" != mnist ] || "$TRY_MAKE" --no-print-directory -s data/mnist/train-images-idx3-ubyte || exit 3
     fi
     parts=$build/prompt/.parts-$nn-$trainer
     rm -rf "$parts"
@@ -275,18 +250,14 @@ prompt_trainer() {
 have_gpu=${TRY_HAVE_GPU:-0}
 device="no GPU (none was visible when this prompt was written)"
 [ "$have_gpu" = 1 ] && device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+commit=${TRY_GIT_COMMIT_ID:-unknown}
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 mkdir -p "$build/prompt"
 if [ "$nn" = 01 ]; then
     targets=vector_add kind=vector-add
 else
-    targets=
-    for t in ${TRY_TRAINER:-regression mnist}; do
-        case $t in regression | mnist) targets="$targets $t" ;; *) die "TRAINER=$t: valid are regression, mnist" ;; esac
-    done
-    [ -n "$targets" ] || targets="regression mnist"
+    targets=${TRY_TRAINER:-regression mnist}  # the Makefile has checked TRAINER
     kind=later
     [ "$nn" = 02 ] && kind=baseline
 fi

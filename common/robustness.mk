@@ -23,9 +23,6 @@
 # (build-asan/ keeps instrumented and normal objects apart). gcc compiles common/, the drivers and the tests
 # with them; nvcc links the sanitizers' runtimes. The stages' device code is compute-sanitizer's job.
 ifeq ($(SANITIZE),1)
-ifeq ($(filter -fsanitize=address,$(CFLAGS)),)
-$(error SANITIZE=1: the top Makefile does not set the sanitizer flags yet (see common/robustness.mk))
-endif
 # protect_shadow_gap=0: the CUDA driver maps memory where ASan would otherwise protect its shadow gap
 export ASAN_OPTIONS ?= protect_shadow_gap=0:detect_leaks=1:check_initialization_order=1:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
@@ -66,8 +63,7 @@ stage-sanitize: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/re
 SAN_CUTS := mnist-small mnist-tiny
 SAN_CUT_mnist-small := 3000 1000
 SAN_CUT_mnist-tiny := 300 100
-$(SAN_CUTS:%=$(SAN_DIR)/%/.done): $(SAN_DIR)/%/.done:
-	@[ -f data/mnist/train-images-idx3-ubyte ] || $(MAKE) --no-print-directory data
+$(SAN_CUTS:%=$(SAN_DIR)/%/.done): $(SAN_DIR)/%/.done: | $(MNIST_DATA)
 	@mkdir -p $(@D)
 	@be32() { printf "\\$$(printf %03o $$(($$1 >> 24 & 255)))\\$$(printf %03o $$(($$1 >> 16 & 255)))\\$$(printf %03o $$(($$1 >> 8 & 255)))\\$$(printf %03o $$(($$1 & 255)))"; }; \
 	cut() { { head -c 4 "data/mnist/$$1"; be32 $$2; tail -c +9 "data/mnist/$$1" | head -c $$(($$3 + $$2 * $$4)); } >"$(@D)/$$1"; }; \
@@ -95,8 +91,7 @@ sanitize stage-sanitize:
 	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make sanitize needs a CUDA device (nvidia-smi lists none)" >&2; exit 4; fi
 	@if [ ! -x "$(COMPUTE_SANITIZER)" ]; then echo "error: compute-sanitizer not found in $(CUDA_HOME)/bin or on PATH: set COMPUTE_SANITIZER=/path/to/compute-sanitizer" >&2; exit 2; fi
 	@rm -rf $(SAN_DIR)/logs $(SAN_DIR)/results $(SAN_DIR)/jobs; mkdir -p $(SAN_DIR)/logs
-	@for tool in racecheck memcheck initcheck synccheck; do \
-	    case " $(SAN_TOOLS) " in *" $$tool "*) ;; *) continue ;; esac; \
+	@for tool in $(filter racecheck,$(SAN_TOOLS)) $(filter memcheck synccheck initcheck,$(SAN_TOOLS)); do \
 	    for trainer in mnist regression vector_add; do for stage in $(SAN_STAGES); do \
 	        case $$stage-$$trainer in 01-vector_add) ;; 01-*|*-vector_add) continue ;; esac; \
 	        variants=- precisions=-; \
@@ -134,14 +129,13 @@ FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -Icommon \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
-$(FUZZ_DIR)/fuzz_idx: tests/fuzz/fuzz_idx.c common/idx.c common/idx.h common/trainer.h common/message.c
+# The harness and the code it fuzzes are instrumented; the rest of what that code calls comes from libcommon.a.
+$(FUZZ_DIR)/fuzz_idx: tests/fuzz/fuzz_idx.c common/idx.c common/message.c
+$(FUZZ_DIR)/fuzz_args: tests/fuzz/fuzz_args.c common/args.c common/flags.c common/message.c
+$(FUZZ_DIR)/fuzz_idx $(FUZZ_DIR)/fuzz_args: $(COMMON_HEADERS) $(COMMON_LIB)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_idx.c common/idx.c common/message.c -lz -o $@
-
-$(FUZZ_DIR)/fuzz_args: tests/fuzz/fuzz_args.c common/args.c common/args.h common/flags.c common/flags.h common/trainer.h \
-                       common/message.c
-	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) tests/fuzz/fuzz_args.c common/args.c common/flags.c common/message.c -lm -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(filter %.c,$^) $(COMMON_LIB) -L$(CUDA_HOME)/lib64 -Wl,-rpath=$(CUDA_HOME)/lib64 \
+	    $(filter-out -Xcompiler,$(LDLIBS)) -o $@
 
 # Both harnesses at once, each for FUZZ_SECONDS (or FUZZ_RUNS executions); new inputs go to
 # build/fuzz/corpus_*, the seeds in tests/ stay as they are; a finding is saved as build/fuzz/crash-*.

@@ -19,9 +19,7 @@ uses() {
     printf '%s\n' $seen | sort
 }
 if [ -n "${2:-}" ]; then
-    uses "$2" >"${TMPDIR:-/tmp}/stage_common.$$"
-    uses "$1" | grep -vxF -f "${TMPDIR:-/tmp}/stage_common.$$"
-    rm -f "${TMPDIR:-/tmp}/stage_common.$$"
+    uses "$1" | grep -vxF "$(uses "$2")"
 else
     uses "$1"
 fi

@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
 # common/student.sh: the work behind `make student [DIR=path]` (common/exercises.mk hands DIR over as
-# STUDENT_DIR). Writes a copy of the repository without the answers, for a class:
-#
-#   1. the files git knows (tracked, and untracked ones that are not ignored), as they are in the work
-#      tree, copied to STUDENT_DIR (default build/student); no .git, no build/, no data/, and no assistant
-#      answers (NN-*/assistant/*.answer.md: complete stage files, the exercises' answers in them);
-#   2. every source file with exercise regions (// EXERCISE(name) begin: ... // EXERCISE end) replaced by
-#      its skeleton, cut by common/exercise_cut.awk: each region leaves its // TODO(exercise) marker;
-#   3. STUDENT.md at the top of the copy: what was cut, and how a student checks the work
-#      (`make stage N exercise` tries the stage's file in place there; ANSWER=1 is refused).
+# STUDENT_DIR). Writes a copy of the repository without the answers, for a class, in STUDENT_DIR (default
+# build/student): the files git knows as they are in the work tree (no .git, build/ or data/), less the
+# assistants' answers (NN-*/assistant/*.answer.md: complete stage files, the exercises' answers in them);
+# every exercise region cut by common/exercise_cut.awk, leaving its // TODO(exercise) marker; STUDENT.md on
+# top, saying what was cut and how a student checks the work (`make stage N exercise`, in place there).
 #
 # STUDENT_DIR must be new, empty, or an earlier student copy (it holds STUDENT.md): that one is replaced.
 # Inside the repository it must be an ignored folder (build/...), or the next copy would copy it.
@@ -114,8 +110,6 @@ state="commit $commit"
 } >"$work/copy/STUDENT.md"
 
 # replace an earlier copy only now that the new one is complete
-if [ -d "$target" ]; then
-    rm -rf -- "$target" || die "cannot remove the earlier copy in DIR=$dir"
-fi
+[ ! -d "$target" ] || rm -rf -- "$target" || die "cannot remove the earlier copy in DIR=$dir"
 mv -- "$work/copy" "$target" || die "cannot move the copy to DIR=$dir"
 echo "wrote $dir: $files files from $state, $regions exercise region(s) cut from $(printf '%s' "$cut_list" | grep -c '^- ') file(s) (listed in $dir/STUDENT.md)"

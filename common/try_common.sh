@@ -18,9 +18,23 @@ report_rows() {  # report_rows COMMAND ARGS...: bench/report_rows.py, by the mak
     "${TRY_PYTHON:-python3}" bench/report_rows.py "$@"
 }
 
+# answer_code ANSWER.md [WANT]: the body of every fenced code block of an assistant's answer (``` or ~~~ at a
+# line's start); with WANT, of the one block tagged cuda, cu, c, c++ or cpp that holds WANT, where the answer
+# may hold other blocks (napkin math, a diff): exit 3 where none does, 4 where several do
+answer_code() {
+    awk -v want="${2:-}" '
+        /^(```|~~~)/ {
+            if (!inside) { inside = 1; body = ""; tag = tolower($0); sub(/^[`~]+[ \t]*/, "", tag); sub(/[^a-z0-9+].*$/, "", tag); next }
+            inside = 0
+            if (want == "") printf "%s", body
+            else if (tag ~ /^(cuda|cu|c|c\+\+|cpp)$/ && index(body, want)) { found++; code = body }
+            next
+        }
+        inside { body = body $0 "\n" }
+        END { if (want == "") exit; if (found == 1) printf "%s", code; exit found == 1 ? 0 : (found ? 4 : 3) }' "$1"
+}
+
 build_stage() {  # the stage's own objects and drivers, through the Makefile's rules
-    if ! "$TRY_MAKE" --no-print-directory -s "$@"; then
-        echo "error: stage $nn's own files do not build (see above): try needs them to link and compare" >&2
-        exit 2
-    fi
+    "$TRY_MAKE" --no-print-directory -s "$@" ||
+        die "stage $nn's own files do not build (see above): try needs them to link and compare"
 }

@@ -14,10 +14,12 @@ trap 'rm -rf "$dir"' EXIT
 names=() tallies=()
 if [ "$mode" = test ]; then max_jobs=$(nproc 2>/dev/null || echo 2); else max_jobs=1; fi
 
-# run_one I COMMAND...: COMMAND's output in $dir/I.log, its exit status and seconds in $dir/I.status
+# run_one I COMMAND...: COMMAND's output in $dir/I.log (a Criterion suite's TAP report in $dir/I.tap), its exit
+# status and seconds in $dir/I.status
 run_one() {
     local i=$1 start=$SECONDS
     shift
+    [ "${tallies[$i]}" != criterion ] || set -- "$@" --tap="$dir/$i.tap"
     "$@" >"$dir/$i.log" 2>&1 </dev/null
     echo "$? $((SECONDS - start))" >"$dir/$i.status"
 }
@@ -51,17 +53,16 @@ passed=0 failed=0 skipped=0 status=0 no_gpu=0
 count() { sed -n "$1" <<<"$2" | head -n1; }
 
 # tally LOG TALLY: add a suite's counts to the totals. A script's closing line is "PREFIX: N passed, N failed[, N
-# skipped]", Criterion's "Synthesis" line and its suite's "N of M tests SKIPPED" line; none means the suite died.
+# skipped]"; Criterion's TAP report has "ok - NAME", "ok - NAME  # SKIP why" and "not ok - NAME" (a crash too);
+# none (no "1..N" plan in it) means the suite died.
 tally() {
     local log=$1 kind=$2 line n
     case $kind in
     criterion)
-        line=$(grep -a "Synthesis:" "$log" | tail -n1)
-        n=$(count 's/.*Passing: \([0-9]*\).*/\1/p' "$line"); passed=$((passed + ${n:-0}))
-        n=$(count 's/.*Failing: \([0-9]*\).*/\1/p' "$line"); failed=$((failed + ${n:-1}))
-        n=$(count 's/.*Crashing: \([0-9]*\).*/\1/p' "$line"); failed=$((failed + ${n:-0}))
-        n=$(grep -aoE "[0-9]+ (of [0-9]+ )?tests SKIPPED" "$log" | tail -n1 | cut -d' ' -f1)
-        skipped=$((skipped + ${n:-0})) ;;
+        if ! grep -q '^1\.\.' "${log%.log}.tap" 2>/dev/null; then failed=$((failed + 1)); return; fi
+        local p f s
+        read -r p f s < <(awk '/^ok .*# SKIP/ { s++; next } /^ok / { p++ } /^not ok / { f++ } END { print p + 0, f + 0, s + 0 }' "${log%.log}.tap")
+        passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s)) ;;
     unittest)
         n=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\}.*/\1/p' "$log" | tail -n1)
         if grep -q "^OK" "$log"; then passed=$((passed + ${n:-0})); else failed=$((failed + 1)); fi ;;
