@@ -12,7 +12,6 @@
 #include <cudnn.h>
 
 #include "check.h"
-#include "gates.h"  // stage 08: the shared memory a block may have, CUDA_STAGES_CC applied
 #include "host.h"
 #include "staging.h"
 #include "lt_matmul.h"

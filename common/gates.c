@@ -81,25 +81,3 @@ int feature_available(Feature feature, const void *kernel, char *why, size_t why
     }
     return 1;
 }
-
-// Shared memory a block may opt into, KB, by compute capability: the CUDA C++ Programming Guide's table of
-// technical specifications. A capability between two rows takes the lower row's figure.
-static const struct {
-    int capability, kb;
-} SHARED_PER_BLOCK[] = {{75, 64}, {80, 163}, {86, 99}, {87, 163}, {89, 99}, {90, 227}, {120, 99}};
-
-int device_shared_per_block(void) {
-    int device = 0, bytes = 0;
-    cudaError_t status = cudaGetDevice(&device);
-    if (status == cudaSuccess)
-        status = cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (status != cudaSuccess) {
-        fprintf(stderr, "error: cannot read the GPU's shared memory per block: %s\n", cudaGetErrorString(status));
-        exit(EXIT_CUDA);
-    }
-    if (capability_override() < 0) return bytes;
-    int capability = device_capability(), kb = SHARED_PER_BLOCK[0].kb;
-    for (size_t i = 0; i < sizeof(SHARED_PER_BLOCK) / sizeof(SHARED_PER_BLOCK[0]); i++)
-        if (SHARED_PER_BLOCK[i].capability <= capability) kb = SHARED_PER_BLOCK[i].kb;
-    return kb * 1024 < bytes ? kb * 1024 : bytes;
-}

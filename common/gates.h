@@ -8,7 +8,7 @@
 //
 // CUDA_STAGES_CC=8.0 (say) makes the GPU report that compute capability instead of its own, lower only,
 // so that an H100 rehearses what a T4 (7.5), an A100 (8.0) or an RTX 3090 (8.6) would run: the features
-// above, and the shared memory a block may have (device_shared_per_block).
+// above, and the shared memory a block may have (device_shared_per_block, host.h).
 #ifndef GATES_H
 #define GATES_H
 
@@ -34,9 +34,6 @@ int device_capability(void);
 // architecture that has it; else 0, with why the feature is missing in why ("this GPU is 8.0", "the
 // kernel was compiled for compute_80 (make CUDA_ARCH=80)").
 int feature_available(Feature feature, const void *kernel, char *why, size_t why_len);
-// The shared memory one block of device 0 may opt into, in bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin), no
-// more than a GPU of the capability CUDA_STAGES_CC names has, so that a rehearsal meets that GPU's limit too.
-int device_shared_per_block(void);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,9 @@ void *host_malloc(size_t bytes, const char *what);
 void *host_pinned(size_t bytes, const char *what);
 // cudaMalloc followed by cudaMemset to zero: a buffer that a library may read before we write it.
 void *device_zeros(size_t bytes);
+// The shared memory one block of the current device may opt into, in bytes: its own figure, no more than a GPU
+// of its compute capability has, CUDA_STAGES_CC applied (gates.h), so that a rehearsal meets that GPU's limit too.
+int device_shared_per_block(void);
 
 #ifdef __cplusplus
 }
