@@ -23,17 +23,13 @@ make=${MAKE:-make}
 work=build/exercise-smoke
 rm -rf "$work"
 mkdir -p "$work"
-passed=0 failed=0
 log=$work/last.log
 cutter=common/exercise_cut.awk
 paste=tests/exercise_paste.awk
 
-ok() { echo "ok    $1"; passed=$((passed + 1)); }
-bad() {
-    echo "FAIL  $1"
-    sed 's/^/      | /' "$log" | tail -n 15
-    failed=$((failed + 1))
-}
+log_tail=15
+# shellcheck source=tests/smoke_common.sh
+source tests/smoke_common.sh
 
 # same_file NAME GOT WANT
 same_file() {

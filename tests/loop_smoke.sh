@@ -23,17 +23,12 @@ cd "$(dirname "$0")/.." || exit 1
 work=build/loop-smoke
 rm -rf "$work"
 mkdir -p "$work"
-passed=0 failed=0
 log=$work/last.log
 fixtures=tests/loop
 limit=40960
 
-ok() { echo "ok    $1"; passed=$((passed + 1)); }
-bad() {
-    echo "FAIL  $1"
-    [ -s "$log" ] && sed 's/^/      | /' "$log" | tail -n 10
-    failed=$((failed + 1))
-}
+# shellcheck source=tests/smoke_common.sh
+source tests/smoke_common.sh
 
 idea_of() { awk -F'\t' -v s="$1" '$1 == s { print $3 }' common/stage_ideas.tsv; }
 

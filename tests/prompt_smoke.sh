@@ -18,17 +18,12 @@ cd "$(dirname "$0")/.." || exit 1
 work=build/prompt-smoke
 rm -rf "$work"
 mkdir -p "$work"
-passed=0 failed=0
 log=$work/last.log
 ideas=common/stage_ideas.tsv
 limit=40960
 
-ok() { echo "ok    $1"; passed=$((passed + 1)); }
-bad() {
-    echo "FAIL  $1"
-    [ -s "$log" ] && sed 's/^/      | /' "$log" | tail -n 10
-    failed=$((failed + 1))
-}
+# shellcheck source=tests/smoke_common.sh
+source tests/smoke_common.sh
 
 stage_dir() { find . -maxdepth 1 -type d -name "$1-*" | sed 's|^\./||' | head -n1; }
 

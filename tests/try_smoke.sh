@@ -32,15 +32,11 @@ make=${MAKE:-make}
 work=build/try-smoke
 rm -rf "$work"
 mkdir -p "$work"
-passed=0 failed=0
 log=$work/last.log
 
-ok() { echo "ok    $1"; passed=$((passed + 1)); }
-bad() {
-    echo "FAIL  $1"
-    sed 's/^/      | /' "$log" | tail -n 15
-    failed=$((failed + 1))
-}
+log_tail=15
+# shellcheck source=tests/smoke_common.sh
+source tests/smoke_common.sh
 
 # expect NAME PATTERN MAKE-ARGS...: make must exit non-zero, print exactly one "error:" line, and that
 # line must match PATTERN (an extended regex); no verdict line may follow a refusal
