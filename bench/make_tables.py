@@ -12,11 +12,7 @@ and rounds:stageNN (the recorded `make stage N try` outputs); answerkey and outc
 A stage counts in the ladder and stage tables in its default variant (the first of its REGRESSION_VARIANTS /
 MNIST_VARIANTS) at fp32 and bf16; its other variants fill its variants table. A table shows the rows of one
 run (run_id): rows of several runs are an error unless --allow-mixed-runs, which marks them. A torch.compile
-row that is not clean is named under its table, not shown. Standard library only.
-
-  python3 bench/make_tables.py [--print | --check] [--allow-mixed-runs] [--root DIR] [--results DIR]
-  --check exits 1 if a README is not what results/ gives, or its prose says "as predicted" outside a
-  generated outcome block whose verdict is hit.
+row that is not clean is named under its table, not shown. Standard library only; --help for the options.
 """
 
 import argparse
@@ -113,15 +109,11 @@ def sourced_table(shown, rows, source, what, table, title=""):
     return f"{title}{source_line(shown, rc.device_of(rows), source)}\n\n{note}{table}"
 
 
-def results_parts(datasets, known, part_of):
-    """part_of(source, rows, variant defaults) for each results file, leaving out the files it gives nothing."""
+def per_file(datasets, known, part_of, note):
+    """part_of(source, rows, variant defaults) of each results file, the files it gives nothing left out, then note
+    in small print; NO_RESULTS when no file gives anything."""
     parts = [part_of(source, rows, rc.variant_defaults(rows, known)) for source, rows in datasets]
-    return [part for part in parts if part]
-
-
-def with_note(parts, note):
-    """The parts, then note in small print; NO_RESULTS without parts."""
-    return "\n\n".join(parts + [f"<sub>{note}</sub>"]) if parts else NO_RESULTS
+    return "\n\n".join([part for part in parts if part] + [f"<sub>{note}</sub>"]) if any(parts) else NO_RESULTS
 
 
 def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None, title=None):
@@ -132,7 +124,7 @@ def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=N
         if shown:
             return sourced_table(shown, shown, source, what, markdown_table(headers, aligns, lines),
                                  title(shown) if title else "")
-    return with_note(results_parts(datasets, known, part), note)
+    return per_file(datasets, known, part, note)
 
 
 def generated_note(source="the CSV named above"):
@@ -270,7 +262,7 @@ def ladder_block(datasets, trainer, stage_names=None, known=None):
                            for config in rc.canonical_configs() if config.trainer == trainer)
     notes = [FOOTNOTE_TIMES, FOOTNOTE_SETUP, FOOTNOTE_GBS if trainer == "regression" else FOOTNOTE_GFLOPS,
              FOOTNOTE_GENERATED]
-    return with_note(results_parts(datasets, known, part), " ".join(notes))
+    return per_file(datasets, known, part, " ".join(notes))
 
 
 # ----------------------------------------------------------------------------
@@ -339,7 +331,7 @@ def headline_block(datasets, stage_names=None, known=None, ideas=None):
             "missing); × PyTorch's best: the e2e of PyTorch's fastest fp32 mode on the same configuration ÷ this "
             "stage's e2e (above 1: the stage is faster). Every column, precision and PyTorch mode: the "
             "per-trainer tables of docs/RESULTS.md. " + FOOTNOTE_GENERATED)
-    return with_note(results_parts(datasets, known, part), note)
+    return per_file(datasets, known, part, note)
 
 
 # ----------------------------------------------------------------------------
@@ -396,10 +388,8 @@ def stage_block(datasets, stage, stage_names=None, known=None):
                                                          "speedup (ms/epoch)"]
     variant_header = (["configuration", "variant", "precision"] + TIMING_HEADER
                       + ["throughput", "vs default (e2e)", "vs default (wall)"])
-    any_variants = False
 
     def part(source, rows, defaults):
-        nonlocal any_variants
         lines, shown, paybacks = stage_lines(rows, stage, stage_names, defaults)
         parts = [sourced_table(shown, rows, source, f"the stage {stage} table",
                                markdown_table(header, "ll" + "r" * 10, lines))]
@@ -410,20 +400,18 @@ def stage_block(datasets, stage, stage_names=None, known=None):
                          "slower epochs.\n\n" + "\n".join(f"- {sentence}" for sentence in paybacks))
         variants, variant_rows = variant_lines(rows, stage, defaults)
         if variants:
-            any_variants = True
             parts.append(sourced_table(variant_rows, rows, source, f"the stage {stage} variants table",
                                        markdown_table(variant_header, "lll" + "r" * 9, variants),
                                        f"**Variants of stage {stage}** (`--variant`, `--precision`)  \n"))
         return "\n\n".join(parts)
 
-    parts = results_parts(datasets, known, part)
     notes = [f"Stage {stage} against the stage before it (stage 02: against the CPU reference), each in its "
              "default variant at fp32. Speedups: the earlier run ÷ this one; e2e only when both ran the same epochs."]
-    if any_variants:
+    if any(variant_lines(rows, stage, rc.variant_defaults(rows, known))[0] for _, rows in datasets):
         notes.append("Variants: the same configurations with `--variant` or `--precision`; vs default = the "
                      "default variant's fp32 e2e ÷ this e2e (above 1: faster than the default).")
-    return with_note(parts, " ".join(notes + [FOOTNOTE_SETUP, FOOTNOTE_GBS, FOOTNOTE_GFLOPS, FOOTNOTE_GENERATED]))
-
+    return per_file(datasets, known, part, " ".join(notes + [FOOTNOTE_SETUP, FOOTNOTE_GBS, FOOTNOTE_GFLOPS,
+                                                              FOOTNOTE_GENERATED]))
 
 def fixed_cost(r):
     """What a run costs besides its epochs: setup + e2e − epochs × ms/epoch (setup, uploads, downloads)."""
@@ -585,7 +573,7 @@ def steps_block(datasets, stage, stage_names=None, known=None):
             "e2e − loop: the time outside the training loop (uploads, downloads, evaluation). MNIST: µs per step "
             f"= ms/epoch (the median epoch) ÷ steps per epoch ({rc.MNIST_TRAIN:,} // batch). µs saved: the stage "
             "before's figure minus this stage's (− where this stage is slower). " + FOOTNOTE_GENERATED)
-    return with_note(results_parts(datasets, known, part), note)
+    return per_file(datasets, known, part, note)
 
 
 # ----------------------------------------------------------------------------
@@ -1088,7 +1076,7 @@ def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
                                 "verdict"], "llrrrl", lines)
         return sourced_table(used, rows, source, f"the stage {stage} outcome", table)
 
-    parts = results_parts(datasets, known, part)
+    parts = [part(source, rows, rc.variant_defaults(rows, known)) for source, rows in datasets]
     if not hits and not misses:
         verdict = "**Verdict: not measured yet.**"
     elif misses:
@@ -1216,17 +1204,9 @@ def main(argv=None):
     parser.add_argument("--allow-mixed-runs", action="store_true",
                         help="let a table show rows of several runs (run_id), marked; by default that is an error")
     args = parser.parse_args(argv)
+    results_dir = args.results or os.path.join(args.root, "results")
     global MIXED_RUNS
     saved, MIXED_RUNS = MIXED_RUNS, "mark" if args.allow_mixed_runs else "refuse"
-    try:
-        return run(args, args.results or os.path.join(args.root, "results"))
-    finally:
-        MIXED_RUNS = saved
-
-
-def run(args, results_dir):
-    """main's work, once the policy for mixed runs is set: print the blocks, or write (--check: compare) every
-    file's; a file that does not exist, or lacks a block's markers, is left as it is."""
     claims, stale = [], []
     try:
         files = all_blocks(rc.load_datasets(results_dir, args.root), args.root, results_dir)
@@ -1234,6 +1214,7 @@ def run(args, results_dir):
             print("".join(f"<!-- {name} -->\n{content}\n\n" for blocks in files.values()
                           for name, content in blocks.items()), end="")
             return 0
+        # a file that does not exist reads as "", lacks every marker and is left as it is
         for path, blocks in files.items():
             old = new = read_text(path)
             for name, content in blocks.items():
@@ -1248,6 +1229,8 @@ def run(args, results_dir):
     except (OSError, rc.SchemaError, TableError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    finally:
+        MIXED_RUNS = saved
     for problem in claims:
         print(f"{'error' if args.check else 'warning'}: {problem}", file=sys.stderr)
     if args.check and stale:
