@@ -6,8 +6,8 @@ file without its markers is left untouched), and names the file, device, commit 
 NAME: ladder:headline (README.md); ladder:regression, ladder:mnist, sanitize:summary (docs/RESULTS.md);
 results:stageNN, steps:stageNN, sanitize:stageNN, outcome:stageNN (the stage's predictions table against
 its rows), ladder:NAME (the kernel ladder NN-*/NAME_ladder.cu), profile:stageNN SELECTION (lines of
-results/<gpu>-profile-NN.txt), sweep:stage08 (stage READMEs); rounds:all
-and rounds:stageNN (the recorded `make stage N try` outputs); answerkey and outcomes:all (TEACHING.md).
+results/<gpu>-profile-NN.txt), sweep:stage08 (stage READMEs); the recorded `make stage N try` outputs in
+rounds:all (02's README) and rounds:stageNN (NN-*/assistant/README.md); answerkey, outcomes:all (TEACHING.md).
 
 A stage counts in the ladder and stage tables in its default variant (the first of its REGRESSION_VARIANTS /
 MNIST_VARIANTS) at fp32 and bf16; its other variants fill its variants table. A table shows the rows of one
@@ -29,9 +29,8 @@ MIXED_RUNS = "refuse"  # main sets "mark" for --allow-mixed-runs
 
 
 class TableError(Exception):
-    """What no table can be made of, one error line for main: a begin marker without its end marker (or the
-    other way round), a predictions table, profile selection or try file that cannot be read, or rows of
-    several runs (run_id) for one table without --allow-mixed-runs."""
+    """What no table can be made of (markers out of pairs, a predictions table, profile selection or try file
+    that cannot be read, rows of several runs without --allow-mixed-runs): one error line for main."""
 
 
 # ----------------------------------------------------------------------------
@@ -344,9 +343,8 @@ def stage_lines(rows, stage, stage_names=None, defaults=None):
         if before is not None and before.kind == "stage":
             paybacks.append(payback_sentence(config, before, this, stage_names))
         for e in [e for e in (before, this) if e]:
-            ratios = ["", "", ""]
-            if e is this and before is not None:
-                ratios = [fmt_times(speedup(before, this, f)) for f in ("e2e", "wall", "ms_per_epoch")]
+            compared = e is this and before is not None
+            ratios = [fmt_times(speedup(before, this, f)) if compared else "" for f in ("e2e", "wall", "ms_per_epoch")]
             lines.append([short_name(config), e.label(stage_names)] + timing_cells(e) + ratios)
             shown.append(e.row)
     return lines, shown, [sentence for sentence in paybacks if sentence]
@@ -404,8 +402,9 @@ def stage_block(datasets, stage, stage_names=None, known=None):
     if any(variant_lines(rows, stage, rc.variant_defaults(rows, known))[0] for _, rows in datasets):
         notes.append("Variants: the same configurations with `--variant` or `--precision`; vs default = the "
                      "default variant's fp32 e2e ÷ this e2e (above 1: faster than the default).")
-    return per_file(datasets, known, part, " ".join(notes + [FOOTNOTE_SETUP, FOOTNOTE_GBS, FOOTNOTE_GFLOPS,
-                                                              FOOTNOTE_GENERATED]))
+    notes += [FOOTNOTE_SETUP, FOOTNOTE_GBS, FOOTNOTE_GFLOPS, FOOTNOTE_GENERATED]
+    return per_file(datasets, known, part, " ".join(notes))
+
 
 def fixed_cost(r):
     """What a run costs besides its epochs: setup + e2e − epochs × ms/epoch (setup, uploads, downloads)."""
@@ -470,6 +469,7 @@ def vector_add_lines(rows):
         lines.append(cells)
     return lines, newest
 
+
 def vector_add_block(datasets):
     note = ("GB/s: the bytes the add must move, 3 × 4 B × n (a and b read, c written) ÷ time. Speedup: the "
             "row above ÷ this row. " + FOOTNOTE_GENERATED)
@@ -481,6 +481,7 @@ def vector_add_block(datasets):
 
 # ----------------------------------------------------------------------------
 # stage 08: the persistent sweep, stages 07 and 08 at each hidden width
+
 
 def sweep_block(datasets, known=None):
     """The text between the sweep:stage08 markers: the persistent sweep of each results file, a line per width
@@ -1128,10 +1129,8 @@ def replace_between(text, name, content, where="text"):
 
 
 def all_blocks(datasets, root, results_dir):
-    """{file: {marker name: content}} for the top README, docs/RESULTS.md, every stage README and TEACHING.md.
-    A stage README's own text asks for the outcome of its predictions table (stages 02 on) and the quote of each
-    profile marker's selection; the try rounds go into 02's README (all of them) and each NN-*/assistant/README.md
-    (its stage's)."""
+    """{file: {marker name: content}} of every file the module docstring names; a stage README's own text asks
+    for the outcome of its predictions table (stages 02 on) and the quote of each profile marker's selection."""
     dirs, predictions, rounds = rc.stage_dirs(root), {}, try_rounds(results_dir)
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)
