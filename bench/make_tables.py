@@ -921,9 +921,28 @@ PREDICTION_METRICS = {
 
 
 class Prediction:
+    """One line of a predictions table. Its config cell: the regression's one canonical size ('5M', '5000000' or
+    empty) or an MNIST --hidden of the ladder ('0', '128', '1024,1024'), then optionally variant=NAME and
+    precision=NAME."""
+
     def __init__(self, trainer, config_text, metric, low, high, where):
         self.trainer, self.metric, self.low, self.high, self.where = trainer, metric, low, high, where
-        self.config, self.variant, self.precision = parse_prediction_config(trainer, config_text, where)
+        tokens = config_text.replace("--hidden", " ").split()
+        base = tokens[0] if tokens and "=" not in tokens[0] else ""
+        if trainer == "regression":
+            if base.replace(",", "") not in ("", "5M", str(rc.REGRESSION_POINTS)):
+                raise TableError(f"{where}: config {config_text!r}: the regression's canonical size is 5M")
+        elif trainer == "mnist":
+            if base not in rc.MNIST_HIDDEN:
+                raise TableError(f"{where}: config {config_text!r}: an MNIST --hidden of the ladder, one of "
+                                 f"{', '.join(rc.MNIST_HIDDEN)}")
+        else:
+            raise TableError(f"{where}: trainer {trainer!r}: regression or mnist")
+        found = dict(token.partition("=")[::2] for token in tokens[1 if base else 0:])
+        if not set(found) <= {"variant", "precision"} or not all(found.values()):
+            raise TableError(f"{where}: config {config_text!r}: after the size only variant=NAME and precision=NAME")
+        self.config = rc.Config("regression") if trainer == "regression" else rc.Config("mnist", base)
+        self.variant, self.precision = found.get("variant"), found.get("precision")
 
     def predicted(self):
         unit = PREDICTION_METRICS[self.metric][1]
@@ -946,28 +965,6 @@ class Prediction:
             return False, value / self.high
         bounds = [b for b in (self.low, self.high) if b is not None]
         return True, value / (sum(bounds) / len(bounds))
-
-
-def parse_prediction_config(trainer, text, where):
-    """(rc.Config, variant or None, precision or None) of a predictions table's config cell: the
-    regression's one canonical size ('5M', '5000000' or empty) or an MNIST --hidden of the ladder
-    ('0', '128', '1024,1024'), then optionally variant=NAME and precision=NAME."""
-    tokens = text.replace("--hidden", " ").split()
-    base = tokens[0] if tokens and "=" not in tokens[0] else ""
-    if trainer == "regression":
-        if base.replace(",", "") not in ("", "5M", str(rc.REGRESSION_POINTS)):
-            raise TableError(f"{where}: config {text!r}: the regression's canonical size is 5M")
-    elif trainer == "mnist":
-        if base not in rc.MNIST_HIDDEN:
-            raise TableError(f"{where}: config {text!r}: an MNIST --hidden of the ladder, one of "
-                             f"{', '.join(rc.MNIST_HIDDEN)}")
-    else:
-        raise TableError(f"{where}: trainer {trainer!r}: regression or mnist")
-    found = dict(token.partition("=")[::2] for token in tokens[1 if base else 0:])
-    if not set(found) <= {"variant", "precision"} or not all(found.values()):
-        raise TableError(f"{where}: config {text!r}: after the size only variant=NAME and precision=NAME")
-    config = rc.Config("regression") if trainer == "regression" else rc.Config("mnist", base)
-    return config, found.get("variant"), found.get("precision")
 
 
 def parse_predictions(text, where):
