@@ -291,7 +291,7 @@ def draw_breakdown(plt, data, title, path):
 
 
 def plot_file(plt, csv_path, out_dir):
-    """Every figure of one results file; returns the paths written."""
+    """Every figure of one results file, each path written printed."""
     stem = os.path.splitext(os.path.basename(csv_path))[0]
     base = os.path.dirname(csv_path)
     rows = rc.read_csv(csv_path, rc.RESULT_COLUMNS)
@@ -325,19 +325,17 @@ def plot_file(plt, csv_path, out_dir):
         "loss-curves": (curve_panels(curve_rows), draw_curves, "Loss curves, same data, init and batch order"),
         "breakdown": (breakdown_data(breakdown_rows), draw_breakdown, "Per-phase breakdown"),
     }
-    written = []
     for name in FIGURES:
         data, draw, title = figures[name]
         out = os.path.join(out_dir, f"{stem}-{name}.png")
         if data:
             draw(plt, data, f"{title} — {source}", out)
-            written.append(out)
+            print(f"plots: wrote {out}")
         elif os.path.exists(out):
             os.remove(out)
             print(f"plots: no rows for {name}: removed the old {out}")
         else:
             print(f"plots: no rows for {name} in {csv_path}: not drawn")
-    return written
 
 
 def main(argv=None):
@@ -358,8 +356,7 @@ def main(argv=None):
         if not files:
             print(f"plots: no result files in {args.results}: nothing to draw")
         for path in files:
-            for written in plot_file(plt, path, out_dir):
-                print(f"plots: wrote {written}")
+            plot_file(plt, path, out_dir)
     except (OSError, rc.SchemaError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

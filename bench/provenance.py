@@ -58,9 +58,10 @@ def build_record(root=REPO_ROOT):
     return commit, _clean_dirty(_read(os.path.join(root, "build", ".dirty")))
 
 
-def _git(root, *args):
+def output_of(command, cwd=None):
+    """command's output, stripped; None when it cannot run, fails or takes over 30 s."""
     try:
-        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -68,13 +69,13 @@ def _git(root, *args):
 
 def git_state(root=REPO_ROOT):
     """(commit, dirty) from git when root is the top of a git work tree, else (None, "")."""
-    top = _git(root, "rev-parse", "--show-toplevel")
+    top = output_of(["git", "rev-parse", "--show-toplevel"], root)
     if not top or not os.path.exists(top) or not os.path.samefile(top, root):
         return None, ""
-    commit = _git(root, "rev-parse", "--short=12", "HEAD")
+    commit = output_of(["git", "rev-parse", "--short=12", "HEAD"], root)
     if not commit:
         return None, ""
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    status = output_of(["git", "status", "--porcelain", "--untracked-files=no"], root)
     return commit, "" if status is None else ("1" if status else "0")
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import provenance
 import torch_common as tc
 
 IMAGE_MAGIC, LABEL_MAGIC = 0x00000803, 0x00000801
@@ -77,7 +78,7 @@ def load_host(spec, epochs):
     only, flattened: global step g trains on order[g*batch:(g+1)*batch]) and the initial parameters."""
     data_dir = spec["data_dir"]
     if not os.path.isabs(data_dir) and not os.path.isdir(data_dir):
-        data_dir = os.path.join(tc.REPO_ROOT, data_dir)
+        data_dir = os.path.join(provenance.REPO_ROOT, data_dir)
     train_x, train_y = load_split(data_dir, "train", spec["n_train"])
     test_x, test_y = load_split(data_dir, "t10k", spec["n_test"])
     n_train, batch = spec["n_train"], spec["batch"]
@@ -167,18 +168,11 @@ class Mnist(tc.Baseline):
         return self.rows
 
     def capture(self):
-        # Everything the graph reads is an attribute allocated before the capture: the data set, the
-        # labels, the parameters and self.rows (valid rows for the eager warm-up steps of the capture).
-        self.batch_rows(0)
+        self.batch_rows(0)  # valid rows in self.rows for the eager warm-up steps of the capture
+        super().capture()
 
-        def step():
-            with tc.autocast(self.mode):  # bf16-cuda-graph: the forward under autocast, as bf16-autocast
-                loss = batch_loss(self.params, self.train_x, self.train_y, self.rows)
-            loss.backward()
-            tc.sgd_update(self.params, self.lr)
-            return loss.detach()
-
-        self.graph, self.graph_loss = tc.capture(step, self.params)
+    def graph_loss_of(self):
+        return batch_loss(self.params, self.train_x, self.train_y, self.rows)
 
     def step(self, g):
         rows = self.batch_rows(g)
@@ -216,37 +210,31 @@ class Mnist(tc.Baseline):
 
 def main():
     args = tc.parse_args("mnist", tc.MODES)
-    spec = tc.load_export(args.export_json, "mnist")
-    epochs = args.epochs or spec["epochs"]
-    cpu_epochs = args.cpu_epochs or epochs
-    for flag, value in (("--epochs", epochs), ("--cpu-epochs", cpu_epochs)):
+    spec = tc.load_export(args, "mnist")
+    for flag, value in (("--epochs", args.epochs), ("--cpu-epochs", args.cpu_epochs)):
         if value > spec["epochs"]:
             tc.fail(f"{flag} {value}: the export has a batch order for {spec['epochs']} epochs; "
                     f"export again with --epochs {value}", tc.EXIT_USAGE)
-    host = load_host(spec, max(epochs, cpu_epochs if "cpu" in args.modes else 0))
+    host = load_host(spec, max(args.epochs, args.cpu_epochs if "cpu" in args.modes else 0))
     torch.set_float32_matmul_precision("highest")  # fp32 GEMMs in fp32 (no TF32), as our fp32 stages
-    print(f"pytorch mnist: sizes {'-'.join(map(str, spec['sizes']))}, batch {spec['batch']}, {epochs} epochs, "
-          f"lr {spec['lr']:g}, torch {torch.__version__}", flush=True)
+    print(f"pytorch mnist: sizes {'-'.join(map(str, spec['sizes']))}, batch {spec['batch']}, {args.epochs} "
+          f"epochs, lr {spec['lr']:g}, torch {torch.__version__}", flush=True)
 
     for mode in args.modes:
-        mode_epochs = cpu_epochs if mode == "cpu" else epochs
         tc.reset_compiler(mode)
-        baseline = Mnist(mode, spec, host, mode_epochs)
+        baseline = Mnist(mode, spec, host, args.cpu_epochs if mode == "cpu" else args.epochs)
         timing = tc.measure(baseline, args.repeat)
         step_loss = baseline.step_loss.tolist()
         test_loss = baseline.test_loss.tolist()
         test_acc = [c / spec["n_test"] for c in baseline.test_correct.tolist()]
         last_epoch = step_loss[-baseline.steps:]
-        row = tc.result_row("mnist", mode, timing, hidden=spec["hidden"], batch=str(spec["batch"]),
-                            epochs=str(mode_epochs), lr=tc.fmt(spec["lr"], "g"),
+        row = tc.result_row("mnist", baseline, timing, hidden=spec["hidden"], batch=str(spec["batch"]),
                             train_loss=tc.fmt(sum(last_epoch) / len(last_epoch), ".8g"),
                             test_loss=tc.fmt(test_loss[-1], ".8g"), test_acc=tc.fmt(test_acc[-1], ".6f"))
         # As the C drivers write them: step losses by global step (0-based), test figures by epochs done.
-        curves = [{"series": series, "index": first + i, "value": tc.fmt(v, ".8g")}
-                  for series, first, values in (("step_loss", 0, step_loss), ("test_loss", 1, test_loss),
-                                                ("test_acc", 1, test_acc))
-                  for i, v in enumerate(values)]
-        tc.report_row(args, row, curves)
+        tc.report_row(args, row, [(series, first + i, v) for series, first, values in (
+            ("step_loss", 0, step_loss), ("test_loss", 1, test_loss), ("test_acc", 1, test_acc))
+            for i, v in enumerate(values)])
         del baseline
         tc.reset_compiler(mode)
 

@@ -72,16 +72,8 @@ class Regression(tc.Baseline):
             for p, value in zip(self.params, self.init):
                 p.fill_(value)
 
-    def capture(self):
-        # Everything the graph reads is an attribute allocated before the capture: the data and the
-        # parameters (tc.capture says why).
-        def step():
-            loss = mse(*self.params, self.data[0], self.data[1])
-            loss.backward()
-            tc.sgd_update(self.params, self.lr)
-            return loss.detach()
-
-        self.graph, self.graph_loss = tc.capture(step, self.params)
+    def graph_loss_of(self):
+        return mse(*self.params, self.data[0], self.data[1])
 
     def train(self, epochs, clock):
         x, y, x_test, y_test = self.data
@@ -112,33 +104,29 @@ class Regression(tc.Baseline):
 
 def main():
     args = tc.parse_args("regression", MODES)
-    spec = tc.load_export(args.export_json, "regression")
+    spec = tc.load_export(args, "regression")
     x = tc.read_array(spec, "x", "<f4", spec["points"])
     y = tc.read_array(spec, "y", "<f4", spec["points"])
-    epochs = args.epochs or spec["epochs"]
-    cpu_epochs = args.cpu_epochs or epochs
-    print(f"pytorch regression: {spec['points']:,} points ({spec['n_train']:,} train), {epochs} epochs, "
+    print(f"pytorch regression: {spec['points']:,} points ({spec['n_train']:,} train), {args.epochs} epochs, "
           f"lr {spec['lr']:g}, torch {torch.__version__}", flush=True)
 
     for mode in args.modes:
-        mode_epochs = cpu_epochs if mode == "cpu" else epochs
         tc.reset_compiler(mode)
-        baseline = Regression(mode, spec, x, y, mode_epochs)
+        baseline = Regression(mode, spec, x, y, args.cpu_epochs if mode == "cpu" else args.epochs)
         timing = tc.measure(baseline, args.repeat)
         w, b = (float(v) for v in baseline.trained)
         with torch.no_grad():
             final_test = float(mse(*baseline.params, baseline.data[2], baseline.data[3]))
         train_loss, test_loss = baseline.train_loss.tolist(), baseline.test_loss.tolist()
-        row = tc.result_row("regression", mode, timing, points=str(spec["points"]), epochs=str(mode_epochs),
-                            lr=tc.fmt(spec["lr"], "g"), train_loss=tc.fmt(train_loss[-1], ".8g"),
-                            test_loss=tc.fmt(final_test, ".8g"), w=tc.fmt(w, ".8g"), b=tc.fmt(b, ".8g"))
+        row = tc.result_row("regression", baseline, timing, points=str(spec["points"]),
+                            train_loss=tc.fmt(train_loss[-1], ".8g"), test_loss=tc.fmt(final_test, ".8g"),
+                            w=tc.fmt(w, ".8g"), b=tc.fmt(b, ".8g"))
         # As the C driver writes them: losses by logged epoch, and the test loss of the trained
         # parameters at index epochs.
         points = [("train_loss", e, train_loss[k]) for e, k in baseline.slot.items()]
         points += [("test_loss", e, test_loss[k]) for e, k in baseline.slot.items()]
-        points.append(("test_loss", mode_epochs, final_test))
-        curves = [{"series": series, "index": index, "value": tc.fmt(value, ".8g")} for series, index, value in points]
-        tc.report_row(args, row, curves)
+        points.append(("test_loss", baseline.epochs, final_test))
+        tc.report_row(args, row, points)
         del baseline
         tc.reset_compiler(mode)
 

@@ -193,7 +193,8 @@ def vector_add_table(own_rows, candidate_rows):
     for row in candidate_rows:
         mine = own.get(row["variant"], collections.defaultdict(str))
         s, c, e2e = mine["loop_ms"], row["loop_ms"], mine["e2e_ms"]
-        print(line % (row["variant"], ms(s), ms(c), ratio(s, c, True), ms(e2e), ms(row["e2e_ms"]), ratio(e2e, row["e2e_ms"], True)))
+        print(line % (row["variant"], ms(s), ms(c), ratio(s, c, True), ms(e2e), ms(row["e2e_ms"]),
+                      ratio(e2e, row["e2e_ms"], True)))
         if row["variant"] != "cpu" and s != "" and c != "" and number(c) > 0 and number(s) > 0:
             logs.append(math.log(number(s) / number(c)))
     if not logs:

@@ -189,12 +189,9 @@ def load_datasets(results_dir, root, columns=RESULT_COLUMNS):
 
 def number(row, column):
     """A numeric field as a float, or None when it is empty or not a finite number."""
-    text = row.get(column, "").strip()
-    if not text:
-        return None
     try:
-        value = float(text)
-    except ValueError:
+        value = float(row.get(column, ""))
+    except ValueError:  # empty too
         return None
     return value if math.isfinite(value) else None
 

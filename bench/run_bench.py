@@ -25,6 +25,7 @@ curve point and breakdown row carries the run's one run id, commit and dirty fla
 """
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -176,16 +177,6 @@ def parse_breakdown(text):
     return [(m.group(1), float(m.group(2)), float(m.group(3))) for m in matches if m]
 
 
-def gpu_name():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    names = out.stdout.strip().splitlines()
-    return names[0].strip() if out.returncode == 0 and names else None
-
-
 class Bench:
     def __init__(self, plan, results_dir, stages, slug, budget, device="", commit="", run_id=""):
         self.plan = plan
@@ -194,13 +185,10 @@ class Bench:
         self.csv = os.path.join(results_dir, f"{slug}.csv")
         self.curves = os.path.join(results_dir, f"{slug}-curves.csv")
         self.breakdown = os.path.join(results_dir, f"{slug}-breakdown.csv")
-        self.export_dir = os.path.join("build", "bench", "export")
         self.failures = []
         self.skipped = []  # what the budget left out, and why
         self.phase_seconds = []
-        self.exports = {}  # "regression" or an MNIST --hidden -> the canonical export's JSON
         self.done = set()  # (stage, trainer, hidden, variant, precision) of the C runs made
-        self.names = {}  # (stage, trainer, flag) -> the names the stage offers
         self.optional = False  # inside an optional phase: runs are checked against the budget
         self.device, self.commit, self.run_id = device, commit, run_id  # for the breakdown rows
 
@@ -233,10 +221,8 @@ class Bench:
             return
         self.optional = optional
         start = time.perf_counter()
-        try:
-            work()
-        finally:
-            self.optional = False
+        work()
+        self.optional = False
         seconds = time.perf_counter() - start
         self.phase_seconds.append((name, estimate, seconds))
         print(f"== {name}: {seconds:.1f} s (total {self.budget.elapsed():.0f} s)", flush=True)
@@ -274,20 +260,14 @@ class Bench:
             self.failures.append(f"exit {proc.returncode}: {' '.join(command)}")
         return proc.returncode, stdout, seconds
 
+    @functools.cache
     def offered(self, stage, trainer, flag):
         """The names a stage offers for --variant or --precision (MNIST), its default first, as its
-        --list-variants prints them; None when it lists none."""
-        key = (stage, trainer, flag)
-        if key not in self.names:
-            try:
-                out = subprocess.run([f"build/{stage}/{trainer}", "--list-variants"], capture_output=True,
-                                     text=True, timeout=30)
-                self.names[key] = parse_listed_names(out.stdout, flag)
-            except (OSError, subprocess.SubprocessError):
-                self.names[key] = None
-            if self.names[key] is None:
-                print(f"-- build/{stage}/{trainer} --list-variants: no {flag} names in its answer", flush=True)
-        return self.names[key]
+        --list-variants prints them (asked once); None when it lists none."""
+        names = parse_listed_names(provenance.output_of([f"build/{stage}/{trainer}", "--list-variants"]) or "", flag)
+        if names is None:
+            print(f"-- build/{stage}/{trainer} --list-variants: no {flag} names in its answer", flush=True)
+        return names
 
     def c_run(self, stage, trainer, flags, repeat, curve=False, variant=None, precision=None):
         """One run of build/<stage>/<trainer> with result rows; variant and precision None: the stage's
@@ -310,18 +290,21 @@ class Bench:
         return ["--hidden", hidden, "--epochs", str(rc.MNIST_EPOCHS)]
 
     def pytorch(self, trainer, export_json, modes, repeat, cpu_epochs=None, curve=False):
+        """Runs bench/pytorch_<trainer>.py on export_json; nothing when the export failed (None)."""
+        if export_json is None:
+            return
         command = [sys.executable, f"bench/pytorch_{trainer}.py", "--export-json", export_json,
                    "--mode", ",".join(modes), "--repeat", str(repeat), "--csv", self.csv]
         if cpu_epochs is not None:
             command += ["--cpu-epochs", str(cpu_epochs)]
         if curve:
             command += ["--curve", self.curves]
-        return self.run(command)
+        self.run(command)
 
     def export(self, subdir, trainer, flags):
         """Exports with the first stage's driver (every driver writes the same files); returns the JSON
         path, or None when the export failed."""
-        directory = os.path.join(self.export_dir, subdir)
+        directory = os.path.join("build", "bench", "export", subdir)
         status, _, _ = self.run([f"build/{self.stages[0]}/{trainer}", "--quiet", "--export", directory] + flags)
         if status != 0:
             return None
@@ -331,13 +314,12 @@ class Bench:
         hidden = flags[flags.index("--hidden") + 1]
         return os.path.join(directory, f"mnist-h{hidden.replace(',', '-')}.json")
 
+    @functools.cache
     def canonical_export(self, config):
         """The canonical export of "regression" (its points) or of an MNIST --hidden (and epochs), made once."""
-        if config not in self.exports:
-            trainer = "regression" if config == "regression" else "mnist"
-            flags = self.canonical_flags(trainer, config)
-            self.exports[config] = self.export("canonical", trainer, flags[:2] if trainer == "regression" else flags)
-        return self.exports[config]
+        trainer = "regression" if config == "regression" else "mnist"
+        flags = self.canonical_flags(trainer, config)
+        return self.export("canonical", trainer, flags[:2] if trainer == "regression" else flags)
 
     # ---- the essential phases
 
@@ -405,8 +387,6 @@ class Bench:
         configs = [("regression", "regression")] + [("mnist", h) for h in plan.mnist_hidden]
         for trainer, config in configs:
             export = self.canonical_export(config)
-            if export is None:
-                continue
             modes = list(plan.regression_modes if trainer == "regression" else plan.mnist_modes)
             if config in plan.bf16_hidden:
                 modes += ["bf16-autocast", "bf16-cuda-graph"]
@@ -452,9 +432,7 @@ class Bench:
             what = f"PyTorch {', '.join(modes)} on {trainer}" + (f" --hidden {config}" if trainer == "mnist" else "")
             if not self.fits(what, estimate):
                 continue
-            export = self.canonical_export(config)
-            if export is not None:
-                self.pytorch(trainer, export, modes, plan.pytorch_repeat[trainer])
+            self.pytorch(trainer, self.canonical_export(config), modes, plan.pytorch_repeat[trainer])
 
     def size_sweep(self):
         plan = self.plan
@@ -465,9 +443,7 @@ class Bench:
             if not plan.size_modes or not self.fits(f"PyTorch {','.join(plan.size_modes)} at {n:,} points",
                                                     8 + n / 10_000_000):
                 continue
-            export = self.export("size", "regression", ["--points", str(n)])
-            if export is not None:
-                self.pytorch("regression", export, plan.size_modes, 1)
+            self.pytorch("regression", self.export("size", "regression", ["--points", str(n)]), plan.size_modes, 1)
 
     def sweep(self, who, run_size):
         """Runs run_size(n) (returns the exit status) for the plan's sizes, smallest first, and stops
@@ -528,9 +504,7 @@ class Bench:
             if offers_bf16:
                 self.c_run(stage, "mnist", flags, 1, precision="bf16")
             if plan.width_modes:
-                export = self.export("width", "mnist", flags)
-                if export is not None:
-                    self.pytorch("mnist", export, plan.width_modes, 1)
+                self.pytorch("mnist", self.export("width", "mnist", flags), plan.width_modes, 1)
 
 
 def move_aside(results_dir, slug):
@@ -588,10 +562,11 @@ def main(argv=None):
         parser.error(f"--budget-s / BENCH_BUDGET_S: {err}")
     os.chdir(provenance.REPO_ROOT)
 
-    name = gpu_name()
-    if name is None:
+    names = (provenance.output_of(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]) or "").splitlines()
+    if not names:
         print("error: no GPU found (nvidia-smi failed): make bench needs a GPU machine", file=sys.stderr)
         return 4
+    name = names[0].strip()
     stages = built_stages()
     if not stages:
         print("error: no built stage: run make all first", file=sys.stderr)

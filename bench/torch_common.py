@@ -31,7 +31,6 @@ import results_csv
 
 MODES = results_csv.PYTORCH_MODES
 EXIT_USAGE, EXIT_DATA, EXIT_CUDA = 2, 3, 4  # common/exit_codes.h
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def fail(message, code):
@@ -68,8 +67,10 @@ def parse_args(trainer, modes):
     return args
 
 
-def load_export(path, trainer):
-    """The export JSON, with its file names resolved next to it."""
+def load_export(args, trainer):
+    """The export JSON of args.export_json, with its file names resolved next to it; args.epochs and
+    args.cpu_epochs default to the export's epochs."""
+    path = args.export_json
     try:
         with open(path) as f:
             spec = json.load(f)
@@ -78,6 +79,8 @@ def load_export(path, trainer):
     if spec.get("trainer") != trainer:
         fail(f"{path} describes trainer {spec.get('trainer')!r}, not {trainer!r}", EXIT_DATA)
     spec["dir"] = os.path.dirname(os.path.abspath(path))
+    args.epochs = args.epochs or spec["epochs"]
+    args.cpu_epochs = args.cpu_epochs or args.epochs
     return spec
 
 
@@ -117,18 +120,18 @@ def fmt(value, spec):
     return "" if value is None else format(value, spec)
 
 
-def report_row(args, row, curves):
-    """Prints the result row (a dict of RESULT_COLUMNS), then appends it and the curve rows where asked for."""
+def report_row(args, row, points):
+    """Prints the result row (a dict of RESULT_COLUMNS), then appends it and the loss curves' points
+    ((series, index, value) each) where asked for."""
     fields = ("variant", "points", "hidden", "epochs", "setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
               "train_loss", "test_loss", "test_acc", "w", "b", "graph_breaks", "recompiles")
     print("pytorch " + row["trainer"] + "  " + "  ".join(f"{k} {row[k]}" for k in fields if row.get(k)), flush=True)
     if args.csv:
         results_csv.append_csv(args.csv, results_csv.RESULT_COLUMNS, [row])
-    if args.curve and curves:
-        for point in curves:  # each point names the trainer, mode, device, commit and run of its row
-            for key in ("stage", "trainer", "variant", "hidden", "device", "commit", "run_id"):
-                point.setdefault(key, row.get(key))
-        results_csv.append_csv(args.curve, results_csv.CURVE_COLUMNS, curves)
+    if args.curve and points:  # each point names the trainer, mode, device, commit and run of its row
+        named = {key: row.get(key) for key in ("stage", "trainer", "variant", "hidden", "device", "commit", "run_id")}
+        results_csv.append_csv(args.curve, results_csv.CURVE_COLUMNS, [
+            {"series": series, "index": index, "value": fmt(value, ".8g"), **named} for series, index, value in points])
 
 
 # ----------------------------------------------------------------------------
@@ -177,34 +180,6 @@ def sgd_update(params, lr):
     torch._foreach_add_(params, [p.grad for p in params], alpha=-lr)
 
 
-def capture(step, params, warmup_steps=3):
-    """Records step() (the whole training step: forward, backward and update) into a CUDA graph, the
-    whole-network capture of PyTorch's CUDA-graph documentation: a few eager steps on a side stream
-    first (cuBLAS and autograd set themselves up there, outside the capture), gradients set to None
-    so that the captured backward allocates them in the graph's memory pool, then the capture on the
-    same stream. Returns (graph, what step() returned during the capture: the graph's output buffers).
-
-    The graph replays fixed addresses: every tensor step() reads must be allocated before the capture
-    and stay alive as long as the graph (attributes of the trainer, never locals of the capturing
-    function: a freed tensor's memory is handed to the next allocation, and the graph would read that).
-    The warm-up steps change the parameters: upload them again before training."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmup_steps):
-            for p in params:
-                p.grad = None
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    for p in params:
-        p.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        output = step()
-    torch.cuda.synchronize()
-    return graph, output
-
-
 def mark_step(mode):
     """compile-max-autotune: tell CUDA Graph Trees that a new iteration begins, so that the outputs of
     the last one (already copied out) may be overwritten."""
@@ -217,19 +192,14 @@ def reset_compiler(mode):
     or counts another's compilation."""
     if compiling(mode):
         torch._dynamo.reset()
-        _dynamo_counters().clear()
-
-
-def _dynamo_counters():
-    from torch._dynamo.utils import counters
-    return counters
+        torch._dynamo.utils.counters.clear()
 
 
 def compile_counts():
     """(graphs compiled, recompiles, graph breaks, {reason: count} of recompiles and breaks) from
     torch._dynamo's counters; None where this PyTorch does not keep them."""
     try:
-        counters = _dynamo_counters()
+        counters = torch._dynamo.utils.counters
         reasons = {f"recompile: {k}": v for k, v in counters["recompiles"].items()}
         reasons.update({f"graph break: {k}": v for k, v in counters["graph_break"].items()})
         return (int(counters["stats"]["unique_graphs"]), int(sum(counters["recompiles"].values())),
@@ -306,11 +276,11 @@ class Clock:
 # one mode of one trainer
 
 class Baseline:
-    """A trainer in one mode. Subclasses provide:
-      upload()       host data and initial parameters -> the device buffers (resets the training)
-      train(n, clk)  n epochs, calling clk.epoch_end(e) after each when clk is not None
-      download()     trained parameters -> host memory
-      capture()      cuda-graph only: record the training step into self.graph
+    """A trainer in one mode, with self.params and self.lr. Subclasses provide:
+      upload()        host data and initial parameters -> the device buffers (resets the training)
+      train(n, clk)   n epochs, calling clk.epoch_end(e) after each when clk is not None
+      download()      trained parameters -> host memory
+      graph_loss_of() cuda-graph only: the loss of the training step that capture() records
     """
 
     warmup_epochs = 1
@@ -323,6 +293,39 @@ class Baseline:
     def synchronize(self):
         if self.device.type == "cuda":
             torch.cuda.synchronize()
+
+    def capture(self, warmup_steps=3):
+        """Records the training step (forward under the mode's autocast, backward, update) into
+        self.graph, the whole-network capture of PyTorch's CUDA-graph documentation: a few eager steps
+        on a side stream first (cuBLAS and autograd set themselves up there, outside the capture),
+        gradients set to None so that the captured backward allocates them in the graph's memory pool,
+        then the capture on the same stream. self.graph_loss: the loss the graph writes.
+
+        The graph replays fixed addresses: every tensor graph_loss_of() reads must be allocated before
+        the capture and stay alive as long as the graph (attributes of the trainer, never locals of the
+        capturing function: a freed tensor's memory is handed to the next allocation, and the graph
+        would read that). The warm-up steps change the parameters: upload them again before training."""
+        def step():
+            with autocast(self.mode):
+                loss = self.graph_loss_of()
+            loss.backward()
+            sgd_update(self.params, self.lr)
+            return loss.detach()
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmup_steps):
+                for p in self.params:
+                    p.grad = None
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
+        for p in self.params:
+            p.grad = None
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=stream):
+            self.graph_loss = step()
+        torch.cuda.synchronize()
 
     def warm_up(self):
         """Untimed: compiles (compile modes), captures (cuda-graph modes) and runs warmup_epochs epochs,
@@ -362,10 +365,10 @@ class Baseline:
 
 
 def measure(baseline, repeat):
-    """Warm-up, then repeat timed runs (one for the CPU mode): median e2e, loop and h2d, the median of
-    the runs' median epoch, the number of runs and the min / max of each, and setup_ms, in ms (None
-    where it does not apply). Compile modes then print what torch._dynamo compiled, and their rows
-    get its audit (graph_breaks, recompiles)."""
+    """Warm-up, then repeat timed runs (one for the CPU mode): the row's timing columns, formatted:
+    median e2e, loop and h2d, the median of the runs' median epoch, the number of runs and the min /
+    max of each, and setup_ms, in ms (empty where it does not apply). Compile modes then print what
+    torch._dynamo compiled, and their rows get its audit (graph_breaks, recompiles)."""
     t0 = time.perf_counter()
     capture_ms, warmup_train_ms, warmup_epochs = baseline.warm_up()
     what = {"cuda-graph": " (capture)", "bf16-cuda-graph": " (capture)", "cpu": " (none)"}.get(
@@ -379,33 +382,21 @@ def measure(baseline, repeat):
     audit = print_compile_counts(baseline.mode, after_warmup)
     h2d = [r[2] for r in runs if r[2] is not None]
     e2e, loop, epoch = ([r[0] for r in runs], [r[1] for r in runs], [statistics.median(r[3]) for r in runs])
-    timing = {
-        "e2e_ms": statistics.median(e2e),
-        "loop_ms": statistics.median(loop),
-        "h2d_ms": statistics.median(h2d) if h2d else None,
-        "ms_per_epoch": statistics.median(epoch),
-        "repeats": len(runs),
-        "e2e_min_ms": min(e2e), "e2e_max_ms": max(e2e),
-        "loop_min_ms": min(loop), "loop_max_ms": max(loop),
-        "epoch_min_ms": min(epoch), "epoch_max_ms": max(epoch),
-    }
-    timing["setup_ms"] = results_csv.pytorch_setup_ms(baseline.mode, capture_ms, warmup_train_ms, warmup_epochs, timing["ms_per_epoch"])
-    if timing["setup_ms"]:
-        print(f"  {baseline.mode}: setup {timing['setup_ms']:.1f} ms (the row's setup_ms)", flush=True)
-    timing.update(audit)
-    return timing
+    per_epoch = statistics.median(epoch)
+    setup = results_csv.pytorch_setup_ms(baseline.mode, capture_ms, warmup_train_ms, warmup_epochs, per_epoch)
+    if setup:
+        print(f"  {baseline.mode}: setup {setup:.1f} ms (the row's setup_ms)", flush=True)
+    timing = {"setup_ms": setup, "e2e_ms": statistics.median(e2e), "loop_ms": statistics.median(loop),
+              "ms_per_epoch": per_epoch, "h2d_ms": statistics.median(h2d) if h2d else None}
+    for name, values in (("e2e", e2e), ("loop", loop), ("epoch", epoch)):
+        timing.update({f"{name}_min_ms": min(values), f"{name}_max_ms": max(values)})
+    return {**{key: fmt(value, ".4f") for key, value in timing.items()}, "repeats": str(len(runs)), **audit}
 
 
-TIMED_COLUMNS = ("setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms", "e2e_min_ms", "e2e_max_ms",
-                 "loop_min_ms", "loop_max_ms", "epoch_min_ms", "epoch_max_ms")
-
-
-def result_row(trainer, mode, timing, **columns):
+def result_row(trainer, baseline, timing, **columns):
     """A result row of stage pytorch; columns holds the trainer's own fields (already formatted)."""
-    row = {"stage": results_csv.PYTORCH, "trainer": trainer, "variant": mode, "precision": precision_of(mode),
-           "torch": torch.__version__, "threads": str(torch.get_num_threads()) if mode == "cpu" else "",
-           **describe_device(mode), **provenance.columns()}
-    row.update({key: fmt(timing.get(key), ".4f") for key in TIMED_COLUMNS}, repeats=str(timing["repeats"]),
-               graph_breaks=timing.get("graph_breaks", ""), recompiles=timing.get("recompiles", ""))
-    row.update(columns)
-    return row
+    mode = baseline.mode
+    return {"stage": results_csv.PYTORCH, "trainer": trainer, "variant": mode, "precision": precision_of(mode),
+            "epochs": str(baseline.epochs), "lr": fmt(baseline.lr, "g"),
+            "torch": torch.__version__, "threads": str(torch.get_num_threads()) if mode == "cpu" else "",
+            **describe_device(mode), **provenance.columns(), **timing, **columns}
