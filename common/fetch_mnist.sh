@@ -37,7 +37,6 @@ SUMS="$(cd "$(dirname "$0")" && pwd)/mnist.sha256"
 MNIST="$DIR/mnist"
 ARCHIVE="$DIR/$ARCHIVE_NAME"
 [ -f "$SUMS" ] || die "missing $SUMS"
-offline() { [ "${MNIST_OFFLINE:-0}" = 1 ]; }
 
 # sha256sum, or shasum -a 256 on macOS
 SHA256=sha256sum
@@ -114,7 +113,6 @@ extract_archive() {
 # timeout is per read, so a slow tarball that keeps arriving is not cut off. No retries: npm's kept a dead
 # registry silent for 70 s. Why it gave up: the first line of its log past the error code and warnings.
 npm_download() {
-    offline && return 1
     if ! command -v npm >/dev/null 2>&1; then
         echo "fetch: npm is not installed; skipping the npm package"
         return 1
@@ -143,7 +141,6 @@ npm_download() {
 # most 10 s with under 1 KB/s arriving (wget: 10 s without a byte); no total limit, which would kill a working
 # download on a slow link. Their and gzip's complaints go to DIR/download.log, so that a failure stays one line.
 mirror_download() {
-    offline && return 1
     if ! command -v curl >/dev/null 2>&1 && ! command -v wget >/dev/null 2>&1; then
         echo "fetch: neither curl nor wget is installed; skipping $MIRROR"
         return 1
@@ -178,7 +175,7 @@ if [ -f "$MNIST/$f" ]; then
 elif [ -d "$MNIST" ]; then
     echo "MNIST: $MNIST/$f is missing; fetching the set"
 fi
-if [ ! -f "$ARCHIVE" ] && offline; then
+if [ ! -f "$ARCHIVE" ] && [ "${MNIST_OFFLINE:-0}" = 1 ]; then  # (then neither download below is tried)
     die "MNIST is not in $MNIST/ and $ARCHIVE is missing, and MNIST_OFFLINE=1 forbids downloading: put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/"
 fi
 

@@ -137,9 +137,7 @@ helpers_parts() {  # how a trainer uses common/timing.h, check.h and host.h: tim
 results_parts() {  # the newest result rows of stage $from in results/, the trainer's only
     local csvs
     csvs=$(set +f; for f in results/*.csv; do case $f in *-curves.csv | *-breakdown.csv) ;; *) [ -f "$f" ] && echo "$f" ;; esac; done)
-    : >"$parts/results_table"
-    if [ -z "$csvs" ]; then put results none; return; fi
-    put results found
+    if [ -z "$csvs" ]; then put results_table "None yet (\`make bench\` on a GPU machine writes them)."; return; fi
     report_rows try-results "$from" $csvs |
         awk -v t="$trainer" -v nn="$nn" 'nn == "01" || !/^\| / { print; next }
             { split($0, cell, "|"); gsub(/ /, "", cell[3]) } cell[3] == t || cell[3] == "trainer" || cell[3] ~ /^-+$/' \
@@ -168,15 +166,12 @@ measure_parts() {
 
 # trainer_parts: every value of one trainer's prompt ($trainer, from $start) but the form's
 trainer_parts() {
-    local rows exports="\`train_regression\` and \`REGRESSION_VARIANTS\`"
+    local rows name exports="\`train_regression\` and \`REGRESSION_VARIANTS\`"
     [ "$trainer" = mnist ] && exports="\`train_mnist\`, \`MNIST_VARIANTS\` and \`MNIST_PRECISIONS\`"
-    put exports "$exports"
+    for name in exports n nn trainer prev from kind idea start stage_dir commit device build; do put $name "${!name}"; done
     put stage_label "$nn$([ "$nn" != 01 ] && echo ", $trainer")"
-    put n "$n"; put nn "$nn"; put trainer "$trainer"; put prev "$prev"; put prev_n "${prev#0}"
-    put from "$from"; put from_n "${from#0}"; put kind "$kind"; put idea "$idea"
-    put start "$start"; put start_name "$(basename "$start")"; put stage_dir "$stage_dir"
-    put commit "$commit"; put date "$(date -u +%Y-%m-%d)"; put device "$device"
-    put limit_kb "$((PROMPT_LIMIT / 1024))"; put build "$build"; put args "${TRY_ARGS:-}"
+    put prev_n "${prev#0}"; put from_n "${from#0}"; put start_name "$(basename "$start")"; put args "${TRY_ARGS:-}"
+    put date "$(date -u +%Y-%m-%d)"; put limit_kb "$((PROMPT_LIMIT / 1024))"
     [ "$kind" = vector-add ] && return
     if [ "$kind" = later ]; then
         rows=$(prompt_predictions "$stage_dir/README.md" "$trainer")
@@ -223,14 +218,10 @@ fit_prompt() {
 
 # prompt_trainer: one trainer's prompt, in the first form that fits under PROMPT_LIMIT, or exit 2
 prompt_trainer() {
-    local out
-    if [ "$nn" = 01 ]; then
-        start=01-vector-add/vector_add.cu out=$build/prompt/stage01.md
-    else
-        start=$from_dir/$trainer.cu out=$build/prompt/stage$nn-$trainer.md
-    fi
+    local start=$from_dir/$trainer.cu out=$build/prompt/stage$nn-$trainer.md
+    [ "$nn" != 01 ] || out=$build/prompt/stage01.md
     if [ "$have_gpu" = 1 ]; then  # what this run measures: built (and its data fetched) first
-        if [ "$nn" = 01 ]; then build_stage "$build/01/vector_add"; else build_stage "$build/$from/$trainer"; fi
+        build_stage "$build/$from/$trainer"
         [ "$trainer" != mnist ] || "$TRY_MAKE" --no-print-directory -s data/mnist/train-images-idx3-ubyte || exit 3
     fi
     parts=$build/prompt/.parts-$nn-$trainer
@@ -254,16 +245,13 @@ commit=${TRY_GIT_COMMIT_ID:-unknown}
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 mkdir -p "$build/prompt"
-if [ "$nn" = 01 ]; then
-    targets=vector_add kind=vector-add
-else
-    targets=${TRY_TRAINER:-regression mnist}  # the Makefile has checked TRAINER
-    kind=later
-    [ "$nn" = 02 ] && kind=baseline
-fi
+targets=${TRY_TRAINER:-regression mnist}  # the Makefile has checked TRAINER
 # the stage the code starts from: the one before (stage 02 and 01: their own file)
-prev=
-[ "$nn" = 01 ] || [ "$nn" = 02 ] || prev=$(printf '%02d' $((10#$nn - 1)))
+case $nn in
+01) targets=vector_add kind=vector-add prev= ;;
+02) kind=baseline prev= ;;
+*) kind=later prev=$(printf '%02d' $((10#$nn - 1))) ;;
+esac
 from=${prev:-$nn}
 from_dir=$stage_dir
 [ -z "$prev" ] || from_dir=$(stage_folder "$prev")
