@@ -338,8 +338,7 @@ PROFILE_NCU := ncu --launch-count 40 --section SpeedOfLight --metrics $(PROFILE_
 PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
 # Stage 08's MNIST profile runs --hidden 0 first, the configuration its recorded profile
 # (results/<gpu>-profile-08.txt) was taken at, and ARGS or MNIST_ARGS after it (the last of a repeated flag counts).
-PROFILE_MNIST_ARGS_08 := --hidden 0
-PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)) $(ARGS) $(MNIST_ARGS))
+PROFILE_MNIST_FLAGS = $(strip $(if $(filter 08,$(NN)),--hidden 0) $(ARGS) $(MNIST_ARGS))
 # The trainers profiled and where the outputs go (common/loop.sh points them at a candidate's build)
 PROFILE_BIN = $(BUILD)/$(NN)
 PROFILE_OUT = $(BUILD)/profile/$(NN)

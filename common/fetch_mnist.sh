@@ -77,14 +77,10 @@ verify_staged() {
     die "SHA-256 mismatch for$bad from $1 ($MNIST/ left as it was; $2)"
 }
 
-# Moves the verified files into DIR/mnist/: the staging directory in one rename when DIR/mnist/ does not
-# exist yet, else one rename per file (each replaces its old version at once).
+# Moves the verified files into DIR/mnist/, one rename per file (each replaces its old version at once).
 install_staged() {
-    if [ ! -e "$MNIST" ] && [ ! -L "$MNIST" ]; then
-        chmod 755 "$STAGE" && mv "$STAGE" "$MNIST" || die "cannot move the verified files into $MNIST"
-        return
-    fi
-    [ -d "$MNIST" ] || die "$MNIST exists and is not a directory: move it away, then run make data again"
+    [ -d "$MNIST" ] || mkdir "$MNIST" 2>/dev/null ||
+        die "$MNIST exists and is not a directory: move it away, then run make data again"
     for f in $FILES; do
         mv -f "$STAGE/$f" "$MNIST/$f" || die "cannot move $f into $MNIST (the files moved so far are verified)"
     done
@@ -105,7 +101,6 @@ extract_archive() {
         tar -xOf "$STAGE/package.tar" "package/data/$f" 2>/dev/null | head -c $(($(size_of "$f") + 1)) >"$STAGE/$f"
         [ -s "$STAGE/$f" ] || return 1
     done
-    rm -f "$STAGE/package.tar"
 }
 
 # npm: first a small request (`npm view`, 15 s at most by timeout(1) where installed, as npm's own timeout
@@ -159,7 +154,6 @@ mirror_download() {
             return 1
         }
         gzip -dc "$STAGE/$f.gz" 2>>"$DIR/download.log" | head -c $(($(size_of "$f") + 1)) >"$STAGE/$f" || return 1
-        rm -f "$STAGE/$f.gz"
     done
 }
 
