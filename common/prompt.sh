@@ -168,7 +168,9 @@ measure_parts() {
 trainer_parts() {
     local rows name exports="\`train_regression\` and \`REGRESSION_VARIANTS\`"
     [ "$trainer" = mnist ] && exports="\`train_mnist\`, \`MNIST_VARIANTS\` and \`MNIST_PRECISIONS\`"
-    for name in exports n nn trainer prev from kind idea start stage_dir commit device build; do put $name "${!name}"; done
+    for name in exports n nn trainer prev from kind idea start stage_dir commit device build; do
+        put $name "${!name}"
+    done
     put stage_label "$nn$([ "$nn" != 01 ] && echo ", $trainer")"
     put prev_n "${prev#0}"; put from_n "${from#0}"; put start_name "$(basename "$start")"; put args "${TRY_ARGS:-}"
     put date "$(date -u +%Y-%m-%d)"; put limit_kb "$((PROMPT_LIMIT / 1024))"

@@ -218,8 +218,8 @@ fi
 echo "== try: stage $nn with $file ($out/)"
 if [ "$nn" = 01 ]; then link_vector_add; else link_trainer; fi
 todo=$(grep -c "// TODO(exercise)" "$file")
-todo_note="$todo TODO(exercise) marker$([ "$todo" = 1 ] || echo s) left in $file: the exercise is not done (delete each \
-marker once its code is written)"
+todo_note="$todo TODO(exercise) marker$([ "$todo" = 1 ] || echo s) left in $file: the exercise is not done \
+(delete each marker once its code is written)"
 [ "$run_suite_too" = 1 ] || verdict_not_run
 suite_verdict
 speed_verdict
