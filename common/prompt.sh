@@ -190,7 +190,7 @@ trainer_parts() {
 # code whole, lean, bare, then bare without the measurements (measured emptied); sets size and note (what was
 # left out). A prompt that never fits is removed: exit 2, WHAT and HINT saying what is too long.
 fit_prompt() {
-    local out=$1 had=$measured form
+    local out=$1 had=$measured form left_out
     for form in whole lean bare unmeasured; do
         [ "$form" != unmeasured ] || form=bare measured=
         put form "$form"
@@ -199,10 +199,11 @@ fit_prompt() {
         lean) grep -v '^[[:space:]]*//' "$start" | squeeze_blank_lines >"$parts/code" ;;
         bare) code_only "$start" | squeeze_blank_lines >"$parts/code" ;;
         esac
-        if [ "$have_gpu" != 1 ]; then put run no-gpu
-        elif [ -z "$measured" ]; then put run left-out
-        else put run measured; fi
-        if [ -n "$measured" ]; then put measured yes; else put measured no; fi
+        left_out=$([ "$form" = lean ] && echo "Whole-line comments" || echo Comments)  # what the form leaves out
+        put left_out "$left_out"
+        if [ -n "$measured" ]; then put run measured
+        elif [ "$have_gpu" != 1 ]; then put run no-gpu
+        else put run left-out; fi
         fill >"$out"
         size=$(wc -c <"$out")
         [ "$size" -lt "$PROMPT_LIMIT" ] && break
@@ -213,8 +214,7 @@ fit_prompt() {
         die "$2 would be $size bytes, over the limit of $PROMPT_LIMIT even without comments and measurements: $3"
     fi
     note=
-    [ "$form" = lean ] && note=", whole-line comments left out"
-    [ "$form" = bare ] && note=", comments left out"
+    [ "$form" = whole ] || note=", ${left_out,} left out"
     [ -z "$had" ] || [ -n "$measured" ] || note="$note, this run's measurements left out"
 }
 
