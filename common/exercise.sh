@@ -26,8 +26,8 @@ verdict_word() {  # verdict_word RC: the verdict a try.sh exit status stands for
 # sets mode (cut, or student in a student copy) and index, "FILE NAME" a line for every region of the
 # stage; or exits 2 where there is none, or a name is used twice
 exercise_index() {
-    local f name names files="regression.cu mnist.cu"  # the stage's files that may hold regions
-    [ "$nn" != 01 ] || files=vector_add.cu
+    local f name names files=(regression.cu mnist.cu)  # the stage's files that may hold regions
+    [ "$nn" != 01 ] || files=(vector_add.cu)
     index='' mode=cut
     if [ -f STUDENT.md ]; then  # "- `NN-stage/file.cu`: name, name" lines
         mode=student
@@ -40,14 +40,14 @@ exercise_index() {
         [ -n "$index" ] || die "stage $nn had no exercise region when this student copy was written (STUDENT.md lists none for $stage_dir)"
         return
     fi
-    for f in $files; do
+    for f in "${files[@]}"; do
         [ -f "$stage_dir/$f" ] || continue
         names=$(awk -v list=1 -f "$cutter" "$stage_dir/$f") || exit 2
         for name in $names; do index+="$f $name"$'\n'; done
     done
     index=${index%$'\n'}
     [ -n "$index" ] ||
-        die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(printf "$stage_dir/%s " $files)(see $stage_dir/exercises.md)"
+        die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(printf '%s ' "${files[@]/#/$stage_dir/}")(see $stage_dir/exercises.md)"
     local twice
     twice=$(awk '{ print $2 }' <<<"$index" | sort | uniq -d | head -n1)
     [ -z "$twice" ] ||

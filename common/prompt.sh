@@ -166,14 +166,15 @@ measure_parts() {
 
 # trainer_parts: every value of one trainer's prompt ($trainer, from $start) but the form's
 trainer_parts() {
-    local rows name exports="\`train_regression\` and \`REGRESSION_VARIANTS\`"
+    local rows exports="\`train_regression\` and \`REGRESSION_VARIANTS\`"
     [ "$trainer" = mnist ] && exports="\`train_mnist\`, \`MNIST_VARIANTS\` and \`MNIST_PRECISIONS\`"
-    for name in exports n nn trainer prev from kind idea start stage_dir commit device build; do
-        put $name "${!name}"
-    done
+    put exports "$exports"
     put stage_label "$nn$([ "$nn" != 01 ] && echo ", $trainer")"
-    put prev_n "${prev#0}"; put from_n "${from#0}"; put start_name "$(basename "$start")"; put args "${TRY_ARGS:-}"
-    put date "$(date -u +%Y-%m-%d)"; put limit_kb "$((PROMPT_LIMIT / 1024))"
+    put n "$n"; put nn "$nn"; put trainer "$trainer"; put prev "$prev"; put prev_n "${prev#0}"
+    put from "$from"; put from_n "${from#0}"; put kind "$kind"; put idea "$idea"
+    put start "$start"; put start_name "$(basename "$start")"; put stage_dir "$stage_dir"
+    put commit "$commit"; put date "$(date -u +%Y-%m-%d)"; put device "$device"
+    put limit_kb "$((PROMPT_LIMIT / 1024))"; put build "$build"; put args "${TRY_ARGS:-}"
     [ "$kind" = vector-add ] && return
     if [ "$kind" = later ]; then
         rows=$(prompt_predictions "$stage_dir/README.md" "$trainer")
