@@ -284,14 +284,10 @@ TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo
 prerequisites:
 	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
 
-test: prerequisites
+test check: prerequisites
 	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
-	@$(if $(DETECTED_ARCH),$(MAKE) --no-print-directory data,true)
-	@NVCC=$(NVCC) bash tests/run_all.sh test $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
-
-check: prerequisites
-	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
-	@NVCC=$(NVCC) bash tests/run_all.sh check $(BUILD) "$(STAGES)"
+	@$(if $(and $(DETECTED_ARCH),$(filter test,$@)),$(MAKE) --no-print-directory data,true)
+	@NVCC=$(NVCC) bash tests/run_all.sh $@ $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
 
 # ----------------------------------------------------------------------------
 # stage verbs (reached through `make stage N VERB`, which sets NN)
@@ -312,7 +308,7 @@ else
 endif
 
 stage-compare: $(if $(PREV),$(NEEDS_MNIST))
-	@if [ -z "$(PREV)" ] || [ "$(NN)" = "01" ] || [ "$(PREV)" = "01" ]; then \
+	@if [ -z "$(PREV)" ]; then \
 	    echo "error: stage $(NN) has no previous trainer stage to compare with (compare works for stages $(word 2,$(STAGES:0%=%))..$(lastword $(STAGES:0%=%)))" >&2; exit 2; fi
 	@$(MAKE) --no-print-directory -s $(BUILD)/$(PREV)/regression $(BUILD)/$(PREV)/mnist $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv
@@ -342,8 +338,7 @@ PROFILE_NCU := ncu --launch-count 40 --section SpeedOfLight --metrics $(PROFILE_
 PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
 # Stage 08's MNIST profile runs --hidden 0 first, the configuration its recorded profile
 # (results/<gpu>-profile-08.txt) was taken at, and ARGS or MNIST_ARGS after it (the last of a repeated flag counts).
-PROFILE_MNIST_ARGS_08 := --hidden 0
-PROFILE_MNIST_FLAGS = $(strip $(PROFILE_MNIST_ARGS_$(NN)) $(ARGS) $(MNIST_ARGS))
+PROFILE_MNIST_FLAGS = $(strip $(if $(filter 08,$(NN)),--hidden 0) $(ARGS) $(MNIST_ARGS))
 # The trainers profiled and where the outputs go (common/loop.sh points them at a candidate's build)
 PROFILE_BIN = $(BUILD)/$(NN)
 PROFILE_OUT = $(BUILD)/profile/$(NN)

@@ -15,10 +15,6 @@ source common/try_common.sh
 [ -n "$nn" ] || die "usage: common/exercise.sh NN (run through make stage N exercise)"
 cutter=common/exercise_cut.awk
 
-exercise_files() {  # the stage's files that may hold regions
-    if [ "$nn" = 01 ]; then echo vector_add.cu; else printf '%s\n' regression.cu mnist.cu; fi
-}
-
 verdict_word() {  # verdict_word RC: the verdict a try.sh exit status stands for
     case $1 in
     0) if [ "${TRY_RUN_SUITE:-1}" = 1 ]; then echo PASS; else echo "NOT RUN"; fi ;;
@@ -30,7 +26,8 @@ verdict_word() {  # verdict_word RC: the verdict a try.sh exit status stands for
 # sets mode (cut, or student in a student copy) and index, "FILE NAME" a line for every region of the
 # stage; or exits 2 where there is none, or a name is used twice
 exercise_index() {
-    local f name names
+    local f name names files=(regression.cu mnist.cu)  # the stage's files that may hold regions
+    [ "$nn" != 01 ] || files=(vector_add.cu)
     index='' mode=cut
     if [ -f STUDENT.md ]; then  # "- `NN-stage/file.cu`: name, name" lines
         mode=student
@@ -43,14 +40,14 @@ exercise_index() {
         [ -n "$index" ] || die "stage $nn had no exercise region when this student copy was written (STUDENT.md lists none for $stage_dir)"
         return
     fi
-    for f in $(exercise_files); do
+    for f in "${files[@]}"; do
         [ -f "$stage_dir/$f" ] || continue
         names=$(awk -v list=1 -f "$cutter" "$stage_dir/$f") || exit 2
         for name in $names; do index+="$f $name"$'\n'; done
     done
     index=${index%$'\n'}
     [ -n "$index" ] ||
-        die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(exercise_files | sed "s|^|$stage_dir/|" | tr '\n' ' ')(see $stage_dir/exercises.md)"
+        die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(printf '%s ' "${files[@]/#/$stage_dir/}")(see $stage_dir/exercises.md)"
     local twice
     twice=$(awk '{ print $2 }' <<<"$index" | sort | uniq -d | head -n1)
     [ -z "$twice" ] ||

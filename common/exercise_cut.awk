@@ -24,14 +24,13 @@ function fail(message) {
     exit 2
 }
 
-function where() { return file ":" FNR ": " }
+function source() { return (FILENAME == "" || FILENAME == "-") ? "stdin" : FILENAME }
+function where(line) { return source() ":" line ": " }
 
 BEGIN {
     if (exercise != "" && exercise !~ /^[a-z0-9-]+$/)
         fail("EXERCISE=" exercise ": not an exercise name (names are made of a-z, 0-9 and -)")
 }
-
-FNR == 1 { file = (FILENAME == "" || FILENAME == "-") ? "stdin" : FILENAME }
 
 # a marker: "// EXERCISE" first on its line
 /^[ \t]*\/\/ EXERCISE/ {
@@ -42,9 +41,9 @@ FNR == 1 { file = (FILENAME == "" || FILENAME == "-") ? "stdin" : FILENAME }
         name = substr(marker, length("// EXERCISE(") + 1)
         sub(/\).*$/, "", name)
         if (inside != "")
-            fail(where() "EXERCISE(" name ") begins inside EXERCISE(" inside ") of line " begun ": regions do not nest (close it with // EXERCISE end first)")
+            fail(where(FNR) "EXERCISE(" name ") begins inside EXERCISE(" inside ") of line " begun ": regions do not nest (close it with // EXERCISE end first)")
         if (name in first)
-            fail(where() "EXERCISE(" name ") again: the name is taken by the region of line " first[name] " (names are unique)")
+            fail(where(FNR) "EXERCISE(" name ") again: the name is taken by the region of line " first[name] " (names are unique)")
         first[name] = FNR
         names[++count] = name
         inside = name
@@ -57,13 +56,13 @@ FNR == 1 { file = (FILENAME == "" || FILENAME == "-") ? "stdin" : FILENAME }
     }
     if (marker ~ /^\/\/ EXERCISE end[ \t]*$/) {
         if (inside == "")
-            fail(where() "// EXERCISE end without a region to close (no // EXERCISE(name) begin: before it)")
+            fail(where(FNR) "// EXERCISE end without a region to close (no // EXERCISE(name) begin: before it)")
         if (!cutting)
             out[++lines] = $0
         inside = ""
         next
     }
-    fail(where() "malformed exercise marker: want \"// EXERCISE(name) begin: task\" (name of a-z, 0-9, -) or \"// EXERCISE end\"")
+    fail(where(FNR) "malformed exercise marker: want \"// EXERCISE(name) begin: task\" (name of a-z, 0-9, -) or \"// EXERCISE end\"")
 }
 
 # the task's continuation lines, right after the begin line: kept in the skeleton too
@@ -84,14 +83,12 @@ inside != "" {
 END {
     if (failed)
         exit 2
-    if (file == "")
-        file = "stdin"
     if (inside != "")
-        fail(file ":" begun ": EXERCISE(" inside ") is never closed: no // EXERCISE end after it")
+        fail(where(begun) "EXERCISE(" inside ") is never closed: no // EXERCISE end after it")
     if (exercise != "" && !(exercise in first)) {
         for (i = 1; i <= count; i++)
             known = known " " names[i]
-        fail("EXERCISE=" exercise ": " file " has no such region; " (count ? "it has:" known : "it has none"))
+        fail("EXERCISE=" exercise ": " source() " has no such region; " (count ? "it has:" known : "it has none"))
     }
     if (list) {
         for (i = 1; i <= count; i++)

@@ -13,12 +13,11 @@
 
 TRY_VERBS := stage-try stage-exercise stage-prompt loop
 # each verb's script reads TRY_MAKE = $(MAKE), TRY_BUILD = $(BUILD), and so on
-$(foreach v,MAKE BUILD PYTHON NVCC NVCCFLAGS CC CFLAGS LDFLAGS LDLIBS CRITERION_LIBS ARGS TRAINER GIT_COMMIT_ID GIT_DIRTY,\
-    $(eval $(TRY_VERBS): export TRY_$(v) = $$($(v))))
+$(foreach v,MAKE BUILD PYTHON NVCC NVCCFLAGS CC CFLAGS LDFLAGS LDLIBS CRITERION_LIBS ARGS TRAINER GIT_COMMIT_ID \
+    GIT_DIRTY EXERCISE ANSWER,$(eval $(TRY_VERBS): export TRY_$(v) = $$($(v))))
 $(TRY_VERBS): export TRY_HAVE_GPU = $(if $(DETECTED_ARCH),1,0)
 stage-try stage-exercise stage-prompt: export TRY_STAGE_DIR = $(call stage_dir,$(NN))
 stage-try stage-exercise: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
-$(foreach v,EXERCISE ANSWER,$(eval stage-exercise: export TRY_$(v) = $$($(v))))
 
 stage-try:
 	+@bash common/try.sh $(NN) "$(FILE)"

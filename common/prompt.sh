@@ -137,9 +137,7 @@ helpers_parts() {  # how a trainer uses common/timing.h, check.h and host.h: tim
 results_parts() {  # the newest result rows of stage $from in results/, the trainer's only
     local csvs
     csvs=$(set +f; for f in results/*.csv; do case $f in *-curves.csv | *-breakdown.csv) ;; *) [ -f "$f" ] && echo "$f" ;; esac; done)
-    : >"$parts/results_table"
-    if [ -z "$csvs" ]; then put results none; return; fi
-    put results found
+    if [ -z "$csvs" ]; then put results_table "None yet (\`make bench\` on a GPU machine writes them)."; return; fi
     report_rows try-results "$from" $csvs |
         awk -v t="$trainer" -v nn="$nn" 'nn == "01" || !/^\| / { print; next }
             { split($0, cell, "|"); gsub(/ /, "", cell[3]) } cell[3] == t || cell[3] == "trainer" || cell[3] ~ /^-+$/' \
@@ -193,7 +191,7 @@ trainer_parts() {
 # code whole, lean, bare, then bare without the measurements (measured emptied); sets size and note (what was
 # left out). A prompt that never fits is removed: exit 2, WHAT and HINT saying what is too long.
 fit_prompt() {
-    local out=$1 had=$measured form
+    local out=$1 had=$measured form left_out
     for form in whole lean bare unmeasured; do
         [ "$form" != unmeasured ] || form=bare measured=
         put form "$form"
@@ -202,10 +200,11 @@ fit_prompt() {
         lean) grep -v '^[[:space:]]*//' "$start" | squeeze_blank_lines >"$parts/code" ;;
         bare) code_only "$start" | squeeze_blank_lines >"$parts/code" ;;
         esac
-        if [ "$have_gpu" != 1 ]; then put run no-gpu
-        elif [ -z "$measured" ]; then put run left-out
-        else put run measured; fi
-        if [ -n "$measured" ]; then put measured yes; else put measured no; fi
+        left_out=$([ "$form" = lean ] && echo "Whole-line comments" || echo Comments)  # what the form leaves out
+        put left_out "$left_out"
+        if [ -n "$measured" ]; then put run measured
+        elif [ "$have_gpu" != 1 ]; then put run no-gpu
+        else put run left-out; fi
         fill >"$out"
         size=$(wc -c <"$out")
         [ "$size" -lt "$PROMPT_LIMIT" ] && break
@@ -216,21 +215,16 @@ fit_prompt() {
         die "$2 would be $size bytes, over the limit of $PROMPT_LIMIT even without comments and measurements: $3"
     fi
     note=
-    [ "$form" = lean ] && note=", whole-line comments left out"
-    [ "$form" = bare ] && note=", comments left out"
+    [ "$form" = whole ] || note=", ${left_out,} left out"
     [ -z "$had" ] || [ -n "$measured" ] || note="$note, this run's measurements left out"
 }
 
 # prompt_trainer: one trainer's prompt, in the first form that fits under PROMPT_LIMIT, or exit 2
 prompt_trainer() {
-    local out
-    if [ "$nn" = 01 ]; then
-        start=01-vector-add/vector_add.cu out=$build/prompt/stage01.md
-    else
-        start=$from_dir/$trainer.cu out=$build/prompt/stage$nn-$trainer.md
-    fi
+    local start=$from_dir/$trainer.cu out=$build/prompt/stage$nn-$trainer.md
+    [ "$nn" != 01 ] || out=$build/prompt/stage01.md
     if [ "$have_gpu" = 1 ]; then  # what this run measures: built (and its data fetched) first
-        if [ "$nn" = 01 ]; then build_stage "$build/01/vector_add"; else build_stage "$build/$from/$trainer"; fi
+        build_stage "$build/$from/$trainer"
         [ "$trainer" != mnist ] || "$TRY_MAKE" --no-print-directory -s data/mnist/train-images-idx3-ubyte || exit 3
     fi
     parts=$build/prompt/.parts-$nn-$trainer
@@ -254,16 +248,13 @@ commit=${TRY_GIT_COMMIT_ID:-unknown}
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 mkdir -p "$build/prompt"
-if [ "$nn" = 01 ]; then
-    targets=vector_add kind=vector-add
-else
-    targets=${TRY_TRAINER:-regression mnist}  # the Makefile has checked TRAINER
-    kind=later
-    [ "$nn" = 02 ] && kind=baseline
-fi
+targets=${TRY_TRAINER:-regression mnist}  # the Makefile has checked TRAINER
 # the stage the code starts from: the one before (stage 02 and 01: their own file)
-prev=
-[ "$nn" = 01 ] || [ "$nn" = 02 ] || prev=$(printf '%02d' $((10#$nn - 1)))
+case $nn in
+01) targets=vector_add kind=vector-add prev= ;;
+02) kind=baseline prev= ;;
+*) kind=later prev=$(printf '%02d' $((10#$nn - 1))) ;;
+esac
 from=${prev:-$nn}
 from_dir=$stage_dir
 [ -z "$prev" ] || from_dir=$(stage_folder "$prev")

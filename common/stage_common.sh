@@ -1,6 +1,6 @@
 #!/bin/sh
-# common/stage_common.sh DIR [PREV]: the files of common/ that stage DIR's trainers use, one a line (each header they
-# include, its .c beside it, and what those include in turn); with PREV, only those stage PREV's trainers do not use.
+# common/stage_common.sh DIR PREV: the files of common/ that stage DIR's trainers use and stage PREV's do not, one a
+# line (each header they include, its .c beside it, and what those include in turn).
 # `make stage N diff` shows the ones stage N is the first to use, where its lesson lives outside the trainers (05's
 # staging ring, 06's cuBLASLt plans).
 uses() {
@@ -18,8 +18,4 @@ uses() {
     done
     printf '%s\n' $seen | sort
 }
-if [ -n "${2:-}" ]; then
-    uses "$1" | grep -vxF "$(uses "$2")"
-else
-    uses "$1"
-fi
+uses "$1" | grep -vxF "$(uses "$2")"

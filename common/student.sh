@@ -22,7 +22,6 @@ cutter=common/exercise_cut.awk
 root=$(git rev-parse --show-toplevel 2>/dev/null) ||
     die "make student copies the files git knows: run it in a git clone of cuda-stages"
 [ "$(cd "$root" && pwd -P)" = "$(pwd -P)" ] || die "make student runs at the top of the repository ($root)"
-[ -f "$cutter" ] || die "$cutter is missing"
 
 dir=${STUDENT_DIR:-build/student}
 target=$(realpath -m -- "$dir") || die "DIR=$dir: not a usable path"

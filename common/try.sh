@@ -158,16 +158,9 @@ verdict() {
     exit "$status"
 }
 
-todo_note() {
-    [ "$todo" -gt 0 ] || return 0
-    local s=s
-    [ "$todo" -eq 1 ] && s=
-    echo "$todo TODO(exercise) marker$s left in $file: the exercise is not done (delete each marker once its code is written)"
-}
-
 verdict_not_run() {  # TRY_RUN=0: the CPU-side checks are all there is
     local scope=", CPU-side checks only (TRY_RUN=0)"
-    [ "$todo" -eq 0 ] || verdict FAIL 1 "$(todo_note)"
+    [ "$todo" -eq 0 ] || verdict FAIL 1 "$todo_note"
     verdict "NOT RUN" 0 "compiles, exports what the drivers need, links; the suite did not run (TRY_RUN=0): nothing was checked"
 }
 
@@ -184,15 +177,15 @@ suite_verdict() {  # the suite, on the candidate's trainer only; returns only wh
     fi
     if [ "$failed" -gt 0 ] || [ "$suite_rc" -ne 0 ]; then
         local reasons=("correctness: FAIL, $failed of ${tested:-?} tests failed or crashed (the output above; kept in $out/suite.log)")
-        [ "$todo" -gt 0 ] && reasons+=("$(todo_note)")
+        [ "$todo" -gt 0 ] && reasons+=("$todo_note")
         verdict FAIL 1 "${reasons[@]}"
     fi
     if [ "${tested:-0}" -eq 0 ]; then
-        [ "$todo" -gt 0 ] && verdict FAIL 1 "$(todo_note)" "correctness: not checked, the suite skipped every test (no CUDA device)"
+        [ "$todo" -gt 0 ] && verdict FAIL 1 "$todo_note" "correctness: not checked, the suite skipped every test (no CUDA device)"
         verdict "UNVERIFIED (no CUDA device)" 4 \
             "compiles, exports what the drivers need, links; the suite skipped every test (no CUDA device): nothing was checked"
     fi
-    [ "$todo" -gt 0 ] && verdict FAIL 1 "correctness: the suite passed, but $(todo_note)"
+    [ "$todo" -gt 0 ] && verdict FAIL 1 "correctness: the suite passed, but $todo_note"
 }
 
 speed_verdict() {  # the stage's driver, then the candidate's, the same flags; the PASS table
@@ -225,6 +218,8 @@ fi
 echo "== try: stage $nn with $file ($out/)"
 if [ "$nn" = 01 ]; then link_vector_add; else link_trainer; fi
 todo=$(grep -c "// TODO(exercise)" "$file")
+todo_note="$todo TODO(exercise) marker$([ "$todo" = 1 ] || echo s) left in $file: the exercise is not done \
+(delete each marker once its code is written)"
 [ "$run_suite_too" = 1 ] || verdict_not_run
 suite_verdict
 speed_verdict
