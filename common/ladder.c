@@ -174,25 +174,21 @@ typedef struct {
 static void csv_ladder_row(FILE *f, const void *ctx) {
     const LadderRow *row = ctx;
     const LadderTable *t = row->t;
+    const double figures[] = {row->time.median_ms, row->time.min_ms, row->time.max_ms, row->setup_ms,
+                              rate_of(t, row->time.median_ms)};
+    const char *const machine[] = {t->device->name, t->device->cc, t->device->cuda, t->device->driver};
     report_csv_text(f, t->stage, 0);
     report_csv_text(f, t->ladder, 0);
     report_csv_text(f, t->shape, 0);
     fprintf(f, "%d,", row->number);
     report_csv_text(f, row->name, 0);
-    report_csv_real(f, "%.6g", row->time.median_ms);
-    report_csv_real(f, "%.6g", row->time.min_ms);
-    report_csv_real(f, "%.6g", row->time.max_ms);
-    report_csv_real(f, "%.6g", row->setup_ms);
-    report_csv_real(f, "%.6g", rate_of(t, row->time.median_ms));
+    for (int i = 0; i < 5; i++) report_csv_real(f, "%.6g", figures[i]);
     report_csv_text(f, t->unit, 0);
     report_csv_text(f, t->ceiling, 0);
     report_csv_real(f, "%.6g", t->ceiling_time.median_ms);
     report_csv_real(f, "%.6g", rate_of(t, t->ceiling_time.median_ms));
     fprintf(f, "%d,", t->repeats);
-    report_csv_text(f, t->device->name, 0);
-    report_csv_text(f, t->device->cc, 0);
-    report_csv_text(f, t->device->cuda, 0);
-    report_csv_text(f, t->device->driver, 0);
+    for (int i = 0; i < 4; i++) report_csv_text(f, machine[i], 0);
     report_csv_text(f, provenance_commit(), 0);
     report_csv_text(f, provenance_run_id(), 1);
 }

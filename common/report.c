@@ -1,15 +1,10 @@
-// common/report.c: result rows for humans (stdout) and for tools (CSV), plus the drivers' other
-// outputs: --curve rows, the --breakdown table and the --export files, and the figures of their timed
-// runs (see report.h). Tested by tests/test_report.c.
+// common/report.c: the drivers' outputs and the statistics of their timed runs (see report.h). Tested by
+// tests/test_report.c.
 //
-// The CSV is the only source of every table and plot in this repository, so it is written with
-// enough digits to be re-read exactly and quoted wherever a field holds a comma ("1024,1024").
-//
-// Every file is written whole or not at all: the new content (after the old rows, for an append) goes
-// to a temporary file beside the target (".NAME.tmp-XXXXXX"), and only once every write, the fsync and
-// the close succeeded is it renamed over the target, so a full disk leaves the old file as it was. An
-// append goes only onto a file whose first line is the expected header (a CSV of another schema, or a
-// --curve file given as --csv, is refused, never mixed); report_check_outputs checks that before training.
+// The CSV is the only source of every table and plot in this repository, so it is written with enough
+// digits to be re-read exactly. Every file is written whole or not at all: the new content (after the old
+// rows, for an append) goes to a temporary file beside the target (".NAME.tmp-XXXXXX"), renamed over it
+// only once every write, the fsync and the close succeeded, so a full disk leaves the old file as it was.
 #define _XOPEN_SOURCE 700  // realpath
 #include <errno.h>
 #include <fcntl.h>
@@ -148,39 +143,8 @@ static int replace_file(const char *target, int old_fd, const char *head, const 
     return 0;
 }
 
-// Where the rows really go: path itself, or the file a symbolic link at path points to.
-static int resolve_target(const char *path, char *target, size_t target_len, char *err, size_t err_len) {
-    struct stat link_info;
-    if (lstat(path, &link_info) != 0 || !S_ISLNK(link_info.st_mode)) {
-        if (snprintf(target, target_len, "%s", path) < (int)target_len) return 0;
-        error_message(err, err_len, "path too long: %.64s...", path);
-        return -1;
-    }
-    if (realpath(path, target)) return 0;  // target holds PATH_MAX bytes
-    error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
-    return -1;
-}
-
-// Opens an existing output for reading (without blocking on a FIFO): the descriptor and its stat, 0
-// when there is no such file yet (*fd = -1), or -1 with a message when it is not a regular file.
-static int open_existing(const char *path, int *fd, struct stat *info, char *err, size_t err_len) {
-    *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (*fd < 0) {
-        if (errno == ENOENT) return 0;
-        error_message(err, err_len, "cannot read %s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (fstat(*fd, info) != 0 || !S_ISREG(info->st_mode)) {
-        error_message(err, err_len, "%s is not a regular file: results go to a plain file", path);
-        close(*fd);
-        *fd = -1;
-        return -1;
-    }
-    return 0;
-}
-
 // An existing output must start with header and end with a newline (or be empty): -1 with a message
-// otherwise. Leaves fd at offset 0.
+// otherwise.
 static int check_header(int fd, const struct stat *info, const char *path, const char *header, char *err,
                         size_t err_len) {
     if (info->st_size == 0) return 0;
@@ -207,32 +171,35 @@ static int check_header(int fd, const struct stat *info, const char *path, const
     return 0;
 }
 
-// Where rows for path go (resolve_target), opened when that file exists (else *fd = -1) and checked to start
-// with header: 0, or -1 with a message.
+// Where rows for path go: target is path, or the file a symbolic link at path names. That file, when it
+// exists, is opened for reading (without blocking on a FIFO; else *fd = -1) and must be a regular file
+// under header (check_header): 0, or -1 with a message.
 static int open_rows(const char *path, const char *header, char target[PATH_MAX], int *fd, struct stat *info,
                      char *err, size_t err_len) {
-    if (resolve_target(path, target, PATH_MAX, err, err_len) != 0 || open_existing(target, fd, info, err, err_len) != 0)
-        return -1;
-    if (*fd >= 0 && check_header(*fd, info, target, header, err, err_len) != 0) {
-        close(*fd);
+    struct stat link_info;
+    *fd = -1;
+    if (lstat(path, &link_info) == 0 && S_ISLNK(link_info.st_mode)) {
+        if (!realpath(path, target)) {
+            error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
+            return -1;
+        }
+    } else if (snprintf(target, PATH_MAX, "%s", path) >= PATH_MAX) {
+        error_message(err, err_len, "path too long: %.64s...", path);
         return -1;
     }
-    return 0;
-}
-
-// Appends rows (complete lines) to path: header first when the file is new or empty. The old rows and the
-// new ones go to a temporary file that replaces path only when all of it is written.
-static int append_text(const char *path, const char *header, const char *rows, size_t rows_len, char *err,
-                       size_t err_len) {
-    char target[PATH_MAX];
-    int old_fd;
-    struct stat info;
-    if (open_rows(path, header, target, &old_fd, &info, err, err_len) != 0) return -1;
-    if (old_fd < 0) return replace_file(target, -1, header, rows, rows_len, new_file_mode(), err, err_len);
-    int status = replace_file(target, old_fd, info.st_size > 0 ? NULL : header, rows, rows_len, info.st_mode & 07777,
-                              err, err_len);
-    close(old_fd);
-    return status;
+    *fd = open(target, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (*fd < 0) {
+        if (errno == ENOENT) return 0;
+        error_message(err, err_len, "cannot read %s: %s", target, strerror(errno));
+        return -1;
+    }
+    if (fstat(*fd, info) != 0 || !S_ISREG(info->st_mode))
+        error_message(err, err_len, "%s is not a regular file: results go to a plain file", target);
+    else if (check_header(*fd, info, target, header, err, err_len) == 0)
+        return 0;
+    close(*fd);
+    *fd = -1;
+    return -1;
 }
 
 int report_check_rows(const char *path, const char *header, char *err, size_t err_len) {
@@ -249,24 +216,19 @@ int report_check_rows(const char *path, const char *header, char *err, size_t er
 }
 
 int report_check_outputs(const char *csv_path, const char *curve_path, char *err, size_t err_len) {
+    const char *paths[] = {csv_path, curve_path}, *headers[] = {REPORT_CSV_HEADER, REPORT_CURVE_HEADER};
     char why[1024];
-    if (csv_path && report_check_rows(csv_path, REPORT_CSV_HEADER, why, sizeof(why)) != 0) {
-        error_message(err, err_len, "--csv: %s", why);
-        return -1;
-    }
-    if (curve_path && report_check_rows(curve_path, REPORT_CURVE_HEADER, why, sizeof(why)) != 0) {
-        error_message(err, err_len, "--curve: %s", why);
-        return -1;
-    }
-    if (csv_path && curve_path) {
-        struct stat a, b;
-        int same = strcmp(csv_path, curve_path) == 0 ||
-                   (stat(csv_path, &a) == 0 && stat(curve_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino);
-        if (same) {
-            error_message(err, err_len, "--csv and --curve name the same file (%s): result rows and curve rows need a file each",
-                          csv_path);
+    for (int i = 0; i < 2; i++)
+        if (paths[i] && report_check_rows(paths[i], headers[i], why, sizeof(why)) != 0) {
+            error_message(err, err_len, "%s: %s", i ? "--curve" : "--csv", why);
             return -1;
         }
+    struct stat a, b;
+    if (csv_path && curve_path && (strcmp(csv_path, curve_path) == 0 || (stat(csv_path, &a) == 0 &&
+                                   stat(curve_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino))) {
+        error_message(err, err_len, "--csv and --curve name the same file (%s): result rows and curve rows need a file each",
+                      csv_path);
+        return -1;
     }
     return 0;
 }
@@ -298,24 +260,27 @@ void report_csv_real(FILE *f, const char *format, double value) {
     fputc(',', f);
 }
 
-// The rows are formatted in memory first, so that a file never gets half of them.
+// The rows are formatted in memory first, so that a file never gets half of them; the old rows and the
+// new ones then go to a temporary file that replaces the target (replace_file).
 int report_append_rows(const char *path, const char *header, ReportRowsFn write_rows, const void *ctx, char *err,
                        size_t err_len) {
-    char *text = NULL;
+    char *text = NULL, target[PATH_MAX];
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    if (!f) {
-        error_message(err, err_len, "out of host memory for the rows to write");
-        return -1;
+    int failed = !f;
+    if (f) {
+        write_rows(f, ctx);
+        failed = ferror(f);
+        failed = fclose(f) != 0 || failed;
     }
-    write_rows(f, ctx);
-    int failed = ferror(f);
-    if (fclose(f) != 0 || failed) {
-        free(text);
+    int old_fd = -1, status = -1;
+    struct stat info;
+    if (failed)
         error_message(err, err_len, "out of host memory for the rows to write");
-        return -1;
-    }
-    int status = append_text(path, header, text, len, err, err_len);
+    else if (open_rows(path, header, target, &old_fd, &info, err, err_len) == 0)
+        status = replace_file(target, old_fd, old_fd < 0 || info.st_size == 0 ? header : NULL, text, len,
+                              old_fd < 0 ? new_file_mode() : info.st_mode & 07777, err, err_len);
+    if (old_fd >= 0) close(old_fd);
     free(text);
     return status;
 }
