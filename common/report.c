@@ -116,31 +116,42 @@ static mode_t new_file_mode(void) {
     return 0666 & ~mask;
 }
 
-// A temporary file beside target gets the rest of old_fd (when >= 0), head and a newline (when not NULL),
-// then data; once all of it is on disk, it is renamed over target with mode. -1 with a message otherwise,
-// and target is left as it was.
-static int replace_file(const char *target, int old_fd, const char *head, const void *data, size_t len, mode_t mode,
-                        char *err, size_t err_len) {
-    char temp[PATH_MAX + 32], buf[1 << 16];
-    int fd = create_temp(target, temp, sizeof(temp), err, err_len);
-    if (fd < 0) return -1;
-    FILE *out = fdopen(fd, "w");
-    int failed = !out;
-    for (ssize_t got; old_fd >= 0 && !failed && (got = read(old_fd, buf, sizeof(buf))) != 0;)
-        failed = got < 0 ? errno != EINTR : fwrite(buf, 1, (size_t)got, out) != (size_t)got;
-    if (!failed && head) failed = fprintf(out, "%s\n", head) < 0;
-    if (!failed) failed = fwrite(data, 1, len, out) != len || fflush(out) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0;
-    int saved = errno, closed = out ? fclose(out) : close(fd);
-    if (!failed && (closed != 0 || rename(temp, target) != 0)) {
+// Once every write, the fsync and the close succeeded (failed: one before did not), the temporary file is
+// renamed over the target with its mode; otherwise it is removed, and the target is left as it was.
+static int replace_end(ReportFile *out, int failed, char *err, size_t err_len) {
+    int fd = fileno(out->f);
+    failed = failed || ferror(out->f) || fflush(out->f) != 0 || fchmod(fd, out->mode) != 0 || fsync(fd) != 0;
+    int saved = errno, closed = fclose(out->f);
+    if (!failed && (closed != 0 || rename(out->temp, out->target) != 0)) {
         failed = 1;
         saved = errno;
     }
-    if (failed) {
-        unlink(temp);
-        error_message(err, err_len, "cannot write %s: %s (left as it was)", target, strerror(saved));
+    if (!failed) return 0;
+    unlink(out->temp);
+    error_message(err, err_len, "cannot write %s: %s (left as it was)", out->target, strerror(saved));
+    return -1;
+}
+
+int report_file_close(ReportFile *out, char *err, size_t err_len) { return replace_end(out, 0, err, err_len); }
+
+// Starts replacing out->target: out->f, a temporary file beside it, gets the rest of old_fd (when >= 0), then
+// head and a newline (when not NULL). -1 with a message, and nothing left behind, otherwise.
+static int replace_begin(ReportFile *out, int old_fd, const char *head, mode_t mode, char *err, size_t err_len) {
+    char buf[1 << 16];
+    int fd = create_temp(out->target, out->temp, sizeof(out->temp), err, err_len);
+    if (fd < 0) return -1;
+    out->mode = mode;
+    if (!(out->f = fdopen(fd, "w"))) {
+        error_message(err, err_len, "cannot write %s: %s (left as it was)", out->target, strerror(errno));
+        close(fd);
+        unlink(out->temp);
         return -1;
     }
-    return 0;
+    int failed = 0;
+    for (ssize_t got; old_fd >= 0 && !failed && (got = read(old_fd, buf, sizeof(buf))) != 0;)
+        failed = got < 0 ? errno != EINTR : fwrite(buf, 1, (size_t)got, out->f) != (size_t)got;
+    if (!failed && head) failed = fprintf(out->f, "%s\n", head) < 0;
+    return failed ? replace_end(out, 1, err, err_len) : 0;
 }
 
 // An existing output must start with header and end with a newline (or be empty): -1 with a message
@@ -260,39 +271,26 @@ void report_csv_real(FILE *f, const char *format, double value) {
     fputc(',', f);
 }
 
-// The rows are formatted in memory first, so that a file never gets half of them; the old rows and the
-// new ones then go to a temporary file that replaces the target (replace_file).
-int report_append_rows(const char *path, const char *header, ReportRowsFn write_rows, const void *ctx, char *err,
-                       size_t err_len) {
-    char *text = NULL, target[PATH_MAX];
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    int failed = !f;
-    if (f) {
-        write_rows(f, ctx);
-        failed = ferror(f);
-        failed = fclose(f) != 0 || failed;
-    }
-    int old_fd = -1, status = -1;
+int report_rows_open(ReportFile *out, const char *path, const char *header, char *err, size_t err_len) {
+    int old_fd;
     struct stat info;
-    if (failed)
-        error_message(err, err_len, "out of host memory for the rows to write");
-    else if (open_rows(path, header, target, &old_fd, &info, err, err_len) == 0)
-        status = replace_file(target, old_fd, old_fd < 0 || info.st_size == 0 ? header : NULL, text, len,
-                              old_fd < 0 ? new_file_mode() : info.st_mode & 07777, err, err_len);
+    if (open_rows(path, header, out->target, &old_fd, &info, err, err_len) != 0) return -1;
+    int status = replace_begin(out, old_fd, old_fd < 0 || info.st_size == 0 ? header : NULL,
+                               old_fd < 0 ? new_file_mode() : info.st_mode & 07777, err, err_len);
     if (old_fd >= 0) close(old_fd);
-    free(text);
     return status;
 }
 
-// The fields of one result row, in the order of REPORT_CSV_HEADER (schema 2), ending the line.
-static void csv_result_fields(FILE *f, const void *ctx) {
-    const ResultRow *row = ctx;
+// The fields in the order of REPORT_CSV_HEADER (schema 2).
+int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
     const double timed[] = {row->setup_ms, row->e2e_ms, row->loop_ms, row->ms_per_epoch, row->h2d_ms};
     const double spread[] = {row->setup_min_ms, row->setup_max_ms, row->e2e_min_ms, row->e2e_max_ms,
                              row->loop_min_ms,  row->loop_max_ms,  row->epoch_min_ms, row->epoch_max_ms};
     const double fit[] = {row->train_loss, row->test_loss, row->test_acc, row->w, row->b};
     const char *const machine[] = {row->device, row->cc, row->cuda, row->driver};
+    ReportFile out;
+    if (report_rows_open(&out, path, REPORT_CSV_HEADER, err, err_len) != 0) return -1;
+    FILE *f = out.f;
     report_csv_text(f, row->stage, 0);
     report_csv_text(f, row->trainer, 0);
     report_csv_text(f, row->variant, 0);
@@ -315,41 +313,26 @@ static void csv_result_fields(FILE *f, const void *ctx) {
     report_csv_text(f, row->dirty, 0);
     report_csv_text(f, row->run_id, 0);
     report_csv_text(f, row->utc, 1);
-}
-
-int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
-    return report_append_rows(path, REPORT_CSV_HEADER, csv_result_fields, row, err, err_len);
-}
-
-typedef struct {
-    const ResultRow *row;
-    const CurveSeries *series;
-    int n_series;
-} CurveRows;
-
-static void csv_curve_rows(FILE *f, const void *ctx) {
-    const CurveRows *curves = ctx;
-    const ResultRow *row = curves->row;
-    for (int s = 0; s < curves->n_series; s++) {
-        const CurveSeries *c = &curves->series[s];
-        for (int i = 0; i < c->count; i++) {
-            report_csv_text(f, row->stage, 0);
-            report_csv_text(f, row->trainer, 0);
-            report_csv_text(f, row->variant, 0);
-            report_csv_text(f, row->hidden, 0);
-            report_csv_text(f, c->series, 0);
-            fprintf(f, "%d,%.9g,", c->index ? c->index[i] : c->first_index + i, c->values[i]);
-            report_csv_text(f, row->device, 0);
-            report_csv_text(f, row->commit, 0);
-            report_csv_text(f, row->run_id, 1);
-        }
-    }
+    return report_file_close(&out, err, err_len);
 }
 
 int report_append_curves(const char *path, const ResultRow *row, const CurveSeries *series, int n_series, char *err,
                          size_t err_len) {
-    CurveRows curves = {row, series, n_series};
-    return report_append_rows(path, REPORT_CURVE_HEADER, csv_curve_rows, &curves, err, err_len);
+    ReportFile out;
+    if (report_rows_open(&out, path, REPORT_CURVE_HEADER, err, err_len) != 0) return -1;
+    for (const CurveSeries *c = series; c < series + n_series; c++)
+        for (int i = 0; i < c->count; i++) {
+            report_csv_text(out.f, row->stage, 0);
+            report_csv_text(out.f, row->trainer, 0);
+            report_csv_text(out.f, row->variant, 0);
+            report_csv_text(out.f, row->hidden, 0);
+            report_csv_text(out.f, c->series, 0);
+            fprintf(out.f, "%d,%.9g,", c->index ? c->index[i] : c->first_index + i, c->values[i]);
+            report_csv_text(out.f, row->device, 0);
+            report_csv_text(out.f, row->commit, 0);
+            report_csv_text(out.f, row->run_id, 1);
+        }
+    return report_file_close(&out, err, err_len);
 }
 
 int report_flush_stdout(void) {
@@ -437,18 +420,20 @@ static int make_dirs(const char *dir, char *err, size_t err_len) {
 }
 
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len) {
-    char path[4096];
+    ReportFile out;
     struct stat info;
     if (make_dirs(dir, err, err_len) != 0) return -1;
-    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path)) {
+    if (snprintf(out.target, sizeof(out.target), "%s/%s", dir, name) >= (int)sizeof(out.target)) {
         error_message(err, err_len, "export path too long: %.64s...", dir);
         return -1;
     }
-    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
-        error_message(err, err_len, "%s is not a regular file: cannot replace it", path);
+    if (stat(out.target, &info) == 0 && !S_ISREG(info.st_mode)) {
+        error_message(err, err_len, "%s is not a regular file: cannot replace it", out.target);
         return -1;
     }
-    return replace_file(path, -1, NULL, data, bytes, new_file_mode(), err, err_len);
+    if (replace_begin(&out, -1, NULL, new_file_mode(), err, err_len) != 0) return -1;
+    fwrite(data, 1, bytes, out.f);
+    return report_file_close(&out, err, err_len);
 }
 
 int report_export(const char *dir, const ExportFile files[3], int quiet) {

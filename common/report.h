@@ -3,6 +3,7 @@
 #ifndef REPORT_H
 #define REPORT_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,19 +53,24 @@ void result_row_name(ResultRow *row, int reference, const char *stage, const cha
                      const char *precision);
 void report_print(const ResultRow *row, FILE *out);
 
-// The one append of every CSV this repository writes (result rows, curves, the ladders' rows): write_rows(f,
-// ctx) prints complete lines, which go to path under header (written when the file is new or empty), whole or
-// not at all. -1 with a message when path cannot take them (not a regular file, rows of another header, a
-// failed write): the file is then left as it was.
-typedef void (*ReportRowsFn)(FILE *f, const void *ctx);
-int report_append_rows(const char *path, const char *header, ReportRowsFn write_rows, const void *ctx, char *err,
-                       size_t err_len);
+// Whole files, for --csv, --curve, --export and the ladders' --csv: what goes into f goes to a temporary file
+// beside target that report_file_close renames over it once all of it is on disk. report_rows_open, the one
+// append of every CSV this repository writes, starts it with path's old rows (or header, when path is new or
+// empty), for the caller to print complete lines after. Each returns -1 with a message when path cannot take
+// them (not a regular file, rows of another header, a failed write), and path is then left as it was.
+typedef struct {
+    FILE *f;
+    unsigned mode;
+    char target[PATH_MAX], temp[PATH_MAX + 32];
+} ReportFile;
+int report_rows_open(ReportFile *out, const char *path, const char *header, char *err, size_t err_len);
+int report_file_close(ReportFile *out, char *err, size_t err_len);
 int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len);
 // Before the rows exist: path can take rows under header (or could be created); -1 with a message otherwise.
 int report_check_rows(const char *path, const char *header, char *err, size_t err_len);
 // The same for --csv and --curve before any training (either may be NULL), which must also be two files.
 int report_check_outputs(const char *csv_path, const char *curve_path, char *err, size_t err_len);
-// Fields for write_rows: text, quoted (quotes doubled) only when it holds a comma, quote or line break,
+// CSV fields: text, quoted (quotes doubled) only when it holds a comma, quote or line break,
 // then a comma, or a newline if last; a number in format ("%.6g"), empty for NaN, then a comma.
 void report_csv_text(FILE *f, const char *text, int last);
 void report_csv_real(FILE *f, const char *format, double value);
