@@ -136,11 +136,6 @@ fail:
     return -1;
 }
 
-static void idx_corrupt_gzip(IdxFile *f, char *err, size_t err_len) {
-    error_message(err, err_len, "corrupt gzip data in %s (%s): delete it and run `make data`", f->path,
-                  f->z.msg ? f->z.msg : "zlib error");
-}
-
 // Reads up to len bytes of the IDX content (decompressed for gzip); returns the bytes read, fewer only
 // when the content ends, or -1 with a message in err.
 static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, size_t err_len) {
@@ -163,7 +158,8 @@ static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, s
         if (status == Z_STREAM_END) {
             f->stream_end = 1;
         } else if (status != Z_OK && status != Z_BUF_ERROR) {
-            idx_corrupt_gzip(f, err, err_len);
+            error_message(err, err_len, "corrupt gzip data in %s (%s): delete it and run `make data`", f->path,
+                          f->z.msg ? f->z.msg : "zlib error");
             return -1;
         }
     }
@@ -405,37 +401,25 @@ static int mnist_open_all(const char *dir, IdxFile files[MNIST_FILES], char *err
     return 0;
 }
 
-// One split: the pixels, as bytes and as floats, and the labels (checked 0..9).
-static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, uint8_t **pixels_out, float **images_out,
-                            uint8_t **labels_out, int *count_out, char *err, size_t err_len) {
-    int count = (int)images_file->dims[0];
-    uint8_t *labels = idx_read_body(labels_file, err, err_len);
-    if (!labels) return -1;
-    for (int i = 0; i < count; i++) {
-        if (labels[i] > 9) {
-            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", labels[i], i, labels_file->path);
-            free(labels);
+// One split into the set's arrays (which mnist_load frees on a failure): the labels, checked 0..9, and the
+// pixels, as bytes and as floats.
+static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, uint8_t **pixels, float **images,
+                            uint8_t **labels, int *count, char *err, size_t err_len) {
+    *count = (int)images_file->dims[0];
+    if (!(*labels = idx_read_body(labels_file, err, err_len))) return -1;
+    for (int i = 0; i < *count; i++)
+        if ((*labels)[i] > 9) {
+            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", (*labels)[i], i, labels_file->path);
             return -1;
         }
-    }
-    uint8_t *pixels = idx_read_body(images_file, err, err_len);
-    if (!pixels) {
-        free(labels);
+    if (!(*pixels = idx_read_body(images_file, err, err_len))) return -1;
+    size_t n_pixels = (size_t)*count * MNIST_SIDE * MNIST_SIDE;
+    *images = malloc(n_pixels * sizeof(float));  // (count, 784)
+    if (!*images) {
+        error_message(err, err_len, "out of host memory for %d images from %s", *count, images_file->path);
         return -1;
     }
-    size_t n_pixels = (size_t)count * MNIST_SIDE * MNIST_SIDE;
-    float *scaled = malloc(n_pixels * sizeof(float));  // (count, 784)
-    if (!scaled) {
-        error_message(err, err_len, "out of host memory for %d images from %s", count, images_file->path);
-        free(pixels);
-        free(labels);
-        return -1;
-    }
-    for (size_t i = 0; i < n_pixels; i++) scaled[i] = mnist_pixel_value(pixels[i]);
-    *pixels_out = pixels;
-    *images_out = scaled;
-    *labels_out = labels;
-    *count_out = count;
+    for (size_t i = 0; i < n_pixels; i++) (*images)[i] = mnist_pixel_value((*pixels)[i]);
     return 0;
 }
 

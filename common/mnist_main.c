@@ -1,15 +1,9 @@
-// common/mnist_main.c: the main of build/NN/mnist, shared by every stage.
+// common/mnist_main.c: the main of build/NN/mnist, compiled once per stage with -DSTAGE_NAME='"03"' and
+// linked with that stage's mnist.cu, so that every stage takes the same flags and prints the same report
+// (docs/DESIGN.md, "Who owns what"). Every failure is one line on stderr and an exit code of exit_codes.h.
 //
-// Compiled once per stage with -DSTAGE_NAME='"03"' and linked with that stage's mnist.cu, so every
-// stage takes the same flags and prints the same report:
-//
-//     make data && make CUDA_ARCH=90 build/02/mnist
-//     build/02/mnist --hidden 1024,1024 --epochs 3 --csv results.csv
+//     make data && build/02/mnist --hidden 1024,1024 --epochs 3 --csv results.csv
 //     build/02/mnist --reference --hidden 0 --epochs 1     (the CPU reference; no GPU needed)
-//
-// It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from --seed
-// (common/data.c), trains (--warmup, then --repeat timed runs), stops with exit 5 when a loss diverged
-// (divergence.h) and reports the medians. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -374,23 +374,6 @@ double median(const double *values, int n) {
 }
 
 // ----------------------------------------------------------------------------
-// --breakdown
-
-static void print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out) {
-    double total = 0.0;
-    for (int p = 0; p < PHASE_COUNT; p++) total += phase_ms[p];
-    fprintf(out, "breakdown (last run; timing each phase adds a synchronization after it, so e2e and loop grow):\n");
-    if (!(total > 0.0)) {
-        fprintf(out, "  no phase times recorded by this trainer\n");
-        return;
-    }
-    fprintf(out, "  %-10s %12s %7s\n", "phase", "ms", "share");
-    for (int p = 0; p < PHASE_COUNT; p++)
-        fprintf(out, "  %-10s %12.3f %6.1f%%\n", PHASE_NAMES[p], phase_ms[p], 100.0 * phase_ms[p] / total);
-    fprintf(out, "  %-10s %12.3f %6.1f%%\n", "sum", total, 100.0);
-}
-
-// ----------------------------------------------------------------------------
 // --export
 
 // mkdir -p: every prefix of dir that ends before a '/' and dir itself.
@@ -464,7 +447,18 @@ int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *t
     }
     if (!quiet && timing->setup_ms > 0)
         printf("setup (untimed: handles, graph instantiation): %.3f ms\n", timing->setup_ms);
-    if (breakdown) print_breakdown(timing->phase_ms, stdout);
+    if (!breakdown) return EXIT_OK;
+    double total = 0.0;
+    for (int p = 0; p < PHASE_COUNT; p++) total += timing->phase_ms[p];
+    printf("breakdown (last run; timing each phase adds a synchronization after it, so e2e and loop grow):\n");
+    if (!(total > 0.0)) {
+        printf("  no phase times recorded by this trainer\n");
+        return EXIT_OK;
+    }
+    printf("  %-10s %12s %7s\n", "phase", "ms", "share");
+    for (int p = 0; p < PHASE_COUNT; p++)
+        printf("  %-10s %12.3f %6.1f%%\n", PHASE_NAMES[p], timing->phase_ms[p], 100.0 * timing->phase_ms[p] / total);
+    printf("  %-10s %12.3f %6.1f%%\n", "sum", total, 100.0);
     return EXIT_OK;
 }
 

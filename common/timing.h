@@ -15,9 +15,6 @@
 //     ... copy parameters back ...
 //     train_clock_e2e_stop(&clock, stream);
 //     train_clock_finish(&clock, &out->timing);                 // synchronizes, fills the figures
-//
-// All figures come from CUDA events. Phase timing (only with --breakdown) synchronizes after each
-// phase, so it changes what it measures; the report says so.
 #ifndef TIMING_H
 #define TIMING_H
 
