@@ -1,9 +1,6 @@
-// common/args.c: the flags of build/NN/regression and build/NN/mnist (see args.h).
-//
-// Every flag takes `--flag value` or `--flag=value` (common/flags.c reads the command line). Each mistake
-// ends parsing with one line in err that names the flag, the value and what would have been valid; the
-// driver prints it after "error: " and exits with EXIT_USAGE. Built into build/common/libcommon.a; tested
-// by tests/test_args.c.
+// common/args.c: the flags of build/NN/regression and build/NN/mnist (see args.h; common/flags.c reads the
+// command line). Each message names the flag, the value and what would have been valid. Tested by
+// tests/test_args.c.
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>

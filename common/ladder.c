@@ -1,6 +1,5 @@
-// common/ladder.c: see ladder.h. Built into build/common/libcommon.a; tested by tests/test_ladder.c.
-// The rows go through common/report.c's append and name the commit and run of common/provenance.c,
-// as the trainers' rows do.
+// common/ladder.c: see ladder.h; tested by tests/test_ladder.c. The rows go through common/report.c's append
+// and name the commit and run of common/provenance.c, as the trainers' rows do.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,10 +1,5 @@
-// common/report.c: the drivers' outputs and the statistics of their timed runs (see report.h). Tested by
-// tests/test_report.c.
-//
-// The CSV is the only source of every table and plot in this repository, so it is written with enough
-// digits to be re-read exactly. Every file is written whole or not at all: the new content (after the old
-// rows, for an append) goes to a temporary file beside the target (".NAME.tmp-XXXXXX"), renamed over it
-// only once every write, the fsync and the close succeeded, so a full disk leaves the old file as it was.
+// common/report.c: see report.h; tested by tests/test_report.c. The CSV is the only source of every table and
+// plot in this repository, so it is written with enough digits to be re-read exactly.
 #define _XOPEN_SOURCE 700  // realpath
 #include <errno.h>
 #include <fcntl.h>
