@@ -347,7 +347,8 @@ int args_driver_flags(int argc, char **argv, TrainerKind trainer, const char *st
     double progress_seconds;
     if (parsed >= 0) parsed = args_progress_seconds(&progress_seconds, err, sizeof(err));
     // before any work: a run must not end in an unwritable --csv or a mixed schema
-    if (parsed >= 0 && !opt->export_dir) parsed = report_check_outputs(opt->csv_path, opt->curve_path, err, sizeof(err));
+    if (parsed >= 0 && !opt->export_dir)
+        parsed = report_check_outputs(opt->csv_path, opt->curve_path, err, sizeof(err));
     if (parsed < 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;

@@ -409,7 +409,8 @@ static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, uint8_t 
     if (!(*labels = idx_read_body(labels_file, err, err_len))) return -1;
     for (int i = 0; i < *count; i++)
         if ((*labels)[i] > 9) {
-            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", (*labels)[i], i, labels_file->path);
+            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", (*labels)[i], i,
+                          labels_file->path);
             return -1;
         }
     if (!(*pixels = idx_read_body(images_file, err, err_len))) return -1;

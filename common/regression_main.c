@@ -55,23 +55,6 @@ static int export_regression(const char *dir, const RegressionConfig *cfg, const
     return report_export(dir, files, quiet);
 }
 
-// ----------------------------------------------------------------------------
-// one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
-
-// out holds the arrays (train_loss, test_loss, timing.epoch_ms) the trainer writes into.
-static void train_once(const RegressionConfig *cfg, const RegressionData *data, int reference, RegressionResult *out) {
-    int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
-    for (int i = 0; i < n_logged; i++) out->train_loss[i] = out->test_loss[i] = NAN;
-    out->w = out->b = out->final_test_loss = NAN;
-    report_reset_timing(&out->timing, cfg->epochs);
-    if (reference) {
-        reference_train_regression(cfg, data, out);
-    } else if (train_regression(cfg, data, out) != 0) {
-        fprintf(stderr, "error: stage %s train_regression failed\n", STAGE_NAME);
-        exit(EXIT_CUDA);
-    }
-}
-
 // The number of epochs done when a loss first diverged (divergence.h: NaN, Inf, or past 1e6 times the
 // first loss of its series), or -1 when none did; *what says what it became. Logged losses are taken at
 // the start of their epoch; the final test loss and w, b after the last one.
@@ -161,8 +144,9 @@ static int report_run(const Run *run, int64_t points, const double *runs_ms, con
     return status;
 }
 
-// Warm-up (GPU only: handles, module loading, clocks), then the timed runs, into outputs allocated here,
-// and their report. The exit status.
+// Warm-up runs of one epoch (GPU only: handles, module loading, clocks), then the timed runs, each into outputs
+// allocated here and poisoned first, so that anything the trainer leaves unwritten shows as NaN; then their
+// report. The exit status.
 static int train_and_report(const Run *run, const RegressionData *data, int64_t points) {
     const RegressionConfig *cfg = &run->cfg;
     int repeat = run->opt.repeat;
@@ -174,10 +158,17 @@ static int train_and_report(const Run *run, const RegressionData *data, int64_t 
 
     RegressionConfig warmup_cfg = *cfg;
     warmup_cfg.epochs = 1;
-    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &out);
-    for (int r = 0; r < repeat; r++) {
-        train_once(cfg, data, run->opt.reference, &out);
-        report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
+    for (int r = run->opt.reference ? 0 : -run->opt.warmup; r < repeat; r++) {  // r < 0: the warm-ups
+        for (size_t i = 0; i < n_logged; i++) out.train_loss[i] = out.test_loss[i] = NAN;
+        out.w = out.b = out.final_test_loss = NAN;
+        report_reset_timing(&out.timing, cfg->epochs);
+        if (run->opt.reference) {
+            reference_train_regression(cfg, data, &out);
+        } else if (train_regression(r < 0 ? &warmup_cfg : cfg, data, &out) != 0) {
+            fprintf(stderr, "error: stage %s train_regression failed\n", STAGE_NAME);
+            exit(EXIT_CUDA);
+        }
+        if (r >= 0) report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
     }
     int status = report_run(run, points, runs_ms, &out);
     free(runs_ms);
