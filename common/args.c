@@ -1,9 +1,6 @@
-// common/args.c: the flags of build/NN/regression and build/NN/mnist (see args.h).
-//
-// Every flag takes `--flag value` or `--flag=value` (common/flags.c reads the command line). Each mistake
-// ends parsing with one line in err that names the flag, the value and what would have been valid; the
-// driver prints it after "error: " and exits with EXIT_USAGE. Built into build/common/libcommon.a; tested
-// by tests/test_args.c.
+// common/args.c: the flags of build/NN/regression and build/NN/mnist (see args.h; common/flags.c reads the
+// command line). Each message names the flag, the value and what would have been valid. Tested by
+// tests/test_args.c.
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -129,12 +126,6 @@ static int parse_lr(const char *text, float *out, char *err, size_t err_len) {
     return 0;
 }
 
-static int parse_seed(const char *text, uint64_t *out, char *err, size_t err_len) {
-    if (flags_digits(text, out) == 0) return 0;
-    error_message(err, err_len, "--seed '%s' is not a whole number (valid: 0 .. 18446744073709551615)", text);
-    return -1;
-}
-
 // "0" (no hidden layer) or 1..MNIST_MAX_LAYERS-1 comma-separated sizes, each 1..65536.
 static int parse_hidden(const char *text, Options *opt, char *err, size_t err_len) {
     const int max_layers = MNIST_MAX_LAYERS - 1;
@@ -180,7 +171,10 @@ static int apply_flag(int flag, const char *value, Options *opt, char *err, size
     case F_LR: return parse_lr(value, &opt->lr, err, err_len);
     case F_BATCH: return parse_int(name, value, 1, 60000, &opt->batch, err, err_len);
     case F_HIDDEN: return parse_hidden(value, opt, err, err_len);
-    case F_SEED: return parse_seed(value, &opt->seed, err, err_len);
+    case F_SEED:
+        if (flags_digits(value, &opt->seed) == 0) return 0;
+        error_message(err, err_len, "--seed '%s' is not a whole number (valid: 0 .. 18446744073709551615)", value);
+        return -1;
     case F_WARMUP: return parse_int(name, value, 0, 100, &opt->warmup, err, err_len);
     case F_REPEAT: return parse_int(name, value, 1, 1000, &opt->repeat, err, err_len);
     }
@@ -330,16 +324,6 @@ int args_progress_seconds(double *out, char *err, size_t err_len) {
 }
 
 
-// What both drivers check before any work: the progress interval, and the --csv and --curve files.
-static int args_prepare_run(const Options *opt, char *err, size_t err_len) {
-    double progress_seconds;
-    if (args_progress_seconds(&progress_seconds, err, err_len) != 0) return -1;
-    if (opt->reference && !opt->quiet) reference_set_progress(stderr, progress_seconds);  // unless --quiet
-    // before any work: a run must not end in an unwritable --csv or a mixed schema
-    if (!opt->export_dir && report_check_outputs(opt->csv_path, opt->curve_path, err, err_len) != 0) return -1;
-    return 0;
-}
-
 int args_driver_flags(int argc, char **argv, TrainerKind trainer, const char *stage, const char *const *variants,
                       const char *const *precisions, Options *opt, int *variant, Precision *precision) {
     char err[1024], context[64];
@@ -360,11 +344,16 @@ int args_driver_flags(int argc, char **argv, TrainerKind trainer, const char *st
     if (parsed >= 0 && precisions)
         parsed = args_pick("--precision", opt->precision, opt->reference ? fp32_only : precisions, context, err,
                            sizeof(err));
-    if (parsed >= 0) parsed = args_prepare_run(opt, err, sizeof(err));
+    double progress_seconds;
+    if (parsed >= 0) parsed = args_progress_seconds(&progress_seconds, err, sizeof(err));
+    // before any work: a run must not end in an unwritable --csv or a mixed schema
+    if (parsed >= 0 && !opt->export_dir)
+        parsed = report_check_outputs(opt->csv_path, opt->curve_path, err, sizeof(err));
     if (parsed < 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_USAGE;
     }
+    if (opt->reference && !opt->quiet) reference_set_progress(stderr, progress_seconds);
     *precision = PRECISION_FP32;
     for (int p = 0; opt->precision && p < PRECISION_COUNT; p++)
         if (strcmp(PRECISION_NAMES[p], opt->precision) == 0) *precision = (Precision)p;

@@ -50,12 +50,10 @@ int args_pick(const char *flag, const char *value, const char *const *names, con
 // 0 .. 86400). -1 with a one-line message in err for any other value.
 int args_progress_seconds(double *out, char *err, size_t err_len);
 
-// A driver's flags end to end: parse_args (--help prints and ends), then --list-variants (the stage's
-// variants, then its precisions unless precisions is NULL, and the end), --variant and --precision
-// against the stage's lists (the CPU reference's: the default and fp32), and that --csv and --curve can be written (with the progress
-// interval of a --reference run, printed on stderr unless --quiet). -1 when
-// the run goes on, with *variant (into variants) and *precision set; else the exit status, after one
-// error line. stage: "02", for messages.
+// A driver's flags end to end: parse_args, --list-variants (precisions may be NULL), --variant and --precision
+// against the stage's lists (the reference's: the default and fp32), CUDA_STAGES_PROGRESS_SECONDS, and
+// report_check_outputs. -1 when the run goes on, with *variant (into variants) and *precision set; else the
+// exit status, after one error line unless for --help or --list-variants. stage: "02", for messages.
 int args_driver_flags(int argc, char **argv, TrainerKind trainer, const char *stage, const char *const *variants,
                       const char *const *precisions, Options *opt, int *variant, Precision *precision);
 

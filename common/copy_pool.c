@@ -33,16 +33,8 @@ static void copy_streaming(char *dst, const char *src, size_t bytes) {
 #ifdef __SSE2__
     if (((uintptr_t)dst & 15) == 0) {
         size_t whole = bytes & ~(size_t)63;
-        for (size_t i = 0; i < whole; i += 64) {
-            __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
-            __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
-            __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
-            __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
-            _mm_stream_si128((__m128i *)(dst + i), a);
-            _mm_stream_si128((__m128i *)(dst + i + 16), b);
-            _mm_stream_si128((__m128i *)(dst + i + 32), c);
-            _mm_stream_si128((__m128i *)(dst + i + 48), d);
-        }
+        for (size_t i = 0; i < whole; i += 16)
+            _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
         _mm_sfence();  // streaming stores are weakly ordered: done before the part is reported done
         dst += whole, src += whole, bytes -= whole;
     }

@@ -21,10 +21,9 @@ typedef struct CopyPool CopyPool;
 CopyPool *copy_pool_create(int threads);
 int copy_pool_threads(const CopyPool *pool);
 // memcpy(dst, src, bytes), split into one contiguous part per thread; returns when every part is done.
-// With streaming set (copy_pool_set_streaming), copies into a destination aligned to 16 bytes use
-// streaming stores: right for a destination that no core reads next, such as a staging slot.
 void copy_pool_memcpy(CopyPool *pool, void *dst, const void *src, size_t bytes);
-// 0 (the default): memcpy's stores; 1: streaming stores (05-streams/upload_ladder.cu measures both).
+// 1: copies into a destination aligned to 16 bytes use streaming stores, right for one that no core reads next,
+// such as a staging slot; 0 (the default): memcpy's stores. 05-streams/upload_ladder.cu measures both.
 void copy_pool_set_streaming(CopyPool *pool, int streaming);
 void copy_pool_destroy(CopyPool *pool);
 

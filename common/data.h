@@ -11,7 +11,7 @@ extern "C" {
 #endif
 
 // ----------------------------------------------------------------------------
-// a small, portable random number generator (splitmix64): same numbers on every machine
+// splitmix64: the same numbers on every machine (data.c gives every recipe of this file exactly)
 
 typedef struct {
     uint64_t state;
@@ -23,8 +23,7 @@ double rng_uniform(Rng *rng);  // [0, 1)
 double rng_normal(Rng *rng);   // standard normal (Box-Muller)
 
 // ----------------------------------------------------------------------------
-// regression: x_i = 10 i / n (evenly spaced in [0, 10)), y_i = 0.7 x_i + 0.3 + N(0, 0.1^2);
-// the first 80% of the points train, the rest test.
+// regression: y = 0.7 x + 0.3 + noise on evenly spaced x; the first 80% of the points train, the rest test
 
 #define REGRESSION_TRUE_W 0.7
 #define REGRESSION_TRUE_B 0.3
@@ -45,8 +44,7 @@ void regression_free(RegressionSet *set);
 RegressionData regression_data_view(const RegressionSet *set);
 
 // ----------------------------------------------------------------------------
-// MNIST MLP: initial parameters (every W and b uniform in +-1/sqrt(fan_in), as PyTorch's nn.Linear)
-// and the batch order (epoch e: a Fisher-Yates permutation of 0..n_train-1 from seed and e).
+// MNIST MLP: initial parameters (as PyTorch's nn.Linear) and the batch order (a permutation an epoch)
 
 void mnist_init_params(const MnistConfig *cfg, uint64_t seed, float *params);
 void mnist_batch_order(int n_train, int epochs, uint64_t seed, int32_t *order);  // order: (epochs, n_train)

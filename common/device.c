@@ -1,8 +1,6 @@
-// common/device.c: which GPU (or CPU) a result row was measured on (see device.h).
-//
-// Plain C against the CUDA runtime API, compiled by gcc and linked with -lcudart. device_query is the
-// drivers' first CUDA call, so a machine without a GPU or driver gets one clear line here instead of
-// a failure deep inside a trainer. Built into build/common/libcommon.a.
+// common/device.c: which GPU (or CPU) a result row was measured on (see device.h). device_query is the
+// drivers' first CUDA call, so a machine without a GPU or driver gets one clear line here instead of a
+// failure deep inside a trainer.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,23 +14,17 @@
 #define LOSS_GROWTH_LIMIT 1e6
 #define LOSS_GROWTH_LIMIT_TEXT "1e6"
 
-static inline double loss_ceiling(double first) { return LOSS_GROWTH_LIMIT * (first > 1.0 ? first : 1.0); }
-
 // 1 when loss has diverged against the first loss of its series.
-static inline int loss_diverged(double loss, double first) { return !isfinite(loss) || loss > loss_ceiling(first); }
-
-// What a diverged loss became, for "loss became WHAT at epoch N": "NaN", "Inf", or the value and the bound.
-static inline const char *loss_divergence_text(double loss, double first, char *out, size_t len) {
-    if (isnan(loss)) return "NaN";
-    if (isinf(loss)) return "Inf";
-    snprintf(out, len, "%.3g (over " LOSS_GROWTH_LIMIT_TEXT " times its first value, %.4g)", loss, first);
-    return out;
+static inline int loss_diverged(double loss, double first) {
+    return !isfinite(loss) || loss > LOSS_GROWTH_LIMIT * (first > 1.0 ? first : 1.0);
 }
 
-// loss_diverged, with *what set to loss_divergence_text's words when it has.
+// loss_diverged, with *what set to what the loss became, for "loss became WHAT at epoch N": "NaN", "Inf",
+// or the value and the bound (written into text).
 static inline int loss_diverged_as(double loss, double first, const char **what, char *text, size_t len) {
     if (!loss_diverged(loss, first)) return 0;
-    *what = loss_divergence_text(loss, first, text, len);
+    snprintf(text, len, "%.3g (over " LOSS_GROWTH_LIMIT_TEXT " times its first value, %.4g)", loss, first);
+    *what = isnan(loss) ? "NaN" : isinf(loss) ? "Inf" : text;
     return 1;
 }
 

@@ -6,8 +6,7 @@
 
 enum {
     EXIT_OK = 0,
-    EXIT_USAGE = 2,        // invalid flag or value; an unwritable --csv, --curve or --export path, one with rows of
-                           // another header, or results that could not be written (full disk, stdout)
+    EXIT_USAGE = 2,        // invalid flag or value; an output or result that cannot be written (DESIGN.md lists them)
     EXIT_DATA = 3,         // missing, corrupt or truncated input data; a download that fails its checksum
     EXIT_HOST_MEMORY = 3,  // not enough host memory for the data or the results: counted as a data error
     EXIT_CUDA = 4,         // no CUDA device, not enough device memory, any CUDA/cuBLAS/cuDNN/cuRAND error

@@ -9,20 +9,15 @@
 #include "message.h"
 
 static const struct {
-    const char *what;
+    const char *description;
     int capability;  // 10 * major + minor
 } FEATURES[FEATURE_COUNT] = {
-    [FEATURE_TF32] = {"tf32 tensor-core math", 80},
-    [FEATURE_BF16] = {"bf16 tensor-core math", 80},
-    [FEATURE_CLUSTERS] = {"thread-block clusters", 90},
+    [FEATURE_TF32] = {"tf32 tensor-core math (compute capability 8.0)", 80},
+    [FEATURE_BF16] = {"bf16 tensor-core math (compute capability 8.0)", 80},
+    [FEATURE_CLUSTERS] = {"thread-block clusters (compute capability 9.0)", 90},
 };
 
-const char *feature_description(Feature feature) {
-    static char text[FEATURE_COUNT][96];
-    snprintf(text[feature], sizeof(text[feature]), "%s (compute capability %d.%d)", FEATURES[feature].what,
-             FEATURES[feature].capability / 10, FEATURES[feature].capability % 10);
-    return text[feature];
-}
+const char *feature_description(Feature feature) { return FEATURES[feature].description; }
 
 // CUDA_STAGES_CC as 10 * major + minor, or -1 when unset; a value that is not "M.m" exits
 static int capability_override(void) {

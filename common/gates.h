@@ -1,14 +1,8 @@
-// common/gates.h: the features past compute capability 7.5 that a stage uses, checked at run time.
-//
-// A feature is there when the GPU has it *and* the kernel that uses it was compiled for it: a binary
-// built for an older architecture (make CUDA_ARCH=80) runs on a newer GPU through PTX JIT, and there the
-// code behind `#if __CUDA_ARCH__ >= 900` was never compiled. Drivers and ladders call feature_available
-// before they take a path: a missing feature means, for a flag that asks for it by name, one `error:` line
-// and EXIT_CUDA, and for a ladder version, the version skipped with the reason.
-//
-// CUDA_STAGES_CC=8.0 (say) makes the GPU report that compute capability instead of its own, lower only,
-// so that an H100 rehearses what a T4 (7.5), an A100 (8.0) or an RTX 3090 (8.6) would run: the features
-// above, and the shared memory a block may have (device_shared_per_block, host.h).
+// common/gates.h: the features past compute capability 7.5 that a stage uses, checked at run time
+// (docs/DESIGN.md, "Capability gates"): a feature is there when the GPU has it *and* the kernel that uses it
+// was compiled for it. A missing feature means, for a flag that asks for it by name, one `error:` line and
+// EXIT_CUDA, and for a ladder version, the version skipped with the reason. CUDA_STAGES_CC=8.0 (say) makes
+// the GPU report that compute capability instead of its own (lower only), so an H100 rehearses an A100.
 #ifndef GATES_H
 #define GATES_H
 

@@ -1,4 +1,5 @@
-// common/idx.c: reads MNIST-style IDX files (plain or gzip) and loads the four files of a set.
+// common/idx.c: reads MNIST-style IDX files (plain or gzip) and loads the four files of a set
+// (docs/DESIGN.md, "Reading IDX files"). Tested by tests/test_idx.c, fuzzed by tests/fuzz/fuzz_idx.c.
 //
 // An IDX file is a big-endian header followed by raw uint8 items:
 //     images: 0x00000803, count, rows, cols, then count * rows * cols pixels
@@ -8,20 +9,10 @@
 // skips whatever follows a gzip stream without a word, and no zlib call tells where the stream ended;
 // trailing bytes mean the header does not describe the file, which is corruption, not padding.
 //
-// Nothing is allocated for a file that cannot be right. A file is opened without blocking and must be a
-// regular file (a FIFO or a device under an IDX name would hang the program); then, in this order:
-//   1. the header (idx_read_fields, idx_check_dims);
-//   2. the header against the file's size (idx_check_plain_size, idx_check_gzip_size);
-//   3. (mnist_load) all four headers of a set against the MNIST shape, each other, decompression bombs
-//      and the machine's memory (mnist_open_all);
-//   4. the body, into a buffer that grows only while bytes keep arriving (idx_read_body), so memory
-//      follows the data actually present, never a header's promise;
-//   5. the end: a gzip stream's CRC-32 and length, and nothing after the body or the stream (idx_check_end).
-// mnist_load adds the last MNIST check, labels 0..9.
-//
-// Pixels become floats as mnist_pixel_value (common/trainer.h), exactly PyTorch's x.float() / 255, so
-// the C trainers and the Python baselines see identical inputs; the bytes are kept too, for the trainers
-// that upload them and scale on the GPU. Tested by tests/test_idx.c, fuzzed by tests/fuzz/fuzz_idx.c.
+// Nothing is allocated for a file that cannot be right: every header of a set is checked (idx_read_header,
+// mnist_open_all) before any body is read (idx_read_body, which ends with idx_check_end). Pixels become
+// floats as mnist_pixel_value (common/trainer.h), exactly PyTorch's x.float() / 255; the bytes are kept too,
+// for the trainers that upload them and scale on the GPU.
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -145,11 +136,6 @@ fail:
     return -1;
 }
 
-static void idx_corrupt_gzip(IdxFile *f, char *err, size_t err_len) {
-    error_message(err, err_len, "corrupt gzip data in %s (%s): delete it and run `make data`", f->path,
-                  f->z.msg ? f->z.msg : "zlib error");
-}
-
 // Reads up to len bytes of the IDX content (decompressed for gzip); returns the bytes read, fewer only
 // when the content ends, or -1 with a message in err.
 static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, size_t err_len) {
@@ -172,7 +158,8 @@ static int64_t idx_read_bytes(IdxFile *f, uint8_t *dst, size_t len, char *err, s
         if (status == Z_STREAM_END) {
             f->stream_end = 1;
         } else if (status != Z_OK && status != Z_BUF_ERROR) {
-            idx_corrupt_gzip(f, err, err_len);
+            error_message(err, err_len, "corrupt gzip data in %s (%s): delete it and run `make data`", f->path,
+                          f->z.msg ? f->z.msg : "zlib error");
             return -1;
         }
     }
@@ -183,8 +170,44 @@ static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-// Step 1, the fields: the magic, then the count (and rows and cols for images) into f->dims.
-static int idx_read_fields(IdxFile *f, char *err, size_t err_len) {
+// The file's size against the body its header promises: a plain file exactly as long; a gzip file able to
+// hold it (deflate expands at most GZIP_MAX_RATIO:1), with a trailer whose ISIZE (the uncompressed length
+// mod 2^32, little-endian) agrees.
+static int idx_check_size(const IdxFile *f, char *err, size_t err_len) {
+    unsigned long long total = (unsigned long long)f->header_len + f->body_len;
+    unsigned long long size = (unsigned long long)f->file_bytes;
+    if (!f->gz && size < total) {
+        error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %llu; delete it and run `make data`",
+                      f->body, f->path, f->body_len, size - f->header_len);
+        return -1;
+    }
+    if (!f->gz && size > total) {
+        error_message(err, err_len, "%s has %llu bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
+                      f->path, size - total, f->body_len, f->body);
+        return -1;
+    }
+    if (!f->gz) return 0;
+    if (f->file_bytes < GZIP_MIN_BYTES || total / GZIP_MAX_RATIO > size) {
+        error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, more than a %lld-byte gzip file can hold; delete it and run `make data`",
+                      f->body, f->path, f->body_len, f->file_bytes);
+        return -1;
+    }
+    uint8_t trailer[4];
+    if (pread(fileno(f->file), trailer, 4, (off_t)f->file_bytes - 4) != 4) return idx_read_error(f, err, err_len);
+    uint32_t isize = (uint32_t)trailer[0] | ((uint32_t)trailer[1] << 8) | ((uint32_t)trailer[2] << 16) |
+                     ((uint32_t)trailer[3] << 24);
+    if (isize != (uint32_t)total) {
+        error_message(err, err_len, "truncated or corrupt gzip file %s (cut off, damaged, or with bytes after its gzip stream): its trailer records %u bytes (mod 2^32), its header promises %llu; delete it and run `make data`",
+                      f->path, isize, total);
+        return -1;
+    }
+    return 0;
+}
+
+// The header, before a byte of the body is read or allocated: the magic, then the count (and rows and cols
+// for images) into f->dims, a count of 1 .. IDX_MAX_COUNT and images of 1 .. IDX_MAX_DIM a side, then the
+// file's size (idx_check_size).
+static int idx_read_header(IdxFile *f, char *err, size_t err_len) {
     uint32_t magic = f->images ? IDX_MAGIC_IMAGES : IDX_MAGIC_LABELS;
     int n_fields = f->images ? 4 : 2;
     uint8_t header[16];  // (n_fields * 4,) big-endian
@@ -207,78 +230,25 @@ static int idx_read_fields(IdxFile *f, char *err, size_t err_len) {
         return -1;
     }
     for (int i = 1; i < n_fields; i++) f->dims[i - 1] = be32(header + 4 * i);
-    return 0;
-}
-
-// Step 1, the values: a count of 1 .. IDX_MAX_COUNT, images of 1 .. IDX_MAX_DIM a side; sets body_len.
-static int idx_check_dims(IdxFile *f, char *err, size_t err_len) {
-    uint32_t count = f->dims[0];
-    int images = f->images;
+    uint32_t count = f->dims[0], rows = f->dims[1], cols = f->dims[2];
     if (count == 0) {
         error_message(err, err_len, "%s holds zero %s", f->path, f->what);
         return -1;
     }
-    if (images && (count > IDX_MAX_COUNT || f->dims[1] < 1 || f->dims[1] > IDX_MAX_DIM || f->dims[2] < 1 ||
-                   f->dims[2] > IDX_MAX_DIM)) {
+    if (f->images && (count > IDX_MAX_COUNT || rows < 1 || rows > IDX_MAX_DIM || cols < 1 || cols > IDX_MAX_DIM)) {
         error_message(err, err_len, "absurd dimensions in %s: %u images of %ux%u (allowed: up to %u images, 1..%u per side)",
-                      f->path, count, f->dims[1], f->dims[2], IDX_MAX_COUNT, IDX_MAX_DIM);
+                      f->path, count, rows, cols, IDX_MAX_COUNT, IDX_MAX_DIM);
         return -1;
     }
     if (count > IDX_MAX_COUNT) {
         error_message(err, err_len, "absurd count in %s: %u labels (allowed: up to %u)", f->path, count, IDX_MAX_COUNT);
         return -1;
     }
-    f->body_len = (size_t)count * (images ? (size_t)f->dims[1] * f->dims[2] : 1);
-    return 0;
+    f->body_len = (size_t)count * (f->images ? (size_t)rows * cols : 1);
+    return idx_check_size(f, err, err_len);
 }
 
-// Step 2, a plain file: exactly as long as its header says.
-static int idx_check_plain_size(const IdxFile *f, char *err, size_t err_len) {
-    unsigned long long total = (unsigned long long)f->header_len + f->body_len;
-    unsigned long long size = (unsigned long long)f->file_bytes;
-    if (size < total) {
-        error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, file has %llu; delete it and run `make data`",
-                      f->body, f->path, f->body_len, size - f->header_len);
-        return -1;
-    }
-    if (size > total) {
-        error_message(err, err_len, "%s has %llu bytes after the %zu bytes of %s its header declares (corrupt file: delete it and run `make data`)",
-                      f->path, size - total, f->body_len, f->body);
-        return -1;
-    }
-    return 0;
-}
-
-// Step 2, a gzip file: able to hold what the header promises (deflate expands at most GZIP_MAX_RATIO:1),
-// and a trailer whose ISIZE (the uncompressed length mod 2^32, little-endian) agrees with the header.
-static int idx_check_gzip_size(const IdxFile *f, char *err, size_t err_len) {
-    unsigned long long total = (unsigned long long)f->header_len + f->body_len;
-    if (f->file_bytes < GZIP_MIN_BYTES || total / GZIP_MAX_RATIO > (unsigned long long)f->file_bytes) {
-        error_message(err, err_len, "truncated %s in %s: header promises %zu bytes, more than a %lld-byte gzip file can hold; delete it and run `make data`",
-                      f->body, f->path, f->body_len, f->file_bytes);
-        return -1;
-    }
-    uint8_t trailer[4];
-    if (pread(fileno(f->file), trailer, 4, (off_t)f->file_bytes - 4) != 4) return idx_read_error(f, err, err_len);
-    uint32_t isize = (uint32_t)trailer[0] | ((uint32_t)trailer[1] << 8) | ((uint32_t)trailer[2] << 16) |
-                     ((uint32_t)trailer[3] << 24);
-    if (isize != (uint32_t)total) {
-        error_message(err, err_len, "truncated or corrupt gzip file %s (cut off, damaged, or with bytes after its gzip stream): its trailer records %u bytes (mod 2^32), its header promises %llu; delete it and run `make data`",
-                      f->path, isize, total);
-        return -1;
-    }
-    return 0;
-}
-
-// Reads and validates the header (steps 1 and 2 above): magic, dims, and the file's size against the
-// body the header promises, before a byte of the body is read or allocated. images: 3 dims (count,
-// rows, cols); labels: 1 (count).
-static int idx_read_header(IdxFile *f, char *err, size_t err_len) {
-    if (idx_read_fields(f, err, err_len) != 0 || idx_check_dims(f, err, err_len) != 0) return -1;
-    return f->gz ? idx_check_gzip_size(f, err, err_len) : idx_check_plain_size(f, err, err_len);
-}
-
-// Step 5: nothing may follow the body, and a gzip stream must end, verified, with nothing after it.
+// Nothing may follow the body, and a gzip stream must end, verified, with nothing after it.
 static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
     uint8_t extra;
     int64_t more = idx_read_bytes(f, &extra, 1, err, err_len);  // reaches the gzip trailer, if any
@@ -304,7 +274,7 @@ static int idx_check_end(IdxFile *f, char *err, size_t err_len) {
     return 0;
 }
 
-// Reads the body of the size the header gives into a new buffer, then checks the end (step 5). The
+// Reads the body of the size the header gives into a new buffer, then checks the end (idx_check_end). The
 // buffer starts at 1 MiB at most and doubles (up to the body's size) only while bytes keep arriving.
 #define IDX_FIRST_CHUNK ((size_t)1 << 20)
 static uint8_t *idx_read_body(IdxFile *f, char *err, size_t err_len) {
@@ -431,37 +401,26 @@ static int mnist_open_all(const char *dir, IdxFile files[MNIST_FILES], char *err
     return 0;
 }
 
-// One split: the pixels, as bytes and as floats, and the labels (checked 0..9).
-static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, uint8_t **pixels_out, float **images_out,
-                            uint8_t **labels_out, int *count_out, char *err, size_t err_len) {
-    int count = (int)images_file->dims[0];
-    uint8_t *labels = idx_read_body(labels_file, err, err_len);
-    if (!labels) return -1;
-    for (int i = 0; i < count; i++) {
-        if (labels[i] > 9) {
-            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", labels[i], i, labels_file->path);
-            free(labels);
+// One split into the set's arrays (which mnist_load frees on a failure): the labels, checked 0..9, and the
+// pixels, as bytes and as floats.
+static int mnist_read_split(IdxFile *images_file, IdxFile *labels_file, uint8_t **pixels, float **images,
+                            uint8_t **labels, int *count, char *err, size_t err_len) {
+    *count = (int)images_file->dims[0];
+    if (!(*labels = idx_read_body(labels_file, err, err_len))) return -1;
+    for (int i = 0; i < *count; i++)
+        if ((*labels)[i] > 9) {
+            error_message(err, err_len, "label %d at index %d in %s is outside 0..9", (*labels)[i], i,
+                          labels_file->path);
             return -1;
         }
-    }
-    uint8_t *pixels = idx_read_body(images_file, err, err_len);
-    if (!pixels) {
-        free(labels);
+    if (!(*pixels = idx_read_body(images_file, err, err_len))) return -1;
+    size_t n_pixels = (size_t)*count * MNIST_SIDE * MNIST_SIDE;
+    *images = malloc(n_pixels * sizeof(float));  // (count, 784)
+    if (!*images) {
+        error_message(err, err_len, "out of host memory for %d images from %s", *count, images_file->path);
         return -1;
     }
-    size_t n_pixels = (size_t)count * MNIST_SIDE * MNIST_SIDE;
-    float *scaled = malloc(n_pixels * sizeof(float));  // (count, 784)
-    if (!scaled) {
-        error_message(err, err_len, "out of host memory for %d images from %s", count, images_file->path);
-        free(pixels);
-        free(labels);
-        return -1;
-    }
-    for (size_t i = 0; i < n_pixels; i++) scaled[i] = mnist_pixel_value(pixels[i]);
-    *pixels_out = pixels;
-    *images_out = scaled;
-    *labels_out = labels;
-    *count_out = count;
+    for (size_t i = 0; i < n_pixels; i++) (*images)[i] = mnist_pixel_value((*pixels)[i]);
     return 0;
 }
 

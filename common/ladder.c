@@ -1,6 +1,5 @@
-// common/ladder.c: see ladder.h. Built into build/common/libcommon.a; tested by tests/test_ladder.c.
-// The rows go through common/report.c's append and name the commit and run of common/provenance.c,
-// as the trainers' rows do.
+// common/ladder.c: see ladder.h; tested by tests/test_ladder.c. The rows go through common/report.c's append
+// and name the commit and run of common/provenance.c, as the trainers' rows do.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -163,44 +162,29 @@ void ladder_table_begin(LadderTable *t) {
 }
 
 // One version's row, in the order of LADDER_CSV_HEADER.
-typedef struct {
-    const LadderTable *t;
-    int number;
-    const char *name;
-    LadderStats time;
-    double setup_ms;
-} LadderRow;
-
-static void csv_ladder_row(FILE *f, const void *ctx) {
-    const LadderRow *row = ctx;
-    const LadderTable *t = row->t;
-    report_csv_text(f, t->stage, 0);
-    report_csv_text(f, t->ladder, 0);
-    report_csv_text(f, t->shape, 0);
-    fprintf(f, "%d,", row->number);
-    report_csv_text(f, row->name, 0);
-    report_csv_real(f, "%.6g", row->time.median_ms);
-    report_csv_real(f, "%.6g", row->time.min_ms);
-    report_csv_real(f, "%.6g", row->time.max_ms);
-    report_csv_real(f, "%.6g", row->setup_ms);
-    report_csv_real(f, "%.6g", rate_of(t, row->time.median_ms));
-    report_csv_text(f, t->unit, 0);
-    report_csv_text(f, t->ceiling, 0);
-    report_csv_real(f, "%.6g", t->ceiling_time.median_ms);
-    report_csv_real(f, "%.6g", rate_of(t, t->ceiling_time.median_ms));
-    fprintf(f, "%d,", t->repeats);
-    report_csv_text(f, t->device->name, 0);
-    report_csv_text(f, t->device->cc, 0);
-    report_csv_text(f, t->device->cuda, 0);
-    report_csv_text(f, t->device->driver, 0);
-    report_csv_text(f, provenance_commit(), 0);
-    report_csv_text(f, provenance_run_id(), 1);
-}
-
 static void append_row(const LadderTable *t, int number, const char *name, LadderStats time, double setup_ms) {
-    LadderRow row = {t, number, name, time, setup_ms};
+    const double figures[] = {time.median_ms, time.min_ms, time.max_ms, setup_ms, rate_of(t, time.median_ms)};
+    const char *const machine[] = {t->device->name, t->device->cc, t->device->cuda, t->device->driver};
     char err[1024];
-    if (report_append_rows(t->csv_path, LADDER_CSV_HEADER, csv_ladder_row, &row, err, sizeof(err)) == 0) return;
+    ReportFile out;
+    if (report_rows_open(&out, t->csv_path, LADDER_CSV_HEADER, err, sizeof(err)) == 0) {
+        FILE *f = out.f;
+        report_csv_text(f, t->stage, 0);
+        report_csv_text(f, t->ladder, 0);
+        report_csv_text(f, t->shape, 0);
+        fprintf(f, "%d,", number);
+        report_csv_text(f, name, 0);
+        for (int i = 0; i < 5; i++) report_csv_real(f, "%.6g", figures[i]);
+        report_csv_text(f, t->unit, 0);
+        report_csv_text(f, t->ceiling, 0);
+        report_csv_real(f, "%.6g", t->ceiling_time.median_ms);
+        report_csv_real(f, "%.6g", rate_of(t, t->ceiling_time.median_ms));
+        fprintf(f, "%d,", t->repeats);
+        for (int i = 0; i < 4; i++) report_csv_text(f, machine[i], 0);
+        report_csv_text(f, provenance_commit(), 0);
+        report_csv_text(f, provenance_run_id(), 1);
+        if (report_file_close(&out, err, sizeof(err)) == 0) return;
+    }
     fprintf(stderr, "error: %s\n", err);
     exit(EXIT_USAGE);
 }

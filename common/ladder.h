@@ -1,8 +1,6 @@
-// common/ladder.h: what the kernel ladders (NN-*/*_ladder.cu) share on the host: their flags, the
-// statistics of their timed runs, the table they print, the CSV rows they append, and the CPU GEMM
-// their GEMM versions are checked against. A ladder is one program that runs versions 1..N of one
-// kernel, each one idea more than the last, against a ceiling measured in the same run
-// (01-vector-add/vector_add.cu is the model). The GPU side they share is in ladder_gpu.h.
+// common/ladder.h: what the kernel ladders (NN-*/*_ladder.cu; docs/DESIGN.md, "Kernel ladders") share on
+// the host: their flags, statistics, table and CSV rows, and the CPU check of their GEMMs. The GPU side
+// they share is in ladder_gpu.h.
 #ifndef LADDER_H
 #define LADDER_H
 
@@ -14,11 +12,9 @@
 extern "C" {
 #endif
 
-// One CSV row per version and shape; bench/make_tables.py (LADDER_COLUMNS) reads them back.
-// rate: unit (GB/s or GFLOP/s) at the median time; ceiling_*: the ceiling of the same run and shape;
-// setup_ms: host time spent before the version could run (plans, autotuning), empty if none;
-// commit and run: provenance_commit() and provenance_run_id(), as in the trainers' rows (the run is the
-// same for every row one program run writes, or CUDA_STAGES_RUN_ID's; a table is drawn from one run).
+// One CSV row per version and shape; bench/make_tables.py (LADDER_COLUMNS) reads them back. rate: unit at the
+// median time; ceiling_*: the ceiling of the same run and shape; setup_ms: host time before the version could
+// run (plans, autotuning), empty if none; commit and run as in the trainers' rows (a table is drawn from one run).
 #define LADDER_CSV_HEADER                                                                            \
     "stage,ladder,shape,version,name,median_ms,min_ms,max_ms,setup_ms,rate,unit,ceiling,ceiling_ms," \
     "ceiling_rate,repeats,device,cc,cuda,driver,commit,run"
@@ -30,12 +26,12 @@ extern "C" {
 // ----------------------------------------------------------------------------
 // the command line: each mistake prints one "error: ..." line and exits with EXIT_USAGE
 
-// A size flag (--n, --m, --k): value holds the default until the command line gives another.
+// A size flag (--n, --m, --k): value holds the default until the command line gives another (given: 1).
 typedef struct {
     const char *flag;
     int64_t min, max;
     int64_t value;
-    int given;  // 1 when the command line named it
+    int given;
 } LadderSize;
 
 typedef struct {
@@ -46,16 +42,13 @@ typedef struct {
 
 typedef const char *(*LadderNameFn)(int index);  // a version's name, index counted from 0
 
-// -h/--help (prints usage, then the lines of --version, --repeat and --csv, on stdout; exits 0), the size
-// flags, --version 1..count|NAME|all, --repeat R and --csv FILE (checked writable, not created: an unwritable
-// file fails now, not after the runs), each as --flag VALUE or --flag=VALUE (common/flags.c reads them).
-// usage: a printf format whose one argument is the program's name.
-// calls_per_run: the calls a timed run makes, for the usage text.
+// -h/--help (usage, a printf format of the program's name, then the lines of the common flags; exits 0), the
+// size flags, --version 1..count|NAME|all, --repeat R and --csv FILE (ladder_check_csv). calls_per_run: the
+// calls a timed run makes, for the usage text.
 void ladder_parse_args(int argc, char **argv, const char *usage, LadderSize *sizes, int size_count, int version_count,
                        LadderNameFn version_name, int calls_per_run, LadderOptions *options);
 
-// The GEMM ladders' shape flags and the first lines of their usage: the trainer's first layer at
-// --hidden 128 unless told otherwise.
+// The GEMM ladders' shape flags and the first lines of their usage.
 #define LADDER_GEMM_SIZES {{"--m", 1, 8192, 128, 0}, {"--k", 1, 8192, 784, 0}, {"--n", 1, 8192, 128, 0}}
 #define LADDER_GEMM_USAGE                                                                                 \
     "usage: %s [--m M] [--k K] [--n N] [--version V|NAME|all] [--repeat R] [--csv FILE]\n"               \
@@ -63,8 +56,7 @@ void ladder_parse_args(int argc, char **argv, const char *usage, LadderSize *siz
     "  --m --k --n  the shape, 1 .. 8192 each (a flag left out: 128, 784, 128, the MNIST trainer's first\n"  \
     "               layer at batch 128, --hidden 128)\n"
 
-// The upload ladder's flags (05-streams/upload_ladder.cu): the regression's training set by default;
-// --threads 0 stands for copy_pool_create's default (the online CPUs, at most 8).
+// The upload ladder's flags (05-streams/upload_ladder.cu); --threads 0: copy_pool_create's default.
 #define LADDER_UPLOAD_SIZES \
     {{"--n", 1, 250000000, 4000000, 0}, {"--threads", 0, 64, 0, 0}, {"--chunk-kib", 4, 1048576, 4096, 0}}
 #define LADDER_UPLOAD_USAGE                                                                                     \
@@ -83,8 +75,8 @@ int64_t ladder_parse_count(const char *program, const char *flag, const char *te
 // "all", a version number or a version name -> the versions [*first, *last) of 0 .. count - 1.
 void ladder_parse_version(const char *program, const char *text, int count, LadderNameFn version_name, int *first,
                           int *last);
-// --csv FILE can take ladder rows (writable; a regular file under LADDER_CSV_HEADER, or a new one), else
-// one "error: cannot append rows to --csv FILE: ..." line and EXIT_USAGE.
+// --csv FILE can take ladder rows (report_check_rows), checked before the runs, not created; else one
+// "error: cannot append rows to --csv FILE: ..." line and EXIT_USAGE.
 void ladder_check_csv(const char *path);
 // Device 0, or one "error: no CUDA device found" line and EXIT_CUDA.
 void ladder_require_gpu(const char *program, DeviceInfo *device);
@@ -118,8 +110,7 @@ typedef struct {
 
 // Prints the ceiling line and the column titles; resets the speedups.
 void ladder_table_begin(LadderTable *table);
-// One version's line; appends its CSV row when csv_path is set, through report_append_rows (whole or not
-// at all; a file that cannot take it: one line, EXIT_USAGE).
+// One version's line, and its CSV row when csv_path is set (a file that cannot take it: one line, EXIT_USAGE).
 // setup_ms: NaN when the version has no setup worth reporting.
 void ladder_table_row(LadderTable *table, int number, const char *name, LadderStats time, double setup_ms);
 // A version this GPU or library cannot run: a line that says why, no row, no speedup across it.
@@ -131,9 +122,8 @@ void ladder_table_skip(LadderTable *table, int number, const char *name, const c
 // Reproducible uniform values in [lo, hi) from seed.
 void ladder_fill_uniform(float *values, int64_t count, float lo, float hi, uint64_t seed);
 
-// One GEMM problem in host memory, MNIST-like: in (m, k) pixels in [0, 1), weight (k, n) and bias (n,)
-// uniform in +-1/sqrt(k) (nn.Linear's initialization); out (m, n) for a version's result; expected and
-// scale (m, n) from ladder_gemm_reference.
+// One GEMM problem in host memory, MNIST-like: in (m, k) pixels in [0, 1), weight (k, n) and bias (n,) as
+// nn.Linear initializes them; out (m, n) for a version's result; expected and scale from ladder_gemm_reference.
 typedef struct {
     int m, k, n;
     float *in, *weight, *bias, *out;
@@ -142,8 +132,8 @@ typedef struct {
 
 void ladder_gemm_init(LadderGemm *g, int m, int k, int n);  // out of host memory: one line, EXIT_HOST_MEMORY
 void ladder_gemm_free(LadderGemm *g);
-// g->out against the CPU: returns if every checked element is within ladder_gemm_tolerance, else prints
-// one "error:" line naming the version, the shape and the first wrong element, and exits with 1.
+// Returns if every checked element of g->out is within ladder_gemm_tolerance, else prints one "error:" line
+// naming the version, the shape and the first wrong element, and exits with 1.
 void ladder_gemm_check(const LadderGemm *g, int number, const char *name, double input_rounding);
 
 // expected (m, n) = relu(in (m, k) @ weight (k, n) + bias (n)) in double precision, all row-major, and

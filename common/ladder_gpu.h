@@ -22,7 +22,6 @@ static __global__ void ladder_spin_kernel(long long cycles) {
     }
 }
 
-// A device copy of host[0 .. bytes): cudaMalloc, then cudaMemcpy.
 static inline void *ladder_to_device(const void *host, size_t bytes) {
     void *device = NULL;
     cudaCheck(cudaMalloc(&device, bytes));

@@ -1,6 +1,5 @@
-// common/message.h: the one-line error messages of the library functions in common/.
-// A function that fails writes its message into the caller's buffer and returns -1; the caller prints
-// it after "error: " and exits with the code from exit_codes.h.
+// common/message.h: the one-line error messages of the library functions in common/ (docs/DESIGN.md,
+// "Error lines").
 #ifndef MESSAGE_H
 #define MESSAGE_H
 

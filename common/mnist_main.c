@@ -1,15 +1,9 @@
-// common/mnist_main.c: the main of build/NN/mnist, shared by every stage.
+// common/mnist_main.c: the main of build/NN/mnist, compiled once per stage with -DSTAGE_NAME='"03"' and
+// linked with that stage's mnist.cu, so that every stage takes the same flags and prints the same report
+// (docs/DESIGN.md, "Who owns what"). Every failure is one line on stderr and an exit code of exit_codes.h.
 //
-// Compiled once per stage with -DSTAGE_NAME='"03"' and linked with that stage's mnist.cu, so every
-// stage takes the same flags and prints the same report:
-//
-//     make data && make CUDA_ARCH=90 build/02/mnist
-//     build/02/mnist --hidden 1024,1024 --epochs 3 --csv results.csv
+//     make data && build/02/mnist --hidden 1024,1024 --epochs 3 --csv results.csv
 //     build/02/mnist --reference --hidden 0 --epochs 1     (the CPU reference; no GPU needed)
-//
-// It loads the IDX files (common/idx.c), draws the initial parameters and the batch order from --seed
-// (common/data.c), trains (--warmup, then --repeat timed runs), stops with exit 5 when a loss diverged
-// (divergence.h) and reports the medians. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,25 +96,6 @@ static int export_mnist(const char *dir, const MnistConfig *cfg, const MnistData
     ExportFile files[3] = {{init_name, data->init_params, init_bytes}, {order_name, data->batch_order, order_bytes},
                            {json_name, json, (size_t)len}};
     return report_export(dir, files, quiet);
-}
-
-// ----------------------------------------------------------------------------
-// one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
-
-// out holds the arrays (params, step_loss, test_loss, test_acc, timing.epoch_ms) the trainer writes into.
-static void train_once(const MnistConfig *cfg, const MnistData *data, int reference, MnistResult *out) {
-    int64_t n_params = mnist_param_count(cfg);
-    int64_t n_steps = (int64_t)cfg->epochs * mnist_steps_per_epoch(cfg, data->n_train);
-    for (int64_t i = 0; i < n_params; i++) out->params[i] = NAN;
-    for (int64_t i = 0; i < n_steps; i++) out->step_loss[i] = NAN;
-    for (int e = 0; e < cfg->epochs; e++) out->test_loss[e] = out->test_acc[e] = NAN;
-    report_reset_timing(&out->timing, cfg->epochs);
-    if (reference) {
-        reference_train_mnist(cfg, data, out, -1);
-    } else if (train_mnist(cfg, data, out) != 0) {
-        fprintf(stderr, "error: stage %s train_mnist failed\n", STAGE_NAME);
-        exit(EXIT_CUDA);
-    }
 }
 
 // The epoch (1-based) in which a loss first diverged (divergence.h: NaN, Inf, or past 1e6 times the
@@ -267,13 +242,15 @@ static int report_run(const Run *run, int n_train, const double *runs_ms, const 
     return report_append_outputs(&row, opt->csv_path, opt->curve_path, series, 3);
 }
 
-// Warm-up (GPU only: handles, module loading, clocks), then the timed runs, into outputs allocated here,
-// and their report. The exit status.
+// Warm-up runs of one epoch (GPU only: handles, module loading, clocks), then the timed runs, each into outputs
+// allocated here and poisoned first, so that anything the trainer leaves unwritten shows as NaN; then their
+// report. The exit status.
 static int train_and_report(const Run *run, const MnistData *data) {
     const MnistConfig *cfg = &run->cfg;
     int repeat = run->opt.repeat;
     size_t epochs = (size_t)cfg->epochs, steps = (size_t)mnist_steps_per_epoch(cfg, data->n_train);
-    MnistResult out = {.params = host_malloc((size_t)mnist_param_count(cfg) * sizeof(float), "the trained parameters"),
+    size_t n_params = (size_t)mnist_param_count(cfg);
+    MnistResult out = {.params = host_malloc(n_params * sizeof(float), "the trained parameters"),
                        .step_loss = host_malloc(epochs * steps * sizeof(float), "the step losses"),
                        .test_loss = host_malloc(epochs * sizeof(float), "the test losses"),
                        .test_acc = host_malloc(epochs * sizeof(float), "the test accuracies"),
@@ -282,10 +259,18 @@ static int train_and_report(const Run *run, const MnistData *data) {
 
     MnistConfig warmup_cfg = *cfg;
     warmup_cfg.epochs = 1;
-    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &out);
-    for (int r = 0; r < repeat; r++) {
-        train_once(cfg, data, run->opt.reference, &out);
-        report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
+    for (int r = run->opt.reference ? 0 : -run->opt.warmup; r < repeat; r++) {  // r < 0: the warm-ups
+        for (size_t i = 0; i < n_params; i++) out.params[i] = NAN;
+        for (size_t i = 0; i < epochs * steps; i++) out.step_loss[i] = NAN;
+        for (size_t e = 0; e < epochs; e++) out.test_loss[e] = out.test_acc[e] = NAN;
+        report_reset_timing(&out.timing, cfg->epochs);
+        if (run->opt.reference) {
+            reference_train_mnist(cfg, data, &out, -1);
+        } else if (train_mnist(r < 0 ? &warmup_cfg : cfg, data, &out) != 0) {
+            fprintf(stderr, "error: stage %s train_mnist failed\n", STAGE_NAME);
+            exit(EXIT_CUDA);
+        }
+        if (r >= 0) report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
     }
     int status = report_run(run, data->n_train, runs_ms, &out);
     free(runs_ms);

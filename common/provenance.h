@@ -1,12 +1,7 @@
 // common/provenance.h: what every result row says about where it comes from (DESIGN.md, "Result
-// rows"): the commit the program was built at and whether the tree had uncommitted changes, the run
-// it belongs to, and when it was written.
-//
-// The commit and the dirty flag are compiled in (-DGIT_COMMIT, -DGIT_DIRTY: the Makefile passes them
-// to provenance.o from `make GIT_COMMIT_ID=... GIT_DIRTY=...`, else from git when this tree is the
-// root of a git work tree, else from build/.commit and build/.dirty, written by an earlier build).
-// The run id comes from CUDA_STAGES_RUN_ID (bench/run_bench.py sets one for every row of a
-// `make bench`), else it is made once per process, so that the rows one program writes share it.
+// rows"): the commit the program was built at (compiled in as -DGIT_COMMIT and -DGIT_DIRTY: see the
+// Makefile) and whether the tree had uncommitted changes, the run it belongs to (bench/run_bench.py sets
+// CUDA_STAGES_RUN_ID for every row of a `make bench`; else one per process), and when it was written.
 #ifndef PROVENANCE_H
 #define PROVENANCE_H
 

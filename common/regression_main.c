@@ -1,15 +1,9 @@
-// common/regression_main.c: the main of build/NN/regression, shared by every stage.
+// common/regression_main.c: the main of build/NN/regression, compiled once per stage with -DSTAGE_NAME='"03"'
+// and linked with that stage's regression.cu, so that every stage takes the same flags and prints the same
+// report (docs/DESIGN.md, "Who owns what"). Every failure is one line on stderr and an exit code of exit_codes.h.
 //
-// Compiled once per stage with -DSTAGE_NAME='"03"' and linked with that stage's regression.cu, so every
-// stage takes the same flags and prints the same report:
-//
-//     make CUDA_ARCH=90 build/02/regression
 //     build/02/regression --epochs 50 --csv results.csv
 //     build/02/regression --reference          (the CPU reference; no GPU needed)
-//
-// It checks that the GPU has room for the run, generates the points (common/data.c), trains (--warmup,
-// then --repeat timed runs), stops with exit 5 when a loss diverged (divergence.h) and reports the
-// medians. Every failure is one line on stderr and an exit code of exit_codes.h.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,23 +55,6 @@ static int export_regression(const char *dir, const RegressionConfig *cfg, const
     return report_export(dir, files, quiet);
 }
 
-// ----------------------------------------------------------------------------
-// one training run into poisoned outputs, so that anything the trainer leaves unwritten shows as NaN
-
-// out holds the arrays (train_loss, test_loss, timing.epoch_ms) the trainer writes into.
-static void train_once(const RegressionConfig *cfg, const RegressionData *data, int reference, RegressionResult *out) {
-    int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
-    for (int i = 0; i < n_logged; i++) out->train_loss[i] = out->test_loss[i] = NAN;
-    out->w = out->b = out->final_test_loss = NAN;
-    report_reset_timing(&out->timing, cfg->epochs);
-    if (reference) {
-        reference_train_regression(cfg, data, out);
-    } else if (train_regression(cfg, data, out) != 0) {
-        fprintf(stderr, "error: stage %s train_regression failed\n", STAGE_NAME);
-        exit(EXIT_CUDA);
-    }
-}
-
 // The number of epochs done when a loss first diverged (divergence.h: NaN, Inf, or past 1e6 times the
 // first loss of its series), or -1 when none did; *what says what it became. Logged losses are taken at
 // the start of their epoch; the final test loss and w, b after the last one.
@@ -124,37 +101,8 @@ static int check_device(Run *run) {
     return EXIT_OK;
 }
 
-// The row of a run that trained: stdout, --csv and --curve. The exit status.
-static int report_row(const Run *run, int64_t points, const int *logged_epoch, const double *runs_ms,
-                      const RegressionResult *out) {
-    const RegressionConfig *cfg = &run->cfg;
-    int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
-    ResultRow row;
-    result_row_init(&row);
-    result_row_name(&row, run->opt.reference, STAGE_NAME, "regression", REGRESSION_VARIANTS[run->variant], "fp32");
-    row.points = points;
-    row.epochs = cfg->epochs;
-    row.lr = cfg->lr;
-    result_row_set_runs(&row, &run->device, runs_ms, run->opt.repeat);
-    row.train_loss = out->train_loss[n_logged - 1];
-    row.test_loss = out->final_test_loss;
-    row.w = out->w;
-    row.b = out->b;
-    report_print(&row, stdout);
-
-    // the test-loss series ends with the loss of the trained parameters, after the last epoch
-    float final_test_loss = out->final_test_loss;
-    int final_epoch = cfg->epochs;
-    const CurveSeries series[] = {
-        {"train_loss", out->train_loss, logged_epoch, 0, n_logged},
-        {"test_loss", out->test_loss, logged_epoch, 0, n_logged},
-        {"test_loss", &final_test_loss, &final_epoch, 0, 1},
-    };
-    return report_append_outputs(&row, run->opt.csv_path, run->opt.curve_path, series, 3);
-}
-
-// The progress lines from the last run's arrays (the trainer never syncs to print), the outcome, then
-// the row. The exit status.
+// The progress lines from the last run's arrays (the trainer never syncs to print), the outcome, then the
+// row of a run that trained: stdout, --csv and --curve. The exit status.
 static int report_run(const Run *run, int64_t points, const double *runs_ms, const RegressionResult *out) {
     const RegressionConfig *cfg = &run->cfg;
     int n_logged = regression_logged_count(cfg->epochs, cfg->log_every);
@@ -169,13 +117,36 @@ static int report_run(const Run *run, int64_t points, const double *runs_ms, con
         for (int i = 0; i < n_logged && (bad_epoch < 0 || logged_epoch[i] <= bad_epoch); i++)
             printf("epoch %4d  train_loss %.6f  test_loss %.6f\n", logged_epoch[i], out->train_loss[i], out->test_loss[i]);
     int status = report_training_outcome(bad_epoch, bad, &out->timing, run->opt.quiet, run->opt.breakdown);
-    if (status == EXIT_OK) status = report_row(run, points, logged_epoch, runs_ms, out);
+    if (status == EXIT_OK) {
+        ResultRow row;
+        result_row_init(&row);
+        result_row_name(&row, run->opt.reference, STAGE_NAME, "regression", REGRESSION_VARIANTS[run->variant], "fp32");
+        row.points = points;
+        row.epochs = cfg->epochs;
+        row.lr = cfg->lr;
+        result_row_set_runs(&row, &run->device, runs_ms, run->opt.repeat);
+        row.train_loss = out->train_loss[n_logged - 1];
+        row.test_loss = out->final_test_loss;
+        row.w = out->w;
+        row.b = out->b;
+        report_print(&row, stdout);
+        // the test-loss series ends with the loss of the trained parameters, after the last epoch
+        float final_test_loss = out->final_test_loss;
+        int final_epoch = cfg->epochs;
+        const CurveSeries series[] = {
+            {"train_loss", out->train_loss, logged_epoch, 0, n_logged},
+            {"test_loss", out->test_loss, logged_epoch, 0, n_logged},
+            {"test_loss", &final_test_loss, &final_epoch, 0, 1},
+        };
+        status = report_append_outputs(&row, run->opt.csv_path, run->opt.curve_path, series, 3);
+    }
     free(logged_epoch);
     return status;
 }
 
-// Warm-up (GPU only: handles, module loading, clocks), then the timed runs, into outputs allocated here,
-// and their report. The exit status.
+// Warm-up runs of one epoch (GPU only: handles, module loading, clocks), then the timed runs, each into outputs
+// allocated here and poisoned first, so that anything the trainer leaves unwritten shows as NaN; then their
+// report. The exit status.
 static int train_and_report(const Run *run, const RegressionData *data, int64_t points) {
     const RegressionConfig *cfg = &run->cfg;
     int repeat = run->opt.repeat;
@@ -187,10 +158,17 @@ static int train_and_report(const Run *run, const RegressionData *data, int64_t 
 
     RegressionConfig warmup_cfg = *cfg;
     warmup_cfg.epochs = 1;
-    for (int i = 0; !run->opt.reference && i < run->opt.warmup; i++) train_once(&warmup_cfg, data, 0, &out);
-    for (int r = 0; r < repeat; r++) {
-        train_once(cfg, data, run->opt.reference, &out);
-        report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
+    for (int r = run->opt.reference ? 0 : -run->opt.warmup; r < repeat; r++) {  // r < 0: the warm-ups
+        for (size_t i = 0; i < n_logged; i++) out.train_loss[i] = out.test_loss[i] = NAN;
+        out.w = out.b = out.final_test_loss = NAN;
+        report_reset_timing(&out.timing, cfg->epochs);
+        if (run->opt.reference) {
+            reference_train_regression(cfg, data, &out);
+        } else if (train_regression(r < 0 ? &warmup_cfg : cfg, data, &out) != 0) {
+            fprintf(stderr, "error: stage %s train_regression failed\n", STAGE_NAME);
+            exit(EXIT_CUDA);
+        }
+        if (r >= 0) report_record_run(runs_ms, repeat, r, &out.timing, cfg->epochs);
     }
     int status = report_run(run, points, runs_ms, &out);
     free(runs_ms);

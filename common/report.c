@@ -1,15 +1,5 @@
-// common/report.c: result rows for humans (stdout) and for tools (CSV), plus the drivers' other
-// outputs: --curve rows, the --breakdown table and the --export files, and the figures of their timed
-// runs (see report.h). Tested by tests/test_report.c.
-//
-// The CSV is the only source of every table and plot in this repository, so it is written with
-// enough digits to be re-read exactly and quoted wherever a field holds a comma ("1024,1024").
-//
-// Every file is written whole or not at all: the new content (after the old rows, for an append) goes
-// to a temporary file beside the target (".NAME.tmp-XXXXXX"), and only once every write, the fsync and
-// the close succeeded is it renamed over the target, so a full disk leaves the old file as it was. An
-// append goes only onto a file whose first line is the expected header (a CSV of another schema, or a
-// --curve file given as --csv, is refused, never mixed); report_check_outputs checks that before training.
+// common/report.c: see report.h; tested by tests/test_report.c. The CSV is the only source of every table and
+// plot in this repository, so it is written with enough digits to be re-read exactly.
 #define _XOPEN_SOURCE 700  // realpath
 #include <errno.h>
 #include <fcntl.h>
@@ -121,66 +111,46 @@ static mode_t new_file_mode(void) {
     return 0666 & ~mask;
 }
 
-// A temporary file beside target gets the rest of old_fd (when >= 0), head and a newline (when not NULL),
-// then data; once all of it is on disk, it is renamed over target with mode. -1 with a message otherwise,
-// and target is left as it was.
-static int replace_file(const char *target, int old_fd, const char *head, const void *data, size_t len, mode_t mode,
-                        char *err, size_t err_len) {
-    char temp[PATH_MAX + 32], buf[1 << 16];
-    int fd = create_temp(target, temp, sizeof(temp), err, err_len);
-    if (fd < 0) return -1;
-    FILE *out = fdopen(fd, "w");
-    int failed = !out;
-    for (ssize_t got; old_fd >= 0 && !failed && (got = read(old_fd, buf, sizeof(buf))) != 0;)
-        failed = got < 0 ? errno != EINTR : fwrite(buf, 1, (size_t)got, out) != (size_t)got;
-    if (!failed && head) failed = fprintf(out, "%s\n", head) < 0;
-    if (!failed) failed = fwrite(data, 1, len, out) != len || fflush(out) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0;
-    int saved = errno, closed = out ? fclose(out) : close(fd);
-    if (!failed && (closed != 0 || rename(temp, target) != 0)) {
+// Once every write, the fsync and the close succeeded (failed: one before did not), the temporary file is
+// renamed over the target with its mode; otherwise it is removed, and the target is left as it was.
+static int replace_end(ReportFile *out, int failed, char *err, size_t err_len) {
+    int fd = fileno(out->f);
+    failed = failed || ferror(out->f) || fflush(out->f) != 0 || fchmod(fd, out->mode) != 0 || fsync(fd) != 0;
+    int saved = errno, closed = fclose(out->f);
+    if (!failed && (closed != 0 || rename(out->temp, out->target) != 0)) {
         failed = 1;
         saved = errno;
     }
-    if (failed) {
-        unlink(temp);
-        error_message(err, err_len, "cannot write %s: %s (left as it was)", target, strerror(saved));
-        return -1;
-    }
-    return 0;
-}
-
-// Where the rows really go: path itself, or the file a symbolic link at path points to.
-static int resolve_target(const char *path, char *target, size_t target_len, char *err, size_t err_len) {
-    struct stat link_info;
-    if (lstat(path, &link_info) != 0 || !S_ISLNK(link_info.st_mode)) {
-        if (snprintf(target, target_len, "%s", path) < (int)target_len) return 0;
-        error_message(err, err_len, "path too long: %.64s...", path);
-        return -1;
-    }
-    if (realpath(path, target)) return 0;  // target holds PATH_MAX bytes
-    error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
+    if (!failed) return 0;
+    unlink(out->temp);
+    error_message(err, err_len, "cannot write %s: %s (left as it was)", out->target, strerror(saved));
     return -1;
 }
 
-// Opens an existing output for reading (without blocking on a FIFO): the descriptor and its stat, 0
-// when there is no such file yet (*fd = -1), or -1 with a message when it is not a regular file.
-static int open_existing(const char *path, int *fd, struct stat *info, char *err, size_t err_len) {
-    *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (*fd < 0) {
-        if (errno == ENOENT) return 0;
-        error_message(err, err_len, "cannot read %s: %s", path, strerror(errno));
+int report_file_close(ReportFile *out, char *err, size_t err_len) { return replace_end(out, 0, err, err_len); }
+
+// Starts replacing out->target: out->f, a temporary file beside it, gets the rest of old_fd (when >= 0), then
+// head and a newline (when not NULL). -1 with a message, and nothing left behind, otherwise.
+static int replace_begin(ReportFile *out, int old_fd, const char *head, mode_t mode, char *err, size_t err_len) {
+    char buf[1 << 16];
+    int fd = create_temp(out->target, out->temp, sizeof(out->temp), err, err_len);
+    if (fd < 0) return -1;
+    out->mode = mode;
+    if (!(out->f = fdopen(fd, "w"))) {
+        error_message(err, err_len, "cannot write %s: %s (left as it was)", out->target, strerror(errno));
+        close(fd);
+        unlink(out->temp);
         return -1;
     }
-    if (fstat(*fd, info) != 0 || !S_ISREG(info->st_mode)) {
-        error_message(err, err_len, "%s is not a regular file: results go to a plain file", path);
-        close(*fd);
-        *fd = -1;
-        return -1;
-    }
-    return 0;
+    int failed = 0;
+    for (ssize_t got; old_fd >= 0 && !failed && (got = read(old_fd, buf, sizeof(buf))) != 0;)
+        failed = got < 0 ? errno != EINTR : fwrite(buf, 1, (size_t)got, out->f) != (size_t)got;
+    if (!failed && head) failed = fprintf(out->f, "%s\n", head) < 0;
+    return failed ? replace_end(out, 1, err, err_len) : 0;
 }
 
 // An existing output must start with header and end with a newline (or be empty): -1 with a message
-// otherwise. Leaves fd at offset 0.
+// otherwise.
 static int check_header(int fd, const struct stat *info, const char *path, const char *header, char *err,
                         size_t err_len) {
     if (info->st_size == 0) return 0;
@@ -207,32 +177,35 @@ static int check_header(int fd, const struct stat *info, const char *path, const
     return 0;
 }
 
-// Where rows for path go (resolve_target), opened when that file exists (else *fd = -1) and checked to start
-// with header: 0, or -1 with a message.
+// Where rows for path go: target is path, or the file a symbolic link at path names. That file, when it
+// exists, is opened for reading (without blocking on a FIFO; else *fd = -1) and must be a regular file
+// under header (check_header): 0, or -1 with a message.
 static int open_rows(const char *path, const char *header, char target[PATH_MAX], int *fd, struct stat *info,
                      char *err, size_t err_len) {
-    if (resolve_target(path, target, PATH_MAX, err, err_len) != 0 || open_existing(target, fd, info, err, err_len) != 0)
-        return -1;
-    if (*fd >= 0 && check_header(*fd, info, target, header, err, err_len) != 0) {
-        close(*fd);
+    struct stat link_info;
+    *fd = -1;
+    if (lstat(path, &link_info) == 0 && S_ISLNK(link_info.st_mode)) {
+        if (!realpath(path, target)) {
+            error_message(err, err_len, "%s is a symbolic link to nothing (%s)", path, strerror(errno));
+            return -1;
+        }
+    } else if (snprintf(target, PATH_MAX, "%s", path) >= PATH_MAX) {
+        error_message(err, err_len, "path too long: %.64s...", path);
         return -1;
     }
-    return 0;
-}
-
-// Appends rows (complete lines) to path: header first when the file is new or empty. The old rows and the
-// new ones go to a temporary file that replaces path only when all of it is written.
-static int append_text(const char *path, const char *header, const char *rows, size_t rows_len, char *err,
-                       size_t err_len) {
-    char target[PATH_MAX];
-    int old_fd;
-    struct stat info;
-    if (open_rows(path, header, target, &old_fd, &info, err, err_len) != 0) return -1;
-    if (old_fd < 0) return replace_file(target, -1, header, rows, rows_len, new_file_mode(), err, err_len);
-    int status = replace_file(target, old_fd, info.st_size > 0 ? NULL : header, rows, rows_len, info.st_mode & 07777,
-                              err, err_len);
-    close(old_fd);
-    return status;
+    *fd = open(target, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (*fd < 0) {
+        if (errno == ENOENT) return 0;
+        error_message(err, err_len, "cannot read %s: %s", target, strerror(errno));
+        return -1;
+    }
+    if (fstat(*fd, info) != 0 || !S_ISREG(info->st_mode))
+        error_message(err, err_len, "%s is not a regular file: results go to a plain file", target);
+    else if (check_header(*fd, info, target, header, err, err_len) == 0)
+        return 0;
+    close(*fd);
+    *fd = -1;
+    return -1;
 }
 
 int report_check_rows(const char *path, const char *header, char *err, size_t err_len) {
@@ -249,24 +222,19 @@ int report_check_rows(const char *path, const char *header, char *err, size_t er
 }
 
 int report_check_outputs(const char *csv_path, const char *curve_path, char *err, size_t err_len) {
+    const char *paths[] = {csv_path, curve_path}, *headers[] = {REPORT_CSV_HEADER, REPORT_CURVE_HEADER};
     char why[1024];
-    if (csv_path && report_check_rows(csv_path, REPORT_CSV_HEADER, why, sizeof(why)) != 0) {
-        error_message(err, err_len, "--csv: %s", why);
-        return -1;
-    }
-    if (curve_path && report_check_rows(curve_path, REPORT_CURVE_HEADER, why, sizeof(why)) != 0) {
-        error_message(err, err_len, "--curve: %s", why);
-        return -1;
-    }
-    if (csv_path && curve_path) {
-        struct stat a, b;
-        int same = strcmp(csv_path, curve_path) == 0 ||
-                   (stat(csv_path, &a) == 0 && stat(curve_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino);
-        if (same) {
-            error_message(err, err_len, "--csv and --curve name the same file (%s): result rows and curve rows need a file each",
-                          csv_path);
+    for (int i = 0; i < 2; i++)
+        if (paths[i] && report_check_rows(paths[i], headers[i], why, sizeof(why)) != 0) {
+            error_message(err, err_len, "%s: %s", i ? "--curve" : "--csv", why);
             return -1;
         }
+    struct stat a, b;
+    if (csv_path && curve_path && (strcmp(csv_path, curve_path) == 0 || (stat(csv_path, &a) == 0 &&
+                                   stat(curve_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino))) {
+        error_message(err, err_len, "--csv and --curve name the same file (%s): result rows and curve rows need a file each",
+                      csv_path);
+        return -1;
     }
     return 0;
 }
@@ -298,36 +266,26 @@ void report_csv_real(FILE *f, const char *format, double value) {
     fputc(',', f);
 }
 
-// The rows are formatted in memory first, so that a file never gets half of them.
-int report_append_rows(const char *path, const char *header, ReportRowsFn write_rows, const void *ctx, char *err,
-                       size_t err_len) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) {
-        error_message(err, err_len, "out of host memory for the rows to write");
-        return -1;
-    }
-    write_rows(f, ctx);
-    int failed = ferror(f);
-    if (fclose(f) != 0 || failed) {
-        free(text);
-        error_message(err, err_len, "out of host memory for the rows to write");
-        return -1;
-    }
-    int status = append_text(path, header, text, len, err, err_len);
-    free(text);
+int report_rows_open(ReportFile *out, const char *path, const char *header, char *err, size_t err_len) {
+    int old_fd;
+    struct stat info;
+    if (open_rows(path, header, out->target, &old_fd, &info, err, err_len) != 0) return -1;
+    int status = replace_begin(out, old_fd, old_fd < 0 || info.st_size == 0 ? header : NULL,
+                               old_fd < 0 ? new_file_mode() : info.st_mode & 07777, err, err_len);
+    if (old_fd >= 0) close(old_fd);
     return status;
 }
 
-// The fields of one result row, in the order of REPORT_CSV_HEADER (schema 2), ending the line.
-static void csv_result_fields(FILE *f, const void *ctx) {
-    const ResultRow *row = ctx;
+// The fields in the order of REPORT_CSV_HEADER (schema 2).
+int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
     const double timed[] = {row->setup_ms, row->e2e_ms, row->loop_ms, row->ms_per_epoch, row->h2d_ms};
     const double spread[] = {row->setup_min_ms, row->setup_max_ms, row->e2e_min_ms, row->e2e_max_ms,
                              row->loop_min_ms,  row->loop_max_ms,  row->epoch_min_ms, row->epoch_max_ms};
     const double fit[] = {row->train_loss, row->test_loss, row->test_acc, row->w, row->b};
     const char *const machine[] = {row->device, row->cc, row->cuda, row->driver};
+    ReportFile out;
+    if (report_rows_open(&out, path, REPORT_CSV_HEADER, err, err_len) != 0) return -1;
+    FILE *f = out.f;
     report_csv_text(f, row->stage, 0);
     report_csv_text(f, row->trainer, 0);
     report_csv_text(f, row->variant, 0);
@@ -350,41 +308,26 @@ static void csv_result_fields(FILE *f, const void *ctx) {
     report_csv_text(f, row->dirty, 0);
     report_csv_text(f, row->run_id, 0);
     report_csv_text(f, row->utc, 1);
-}
-
-int report_append_csv(const ResultRow *row, const char *path, char *err, size_t err_len) {
-    return report_append_rows(path, REPORT_CSV_HEADER, csv_result_fields, row, err, err_len);
-}
-
-typedef struct {
-    const ResultRow *row;
-    const CurveSeries *series;
-    int n_series;
-} CurveRows;
-
-static void csv_curve_rows(FILE *f, const void *ctx) {
-    const CurveRows *curves = ctx;
-    const ResultRow *row = curves->row;
-    for (int s = 0; s < curves->n_series; s++) {
-        const CurveSeries *c = &curves->series[s];
-        for (int i = 0; i < c->count; i++) {
-            report_csv_text(f, row->stage, 0);
-            report_csv_text(f, row->trainer, 0);
-            report_csv_text(f, row->variant, 0);
-            report_csv_text(f, row->hidden, 0);
-            report_csv_text(f, c->series, 0);
-            fprintf(f, "%d,%.9g,", c->index ? c->index[i] : c->first_index + i, c->values[i]);
-            report_csv_text(f, row->device, 0);
-            report_csv_text(f, row->commit, 0);
-            report_csv_text(f, row->run_id, 1);
-        }
-    }
+    return report_file_close(&out, err, err_len);
 }
 
 int report_append_curves(const char *path, const ResultRow *row, const CurveSeries *series, int n_series, char *err,
                          size_t err_len) {
-    CurveRows curves = {row, series, n_series};
-    return report_append_rows(path, REPORT_CURVE_HEADER, csv_curve_rows, &curves, err, err_len);
+    ReportFile out;
+    if (report_rows_open(&out, path, REPORT_CURVE_HEADER, err, err_len) != 0) return -1;
+    for (const CurveSeries *c = series; c < series + n_series; c++)
+        for (int i = 0; i < c->count; i++) {
+            report_csv_text(out.f, row->stage, 0);
+            report_csv_text(out.f, row->trainer, 0);
+            report_csv_text(out.f, row->variant, 0);
+            report_csv_text(out.f, row->hidden, 0);
+            report_csv_text(out.f, c->series, 0);
+            fprintf(out.f, "%d,%.9g,", c->index ? c->index[i] : c->first_index + i, c->values[i]);
+            report_csv_text(out.f, row->device, 0);
+            report_csv_text(out.f, row->commit, 0);
+            report_csv_text(out.f, row->run_id, 1);
+        }
+    return report_file_close(&out, err, err_len);
 }
 
 int report_flush_stdout(void) {
@@ -426,23 +369,6 @@ double median(const double *values, int n) {
 }
 
 // ----------------------------------------------------------------------------
-// --breakdown
-
-static void print_breakdown(const double phase_ms[PHASE_COUNT], FILE *out) {
-    double total = 0.0;
-    for (int p = 0; p < PHASE_COUNT; p++) total += phase_ms[p];
-    fprintf(out, "breakdown (last run; timing each phase adds a synchronization after it, so e2e and loop grow):\n");
-    if (!(total > 0.0)) {
-        fprintf(out, "  no phase times recorded by this trainer\n");
-        return;
-    }
-    fprintf(out, "  %-10s %12s %7s\n", "phase", "ms", "share");
-    for (int p = 0; p < PHASE_COUNT; p++)
-        fprintf(out, "  %-10s %12.3f %6.1f%%\n", PHASE_NAMES[p], phase_ms[p], 100.0 * phase_ms[p] / total);
-    fprintf(out, "  %-10s %12.3f %6.1f%%\n", "sum", total, 100.0);
-}
-
-// ----------------------------------------------------------------------------
 // --export
 
 // mkdir -p: every prefix of dir that ends before a '/' and dir itself.
@@ -472,18 +398,20 @@ static int make_dirs(const char *dir, char *err, size_t err_len) {
 }
 
 int report_write_file(const char *dir, const char *name, const void *data, size_t bytes, char *err, size_t err_len) {
-    char path[4096];
+    ReportFile out;
     struct stat info;
     if (make_dirs(dir, err, err_len) != 0) return -1;
-    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path)) {
+    if (snprintf(out.target, sizeof(out.target), "%s/%s", dir, name) >= (int)sizeof(out.target)) {
         error_message(err, err_len, "export path too long: %.64s...", dir);
         return -1;
     }
-    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
-        error_message(err, err_len, "%s is not a regular file: cannot replace it", path);
+    if (stat(out.target, &info) == 0 && !S_ISREG(info.st_mode)) {
+        error_message(err, err_len, "%s is not a regular file: cannot replace it", out.target);
         return -1;
     }
-    return replace_file(path, -1, NULL, data, bytes, new_file_mode(), err, err_len);
+    if (replace_begin(&out, -1, NULL, new_file_mode(), err, err_len) != 0) return -1;
+    fwrite(data, 1, bytes, out.f);
+    return report_file_close(&out, err, err_len);
 }
 
 int report_export(const char *dir, const ExportFile files[3], int quiet) {
@@ -514,7 +442,18 @@ int report_training_outcome(int bad_epoch, const char *bad, const TrainTiming *t
     }
     if (!quiet && timing->setup_ms > 0)
         printf("setup (untimed: handles, graph instantiation): %.3f ms\n", timing->setup_ms);
-    if (breakdown) print_breakdown(timing->phase_ms, stdout);
+    if (!breakdown) return EXIT_OK;
+    double total = 0.0;
+    for (int p = 0; p < PHASE_COUNT; p++) total += timing->phase_ms[p];
+    printf("breakdown (last run; timing each phase adds a synchronization after it, so e2e and loop grow):\n");
+    if (!(total > 0.0)) {
+        printf("  no phase times recorded by this trainer\n");
+        return EXIT_OK;
+    }
+    printf("  %-10s %12s %7s\n", "phase", "ms", "share");
+    for (int p = 0; p < PHASE_COUNT; p++)
+        printf("  %-10s %12.3f %6.1f%%\n", PHASE_NAMES[p], timing->phase_ms[p], 100.0 * timing->phase_ms[p] / total);
+    printf("  %-10s %12.3f %6.1f%%\n", "sum", total, 100.0);
     return EXIT_OK;
 }
 

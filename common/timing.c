@@ -12,11 +12,9 @@ void train_clock_init(TrainClock *clock, int epochs, int breakdown) {
     memset(clock, 0, sizeof(*clock));
     clock->epochs = epochs;
     clock->breakdown = breakdown;
-    cudaCheck(cudaEventCreate(&clock->e2e_start));
-    cudaCheck(cudaEventCreate(&clock->e2e_stop));
-    cudaCheck(cudaEventCreate(&clock->loop_start));
-    cudaCheck(cudaEventCreate(&clock->phase_start));
-    cudaCheck(cudaEventCreate(&clock->phase_stop));
+    cudaEvent_t *events[] = {&clock->e2e_start, &clock->e2e_stop, &clock->loop_start, &clock->phase_start,
+                             &clock->phase_stop};
+    for (int i = 0; i < 5; i++) cudaCheck(cudaEventCreate(events[i]));
     clock->epoch_end = malloc(sizeof(cudaEvent_t) * (size_t)epochs);
     if (!clock->epoch_end) {
         fprintf(stderr, "error: out of host memory for %d epoch events\n", epochs);
@@ -62,11 +60,9 @@ void train_clock_finish(TrainClock *clock, TrainTiming *timing) {
         timing->epoch_ms[e] = elapsed_ms(e == 0 ? clock->loop_start : clock->epoch_end[e - 1], clock->epoch_end[e]);
     for (int p = 0; p < PHASE_COUNT; p++) timing->phase_ms[p] = clock->phase_ms[p];
 
-    cudaCheck(cudaEventDestroy(clock->e2e_start));
-    cudaCheck(cudaEventDestroy(clock->e2e_stop));
-    cudaCheck(cudaEventDestroy(clock->loop_start));
-    cudaCheck(cudaEventDestroy(clock->phase_start));
-    cudaCheck(cudaEventDestroy(clock->phase_stop));
+    cudaEvent_t events[] = {clock->e2e_start, clock->e2e_stop, clock->loop_start, clock->phase_start,
+                            clock->phase_stop};
+    for (int i = 0; i < 5; i++) cudaCheck(cudaEventDestroy(events[i]));
     for (int e = 0; e < clock->epochs; e++) cudaCheck(cudaEventDestroy(clock->epoch_end[e]));
     free(clock->epoch_end);
 }

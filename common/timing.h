@@ -1,23 +1,8 @@
-// common/timing.h: the one definition of every time this repository reports (docs/DESIGN.md, "Timing").
-//
-// A stage's trainer uses a TrainClock like this (stream = the stream its work runs on):
-//
-//     TrainClock clock;
-//     train_clock_init(&clock, cfg->epochs, cfg->breakdown);   // before: allocations, handles
-//     train_clock_e2e_start(&clock, stream);                    // training data still in host memory
-//     ... upload ...
-//     train_clock_loop_start(&clock, stream);                   // data on the device
-//     for (epoch ...) {
-//         TIMED_PHASE(&clock, PHASE_FORWARD, stream) forward(...);
-//         ...
-//         train_clock_epoch_end(&clock, epoch, stream);
-//     }
-//     ... copy parameters back ...
-//     train_clock_e2e_stop(&clock, stream);
-//     train_clock_finish(&clock, &out->timing);                 // synchronizes, fills the figures
-//
-// All figures come from CUDA events. Phase timing (only with --breakdown) synchronizes after each
-// phase, so it changes what it measures; the report says so.
+// common/timing.h: the one definition of every time this repository reports (docs/DESIGN.md, "Timing"). A
+// stage's trainer calls, on the stream its work runs on: train_clock_init after its allocations and handles,
+// train_clock_e2e_start with the training data still in host memory, train_clock_loop_start once it is on the
+// device, train_clock_epoch_end after each epoch, train_clock_e2e_stop once the parameters are back, and
+// train_clock_finish (which synchronizes and fills the figures); TIMED_PHASE times a phase with --breakdown.
 #ifndef TIMING_H
 #define TIMING_H
 
