@@ -7,8 +7,8 @@
 #                              prints the tables and draws the figures there, changes no tracked file
 #   make bench BENCH_BUDGET_S=300
 #                              the measurements' wall-clock budget (default 480 s full, 100 s quick): the
-#                              optional phases (breakdown, persistent sweep, torch.compile, size and
-#                              width sweeps) that would pass it are skipped, saying so; tables and
+#                              optional phases (breakdown, persistent sweep, size and width sweeps,
+#                              torch.compile) that would pass it are skipped, saying so; tables and
 #                              figures use what ran
 #   make bench GIT_COMMIT_ID=3f2a9c1b0d4e GIT_DIRTY=0
 #                              on a copy of the tree without .git (a GPU machine's): the commit every row

@@ -6,8 +6,8 @@ starts need PyTorch). The phases (ESSENTIAL, then OPTIONAL while the budget last
 and the Bench method of its name): vector add (stage 01's versions); ladder (every built stage on the
 canonical configs in its default variant, and --precision bf16 where a stage offers it); variants (the
 stage READMEs' attribution rows, VARIANT_RUNS); reference (the CPU reference); pytorch (the baselines);
-then breakdown, persistent sweep (stages 07 and 08 at each one-layer width), compile (torch.compile modes),
-size sweep (regression at other sizes) and width sweep (MNIST at two hidden layers of width W).
+then breakdown, persistent sweep (stages 07 and 08 at each one-layer width), size sweep (regression at
+other sizes), width sweep (MNIST at two hidden layers of width W) and compile (torch.compile modes).
 
 The budget (--budget-s, env BENCH_BUDGET_S; the plan's budget_s by default) bounds the wall time: an
 optional phase, or a run inside one, that would start past it (or whose estimate would take it past
@@ -62,9 +62,10 @@ VARIANT_RUNS = (
 
 
 ESSENTIAL = ("vector add", "ladder", "variants", "reference", "pytorch")
-# The persistent sweep comes before compile: it is a few seconds, and stage 08's README quotes it, so
-# torch.compile's minutes must not crowd it out of the budget.
-OPTIONAL = ("breakdown", "persistent sweep", "compile", "size sweep", "width sweep")
+# The sweeps come before compile: they take about a minute together, stage 08's README quotes the
+# persistent sweep and TEACHING.md reads the size and width figures, so torch.compile's minutes must
+# not crowd them out of the budget.
+OPTIONAL = ("breakdown", "persistent sweep", "size sweep", "width sweep", "compile")
 
 
 # What each kind of run measures, and the seconds each phase is expected to take on an H200 (NVIDIA
