@@ -41,6 +41,8 @@ unwritable --csv file; 4 no GPU, not enough GPU memory, or any CUDA error.
 #include <curand.h>
 #include "check.h"
 #include "device.h"
+#include "flags.h"
+#include "ladder.h"
 #include "report.h"
 
 static const int THREADS_PER_BLOCK = 256;
@@ -555,43 +557,6 @@ static void print_usage(const char *program, FILE *out) {
             DEFAULT_REPEATS);
 }
 
-static void usage_error(const char *program, const char *message, const char *value) {
-    fprintf(stderr, "error: %s '%s' (see %s --help)\n", message, value, program);
-    exit(EXIT_USAGE);
-}
-
-// A whole decimal number in [min, max], or a one-line error and exit 2.
-static int64_t parse_count(const char *program, const char *flag, const char *text, int64_t min, int64_t max) {
-    char *end = NULL;
-    long long value = strtoll(text, &end, 10);
-    if (end == text || *end != '\0' || value < min || value > max) {
-        char message[128];
-        snprintf(message, sizeof(message), "%s wants a whole number from %lld to %lld, got", flag, (long long)min,
-                 (long long)max);
-        usage_error(program, message, text);
-    }
-    return value;
-}
-
-// "all", a number or a name -> the range [*first, *last) of VERSIONS to run.
-static void parse_version(const char *program, const char *text, int *first, int *last) {
-    *first = 0;
-    *last = VERSION_COUNT;
-    if (strcmp(text, "all") == 0) return;
-    for (int v = 0; v < VERSION_COUNT; v++) {
-        char number[16];
-        snprintf(number, sizeof(number), "%d", VERSIONS[v].number);
-        if (strcmp(text, number) == 0 || strcmp(text, VERSIONS[v].name) == 0) {
-            *first = v;
-            *last = v + 1;
-            return;
-        }
-    }
-    char message[64];
-    snprintf(message, sizeof(message), "--version wants 1..%d, a version name or all, got", VERSION_COUNT);
-    usage_error(program, message, text);
-}
-
 // The inputs: reproducible, of mixed signs and magnitudes, so that most sums have to round.
 static void fill_inputs(float *a, float *b, int64_t n) {
     uint64_t state = 42;
@@ -680,21 +645,29 @@ int main(int argc, char **argv) {
     int64_t n = DEFAULT_N;
     int repeats = DEFAULT_REPEATS, first = 0, last = VERSION_COUNT;
     const char *csv_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+    // the ladders' scanner and parsers (common/flags.c, common/ladder.c): the same flags read the same way
+    enum { F_N, F_VERSION, F_REPEAT, F_CSV, F_HELP };
+    const struct option flags[] = {[F_N] = {"n", required_argument, NULL, 0},
+                                   [F_VERSION] = {"version", required_argument, NULL, 0},
+                                   [F_REPEAT] = {"repeat", required_argument, NULL, 0},
+                                   [F_CSV] = {"csv", required_argument, NULL, 0},
+                                   [F_HELP] = {"help", no_argument, NULL, 0}, {NULL, 0, NULL, 0}};
+    FlagScan scan = {argc, argv, flags, NULL, 0, NULL};
+    for (int found; (found = flags_next(&scan)) != FLAG_END;) {
+        if (found == FLAG_MISSING) ladder_usage_error(program, "missing value after", scan.word);
+        if (found != FLAG_OK) ladder_usage_error(program, "unknown flag", scan.word);
+        if (scan.flag == F_N) {
+            n = ladder_parse_count(program, "--n", scan.value, 1, MAX_N);
+        } else if (scan.flag == F_REPEAT) {
+            repeats = (int)ladder_parse_count(program, "--repeat", scan.value, 1, MAX_REPEATS);
+        } else if (scan.flag == F_VERSION) {
+            ladder_parse_version(program, scan.value, VERSION_COUNT, vector_add_version_name, &first, &last);
+        } else if (scan.flag == F_CSV) {
+            csv_path = scan.value;
+        } else {
             print_usage(program, stdout);
             return EXIT_OK;
         }
-        int takes_value = strcmp(flag, "--n") == 0 || strcmp(flag, "--version") == 0 ||
-                          strcmp(flag, "--repeat") == 0 || strcmp(flag, "--csv") == 0;
-        if (!takes_value) usage_error(program, "unknown flag", flag);
-        if (i + 1 >= argc) usage_error(program, "missing value after", flag);
-        const char *value = argv[++i];
-        if (strcmp(flag, "--n") == 0) n = parse_count(program, "--n", value, 1, MAX_N);
-        else if (strcmp(flag, "--repeat") == 0) repeats = (int)parse_count(program, "--repeat", value, 1, MAX_REPEATS);
-        else if (strcmp(flag, "--version") == 0) parse_version(program, value, &first, &last);
-        else csv_path = value;
     }
 
     int device_count = 0;

@@ -1,10 +1,15 @@
-// common/flags.h: the command-line scanner of the drivers (common/args.c) and the kernel ladders
-// (common/ladder.c), on getopt_long, and the number parsing both need. Each caller words its own messages.
+// common/flags.h: the command-line scanner of the drivers (common/args.c), the kernel ladders
+// (common/ladder.c) and stage 01's vector_add, on getopt_long, and the number parsing they need. Each
+// caller words its own messages.
 #ifndef FLAGS_H
 #define FLAGS_H
 
 #include <getopt.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 // What flags_next found in the next argument.
 enum {
@@ -34,5 +39,9 @@ int flags_next(FlagScan *scan);
 // Decimal digits and nothing else ("", "+5", "-5", " 5", "1e6" are not): 0 with *out set, 1 when it is
 // past 64 bits, -1 otherwise.
 int flags_digits(const char *text, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
