@@ -8,11 +8,13 @@
 # defines train_TRAINER is the candidate. The candidate is tried as a stage 02 candidate (common/try.sh:
 # the GPU suite, then timed against stage 02), timed against stage 08 with the same flags in the same run,
 # and profiled (`make stage 2 profile`'s per-kernel summary, on the candidate's build). Then:
-#   - the record of round k-1, in 02-llm-baseline/loop/TRAINER/round-(k-1)/ (LOOP_RECORD_DIR: another folder):
+#   - the record of round k-1, in 02-llm-baseline/loop/TRAINER/round-(k-1)/ (a guided run: TRAINER-guided/;
+#     LOOP_RECORD_DIR: another folder than 02-llm-baseline/loop):
 #     answer.md (FROM, unedited), TRAINER.cu (the candidate), verdict.txt, profile.txt;
 #   - the result rows of the three timed runs, appended to results/loop/<gpu>.csv (LOOP_RESULTS_DIR: another folder),
 #     the drivers' own rows (schema of common/report.h) with run_id loop-TRAINER-MODE-rK-UTC naming the round;
-#   - round k's prompt, build/loop/TRAINER/round-k.md (common/loop_template.md), under PROMPT_LIMIT bytes.
+#   - round k's prompt, build/loop/TRAINER/round-k.md (guided: TRAINER-guided/; common/loop_template.md), under
+#     PROMPT_LIMIT bytes.
 # Without a GPU, LOOP_VERDICT and LOOP_PROFILE name files that stand in for try's verdict and the profile
 # (and LOOP_ROWS, optionally, for the result rows), so that tests/loop_smoke.sh can feed fixtures.
 # Refusals, one "error:" line and exit 2: a bad setting, ROUND past LOOP_ROUNDS (default 8), a round after
@@ -23,8 +25,10 @@ source common/prompt.sh 02  # its functions, and try_common.sh's (die, build_sta
 template=common/loop_template.md
 trainer=${TRY_TRAINER:-} round=${LOOP_ROUND:-} answer_in=${LOOP_FROM:-} mode=${LOOP_MODE:-open}
 max_rounds=${LOOP_ROUNDS:-8}
-records=${LOOP_RECORD_DIR:-02-llm-baseline/loop}/$trainer
-work=$build/loop/$trainer
+run_name=$trainer  # a guided run keeps its own records and prompts, as TRAINER-guided
+[ "$mode" != guided ] || run_name=$trainer-guided
+records=${LOOP_RECORD_DIR:-02-llm-baseline/loop}/$run_name
+work=$build/loop/$run_name
 
 check_settings() {  # every refusal that needs nothing run
     case $trainer in regression | mnist) ;; *) die "make loop takes one trainer: TRAINER=regression or TRAINER=mnist (not '$trainer')" ;; esac

@@ -99,7 +99,7 @@ has "round 1: stage 02's file in it" "$out" "$(grep -m1 'MNIST_VARIANTS\[\] = ' 
     "## The current file: 02-llm-baseline/mnist.cu" "Make it faster and keep it correct."
 lacks "round 1: no verdict, no idea named (open)" "$out" "## Its verdict" "try: " "$(idea_of 03)"
 loop r mnist 1 guided
-has "round 1, guided: stage 03's idea named" "$out" "$(idea_of 03)"
+has "round 1, guided: stage 03's idea named, in its own folder" "$work/build/loop/mnist-guided/round-1.md" "$(idea_of 03)"
 
 # ----------------------------------------------------------------------------
 # round 2: a passing answer (stage 03's own file as the candidate)
@@ -127,7 +127,12 @@ if [ "$(wc -l <"$work/r-results/nvidia-h100-80gb-hbm3.csv" 2>/dev/null)" = 4 ] &
     ok "the round's rows: results/loop/<gpu>.csv, the drivers' header and 3 rows"
 else bad "the round's rows were not appended to $work/r-results/nvidia-h100-80gb-hbm3.csv"; fi
 loop g mnist 2 guided "$work/answer-1.md" $fixtures/verdict-pass.txt
-has "round 2, guided: stage 04's idea named" "$out" "$(idea_of 04)"
+has "round 2, guided: stage 04's idea named, round 1 recorded in mnist-guided/" \
+    "$work/build/loop/mnist-guided/round-2.md" "$(idea_of 04)"
+lacks "round 2, guided: the open run's prompt is its own" "$out" "$(idea_of 04)"
+: >"$log"
+if [ -f "$work/g/mnist-guided/round-1/verdict.txt" ] && [ ! -e "$work/g/mnist" ]; then ok "the guided record: g/mnist-guided/round-1/"
+else bad "the guided run's record is not in g/mnist-guided/round-1/"; fi
 
 # ----------------------------------------------------------------------------
 # sizes: a candidate with 60 KB of comments fits without them; one with 45 KB of code does not
@@ -178,8 +183,8 @@ expect_refused "two trainers" "one trainer" r "regression mnist" 1 open
 
 # make loop itself: the verb reaches the script with its settings
 if make --no-print-directory loop TRAINER=regression ROUND=1 MODE=guided BUILD=$work/make >"$log" 2>&1 &&
-    grep -qF "$(idea_of 03)" "$work/make/loop/regression/round-1.md"; then
-    ok "make loop TRAINER=regression ROUND=1 MODE=guided: $work/make/loop/regression/round-1.md"
+    grep -qF "$(idea_of 03)" "$work/make/loop/regression-guided/round-1.md"; then
+    ok "make loop TRAINER=regression ROUND=1 MODE=guided: $work/make/loop/regression-guided/round-1.md"
 else bad "make loop TRAINER=regression ROUND=1 MODE=guided"; fi
 
 echo "loop: $passed passed, $failed failed"
