@@ -900,6 +900,114 @@ def rounds_block(rounds, stage=None, base="."):
 
 
 # ----------------------------------------------------------------------------
+# the assistant loop: its rounds (results/loop/<gpu>.csv and the records in 02-llm-baseline/loop/)
+
+LOOP_DIR = os.path.join("02-llm-baseline", "loop")
+LOOP_RECORD = re.compile(r"(?P<trainer>regression|mnist)(?P<guided>-guided)?/round-(?P<round>\d+)")
+LOOP_FIGURE_NAME = {"regression": "e2e ms", "mnist": "ms/epoch"}
+LOOP_CONFIG = {"regression": "5M points, 200 epochs", "mnist": "`--hidden 128`, 10 epochs"}
+STUDY_REMOVED = 0.5  # the study's iterated prompting: "a 50 % boost in execution time"
+
+
+def loop_verdicts(root):
+    """{(trainer, mode, round): PASS or FAIL} of every round recorded under LOOP_DIR (its verdict.txt's last
+    'try:' line)."""
+    verdicts, top = {}, os.path.join(root, LOOP_DIR)
+    for run in sorted(os.listdir(top)) if os.path.isdir(top) else []:
+        for name in sorted(os.listdir(os.path.join(top, run))) if os.path.isdir(os.path.join(top, run)) else []:
+            match = LOOP_RECORD.fullmatch(f"{run}/{name}")
+            lines = [x for x in read_text(os.path.join(top, run, name, "verdict.txt")).split("\n") if x.startswith("try: ")]
+            if match and lines:
+                key = (match["trainer"], "guided" if match["guided"] else "open", int(match["round"]))
+                verdicts[key] = "PASS" if lines[-1].startswith("try: PASS") else "FAIL"
+    return verdicts
+
+
+def removed(this, stage02):
+    """The share of stage 02's time that this figure removes, as a fraction (None where either is missing)."""
+    share = rc.ratio(this, stage02)
+    return None if share is None else 1 - share
+
+
+def fmt_speedup(value):
+    return NOT_COMPARED if value is None else f"{rc.three_digits(value)}×"
+
+
+def fmt_removed(share):
+    """A removed share as a percentage, to a tenth where it is 99 % or more (what the later stages reach)."""
+    if share is None:
+        return NOT_COMPARED
+    return f"{100 * share:.1f} %" if share >= 0.99 else f"{100 * share:.0f} %"
+
+
+def loop_lines(trainer, rounds, stages, verdicts):
+    """The table lines of one trainer: the hand-written stages (the loop-stages run), then each recorded round."""
+    lines, hand = [], stages.get(trainer, {})
+    for nn in sorted(s for s in hand if s not in ("02", rc.LOOP_CANDIDATE)):
+        lines.append([f"stage {nn}", "hand-written", fmt_3(hand[nn]), fmt_3(hand.get("02")),
+                      fmt_speedup(rc.ratio(hand.get("02"), hand[nn])), fmt_removed(removed(hand[nn], hand.get("02"))),
+                      fmt_3(hand.get("08"))])
+    for key in sorted((k for k in set(verdicts) | set(rounds) if k[0] == trainer), key=lambda k: (k[1] != "open", k)):
+        figures = rounds.get(key, {})
+        this = figures.get(rc.LOOP_CANDIDATE)
+        lines.append([f"{key[1]} round {key[2]}", verdicts.get(key, "not recorded"), fmt_3(this),
+                      fmt_3(figures.get("02")), fmt_speedup(rc.ratio(figures.get("02"), this)),
+                      fmt_removed(removed(this, figures.get("02"))), fmt_3(figures.get("08"))])
+    return lines
+
+
+def loop_block(datasets, root):
+    """One table a trainer a results file of the loop: every round beside the hand-written stages."""
+    verdicts, parts = loop_verdicts(root), []
+    for source, rows in datasets:
+        rounds, stages = rc.loop_rounds(rows), rc.loop_stages(rows)
+        for trainer in ("regression", "mnist"):
+            lines = loop_lines(trainer, rounds, stages, verdicts)
+            if lines:
+                figure = LOOP_FIGURE_NAME[trainer]
+                header = ["version", "verdict", figure, f"stage 02 {figure}", "× stage 02", "02's time removed",
+                          f"stage 08 {figure}"]
+                parts.append(f"**{trainer}**, {LOOP_CONFIG[trainer]} ({rc.device_of(rows)} · `{source}`):\n\n"
+                             + markdown_table(header, "llrrrrr", lines))
+    if not parts:
+        return "*No round measured yet: `make loop TRAINER=... ROUND=2 FROM=answer.md` on a GPU machine.*"
+    note = ("A round's candidate, stage 02 and stage 08 are timed one after the other in the round's own run "
+            "(`--repeat 3`, medians); the hand-written stages in one run of their own, with the same flags. "
+            "× stage 02: stage 02 ÷ this; 02's time removed: 1 − this ÷ stage 02, both against stage 02 of the same run "
+            "(the study's 50 % is 2×). A failed round has no figures. ")
+    return "\n\n".join(parts + [f"<sub>{note}{FOOTNOTE_GENERATED}</sub>"])
+
+
+def loop_outcome_block(datasets, root):
+    """The loop's outcome, a sentence a trainer: the best round of each mode against the study's 50 % and
+    against the hand-written stages."""
+    verdicts, sentences = loop_verdicts(root), []
+    for source, rows in datasets:
+        rounds, stages = rc.loop_rounds(rows), rc.loop_stages(rows)
+        for trainer in ("regression", "mnist"):
+            best = {}
+            for (t, mode, k), figures in rounds.items():
+                share = removed(figures.get(rc.LOOP_CANDIDATE), figures.get("02"))
+                if t == trainer and share is not None and (mode not in best or share > best[mode][1]):
+                    best[mode] = (k, share)
+            if not best:
+                continue
+            tried = {m: sum(1 for key in verdicts if key[:2] == (trainer, m)) for m in best}
+            said = "; ".join(f"the best of {tried[m]} {m} rounds (round {k}) removed **{fmt_removed(share)}** "
+                             f"of stage 02's {LOOP_FIGURE_NAME[trainer]}" for m, (k, share) in sorted(best.items()))
+            top = max(share for _, share in best.values())
+            hand = stages.get(trainer, {})
+            hand_said = ", ".join(f"{nn} {fmt_removed(removed(hand[nn], hand.get('02')))}"
+                                  for nn in sorted(hand) if nn != "02")
+            sentences.append(f"- **{trainer}** ({rc.device_of(rows)}): {said}. Against the study's "
+                             f"{100 * STUDY_REMOVED:.0f} %: **{'hit' if top >= STUDY_REMOVED else 'miss'}**."
+                             + (f" The hand-written stages removed {hand_said}." if hand_said else ""))
+    if not sentences:
+        return "*No round measured yet.*"
+    return "\n".join(sentences) + f"\n\n<sub>From the rows of the table in [loop/README.md](loop/README.md). {FOOTNOTE_GENERATED}</sub>"
+
+
+# ----------------------------------------------------------------------------
 # predictions: the stage READMEs' <!-- predictions --> tables, and the generated outcome
 
 PREDICTIONS_HEADER = ("trainer", "config", "metric", "predicted low", "predicted high")
@@ -1133,6 +1241,7 @@ def all_blocks(datasets, root, results_dir):
     known = rc.source_default_variants(root)
     summaries = sanitize_summaries(results_dir)
     ladder_sets = rc.load_datasets(results_dir, root, LADDER_COLUMNS)
+    loop_sets = rc.load_datasets(os.path.join(results_dir, "loop"), root)
     files = {
         os.path.join(root, "README.md"): {
             "ladder:headline": headline_block(datasets, names, known, stage_ideas(root)),
@@ -1152,6 +1261,8 @@ def all_blocks(datasets, root, results_dir):
             blocks[f"steps:stage{nn}"] = steps_block(datasets, nn, names, known)
         if nn == "02":
             blocks["rounds:all"] = rounds_block(rounds, None, d)
+            blocks["loop:outcome"] = loop_outcome_block(loop_sets, root)
+            files[os.path.join(root, LOOP_DIR, "README.md")] = {"loop:rounds": loop_block(loop_sets, root)}
         if nn == "08":
             blocks["sweep:stage08"] = sweep_block(datasets, known)
         assistant = os.path.join(root, d, "assistant", "README.md")

@@ -3,7 +3,8 @@
 
 For every results/<slug>.csv (with <slug>-curves.csv.gz and <slug>-breakdown.csv where they exist) it writes
 <slug>-NAME.png for each of FIGURES: the stage ladders (log scale, PyTorch modes as lines), the regression
-size sweep, the MNIST width and persistent sweeps, the loss curves, the per-phase breakdown. A figure without
+size sweep, the MNIST width and persistent sweeps, the loss curves, the per-phase breakdown; and for every
+results/loop/<slug>.csv (make loop's rounds) <slug>-loop.png beside it. A figure without
 rows is not drawn and an old PNG of its name is removed, so no figure outlives its data. The selection
 functions need only the standard library; drawing needs matplotlib.
 
@@ -87,6 +88,21 @@ def persistent_sweep_data(rows, defaults=None):
         for stage, row in by_stage.items():
             series.setdefault(stage, []).append((width, rc.number(row, "ms_per_epoch")))
     return {stage: points for stage, points in sorted(series.items()) if len(points) >= 2}
+
+
+def loop_data(rows):
+    """[(trainer, rounds, stages)] for the loop figure: rounds = {mode: [(round, candidate, stage 02 of its run)]}
+    of the passing rounds, stages = [(stage, figure)] of the hand-written stages' loop-stages run."""
+    rounds, stages, panels = rc.loop_rounds(rows), rc.loop_stages(rows), []
+    for trainer in rc.LOOP_FIGURE:
+        series = {}
+        for (t, mode, k), figures in sorted(rounds.items()):
+            if t == trainer and figures.get(rc.LOOP_CANDIDATE) is not None:
+                series.setdefault(mode, []).append((k, figures[rc.LOOP_CANDIDATE], figures.get("02")))
+        hand = sorted((nn, v) for nn, v in stages.get(trainer, {}).items() if v is not None)
+        if series or hand:
+            panels.append((trainer, series, hand))
+    return panels
 
 
 def width_label(width):
@@ -290,6 +306,32 @@ def draw_breakdown(plt, data, title, path):
     save(plt, fig, title, path, bottom=0.08)
 
 
+def draw_loop(plt, panels, title, path):
+    """A panel a trainer: each mode's passing rounds as a line, the hand-written stages as dashed levels."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
+    for ax, (trainer, series, hand) in zip(axes[0], panels):
+        for mode, points in series.items():
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{mode} rounds",
+                    color="#d62728" if mode == "open" else "#2ca02c")
+        for nn, value in hand:
+            ax.axhline(value, linestyle="--", linewidth=1, color=color_for(nn), label=f"stage {nn}")
+        ax.set_xticks(sorted({p[0] for points in series.values() for p in points}) or [1])
+        figure = "e2e ms, 5M points, 200 epochs" if trainer == "regression" else "ms per epoch, --hidden 128"
+        log_axes(ax, "round (a missing point: the round failed the suite)", f"{figure} (log scale)", trainer,
+                 legend=7, grid="y")
+    save(plt, fig, title, path)
+
+
+def plot_loop(plt, csv_path, out_dir):
+    """results/loop/<slug>.csv: its figure <slug>-loop.png in out_dir, or nothing where no round has rows."""
+    rows = rc.read_csv(csv_path, rc.RESULT_COLUMNS)
+    out = os.path.join(out_dir, f"{os.path.splitext(os.path.basename(csv_path))[0]}-loop.png")
+    panels = loop_data(rows)
+    if panels:
+        draw_loop(plt, panels, f"The assistant loop against the hand-written stages — {rc.device_of(rows)}", out)
+        print(f"plots: wrote {out}")
+
+
 def plot_file(plt, csv_path, out_dir):
     """Every figure of one results file, each path written printed."""
     stem = os.path.splitext(os.path.basename(csv_path))[0]
@@ -357,6 +399,9 @@ def main(argv=None):
             print(f"plots: no result files in {args.results}: nothing to draw")
         for path in files:
             plot_file(plt, path, out_dir)
+        loop_dir = os.path.join(args.results, "loop")  # make loop's rows: their figure beside them
+        for path in rc.result_files(loop_dir):
+            plot_loop(plt, path, loop_dir if args.out is None else out_dir)
     except (OSError, rc.SchemaError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -581,3 +581,43 @@ def pytorch_setup_ms(mode, capture_ms, warmup_train_ms, warmup_epochs, ms_per_ep
     if mode_compiles(mode):
         return max(warmup_train_ms - warmup_epochs * ms_per_epoch, 0.0)
     return 0.0
+
+
+# ----------------------------------------------------------------------------
+# the assistant loop (make loop, common/loop.sh): its rows in results/loop/<gpu>.csv
+
+# a round's three timed runs (stage 02, the candidate as 02-try, stage 08) share one run id; the hand-written
+# stages' rows measured beside the rounds share one loop-stages id
+LOOP_ROUND_RUN = re.compile(r"loop-(?P<trainer>regression|mnist)-(?P<mode>open|guided)-r(?P<round>\d+)-\d{8}T\d{6}Z")
+LOOP_STAGES_RUN = re.compile(r"loop-stages-\d{8}T\d{6}Z")
+LOOP_CANDIDATE = "02-try"
+LOOP_FIGURE = {"regression": "e2e_ms", "mnist": "ms_per_epoch"}  # what the loop is judged by, a trainer
+
+
+def _newest_runs(rows, key_of):
+    """{key: figures} of the newest run of each key: key_of(row) gives a row's key or None; figures are
+    {stage: the row's LOOP_FIGURE}. Run ids end in their UTC start, so the largest is the newest."""
+    newest, figures = {}, {}
+    for row in rows:
+        key = key_of(row)
+        if key is not None and row["run_id"] > newest.get(key, ""):
+            newest[key] = row["run_id"]
+    for row in rows:
+        key = key_of(row)
+        if key is not None and row["run_id"] == newest[key] and row["trainer"] in LOOP_FIGURE:
+            figures.setdefault(key, {})[row["stage"]] = number(row, LOOP_FIGURE[row["trainer"]])
+    return figures
+
+
+def loop_rounds(rows):
+    """{(trainer, mode, round): {stage: figure}} of each round's newest run: stage 02, the candidate
+    (LOOP_CANDIDATE) and stage 08, timed one after the other; a failed round has no rows."""
+    def key_of(row):
+        match = LOOP_ROUND_RUN.fullmatch(row["run_id"])
+        return match and (match["trainer"], match["mode"], int(match["round"]))
+    return _newest_runs(rows, key_of)
+
+
+def loop_stages(rows):
+    """{trainer: {stage: figure}} of the newest loop-stages run: the hand-written stages at the loop's flags."""
+    return _newest_runs(rows, lambda row: row["trainer"] if LOOP_STAGES_RUN.fullmatch(row["run_id"]) else None)

@@ -643,6 +643,54 @@ def mnist_row(stage, variant, precision, e2e, hidden="1024,1024"):
                       batch=128, epochs=10, lr=0.1, e2e_ms=e2e, loop_ms=e2e - 10, ms_per_epoch=e2e / 10)
 
 
+class LoopTableTest(unittest.TestCase):
+    """make loop's rows: the newest run of each round, the hand-written stages, verdicts from the records, and the
+    outcome against the study's 50 % (a fake repository with two rounds, one failed)."""
+    STAGES = "loop-stages-20261128T220000Z"
+
+    def rows(self):
+        rows = [regression_row(s, "v", e2e) for s, e2e in (("02", 4000.0), ("03", 2800.0), ("08", 4.0))]
+        for row in rows:
+            row["run_id"] = self.STAGES
+        for run, candidate in (("loop-regression-open-r1-20261128T221000Z", 2500.0),  # an older try of round 1
+                               ("loop-regression-open-r1-20261128T223000Z", 40.0),
+                               ("loop-regression-guided-r1-20261128T223100Z", 2100.0)):
+            for stage, e2e in (("02", 4000.0), ("02-try", candidate), ("08", 4.0)):
+                rows.append(dict(regression_row(stage, "v", e2e), run_id=run))
+        return rows
+
+    def repository(self, root):
+        for run, k, last in (("regression", 1, "try: PASS, relative loop speed 99x (faster)"),
+                             ("regression", 2, "try: FAIL (regression.cu: FAIL)"),
+                             ("regression-guided", 1, "try: PASS, relative loop speed 1.9x (faster)")):
+            folder = os.path.join(root, make_tables.LOOP_DIR, run, f"round-{k}")
+            os.makedirs(folder)
+            with open(os.path.join(folder, "verdict.txt"), "w") as f:
+                f.write(f"# make loop ...\n{last}\n")
+
+    def test_rounds_and_stages(self):
+        rounds = rc.loop_rounds(self.rows())
+        self.assertEqual(rounds[("regression", "open", 1)], {"02": 4000.0, "02-try": 40.0, "08": 4.0})
+        self.assertEqual(rc.loop_stages(self.rows())["regression"], {"02": 4000.0, "03": 2800.0, "08": 4.0})
+
+    def test_table_and_outcome(self):
+        with tempfile.TemporaryDirectory() as root:
+            self.repository(root)
+            datasets = [("results/loop/fixture-gpu.csv", self.rows())]
+            table = make_tables.loop_block(datasets, root)
+            self.assertIn("| stage 03 | hand-written | 2,800 | 4,000 | 1.43× | 30 % | 4.00 |", table)
+            self.assertIn("| open round 1 | PASS | 40.0 | 4,000 | 100× | 99.0 % | 4.00 |", table)
+            self.assertIn("| open round 2 | FAIL | — | — | — | — | — |", table)
+            self.assertIn("| guided round 1 | PASS | 2,100 | 4,000 | 1.90× | 48 % | 4.00 |", table)
+            outcome = make_tables.loop_outcome_block(datasets, root)
+            self.assertIn("the best of 1 guided rounds (round 1) removed **48 %**", outcome)
+            self.assertIn("the best of 2 open rounds (round 1) removed **99.0 %**", outcome)
+            self.assertIn("**hit**", outcome)
+            miss = [r for r in self.rows() if "-open-" not in r["run_id"]]
+            self.assertIn("**miss**", make_tables.loop_outcome_block([("x.csv", miss)], root))
+            self.assertIn("No round measured yet", make_tables.loop_block([], root))
+
+
 class VariantTest(unittest.TestCase):
     """A stage's default variant makes the ladder; its other variants and precisions its variants table."""
 
