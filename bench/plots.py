@@ -8,7 +8,7 @@ results/loop/<slug>.csv (make loop's rounds) <slug>-loop.png beside it. A figure
 rows is not drawn and an old PNG of its name is removed, so no figure outlives its data. The selection
 functions need only the standard library; drawing needs matplotlib.
 
-  python3 bench/plots.py [--results DIR] [--out DIR]
+  python3 bench/plots.py [--results DIR] [--out DIR] [--loop-only]
 """
 
 import argparse
@@ -311,8 +311,10 @@ def draw_loop(plt, panels, title, path):
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
     for ax, (trainer, series, hand) in zip(axes[0], panels):
         for mode, points in series.items():
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{mode} rounds",
-                    color="#d62728" if mode == "open" else "#2ca02c")
+            open_mode = mode == "open"  # black, so that no stage's color is mistaken for a round
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=f"{mode} rounds", color="black",
+                    marker="o" if open_mode else "s", markersize=7 if open_mode else 10, fillstyle="full" if
+                    open_mode else "none", linestyle="-" if open_mode else ":")
         for nn, value in hand:
             ax.axhline(value, linestyle="--", linewidth=1, color=color_for(nn), label=f"stage {nn}")
         ax.set_xticks(sorted({p[0] for points in series.values() for p in points}) or [1])
@@ -384,6 +386,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Draw the PNG figures of results/ from its CSV files.")
     parser.add_argument("--results", default="results", help="folder of result CSV files (default: results)")
     parser.add_argument("--out", help="folder for the PNG files (default: the results folder)")
+    parser.add_argument("--loop-only", action="store_true", help="draw only the loop figure of RESULTS/loop/")
     args = parser.parse_args(argv)
 
     # Imported here: the selection functions above must work without matplotlib.
@@ -394,8 +397,8 @@ def main(argv=None):
     out_dir = args.out or args.results
     os.makedirs(out_dir, exist_ok=True)
     try:
-        files = rc.result_files(args.results)
-        if not files:
+        files = [] if args.loop_only else rc.result_files(args.results)
+        if not files and not args.loop_only:
             print(f"plots: no result files in {args.results}: nothing to draw")
         for path in files:
             plot_file(plt, path, out_dir)

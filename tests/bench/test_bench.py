@@ -690,6 +690,12 @@ class LoopTableTest(unittest.TestCase):
             self.assertIn("**miss**", make_tables.loop_outcome_block([("x.csv", miss)], root))
             self.assertIn("No round measured yet", make_tables.loop_block([], root))
 
+    def test_figure_data(self):
+        [(trainer, series, hand)] = plots.loop_data(self.rows())
+        self.assertEqual(trainer, "regression")
+        self.assertEqual(series, {"guided": [(1, 2100.0, 4000.0)], "open": [(1, 40.0, 4000.0)]})
+        self.assertEqual(hand, [("02", 4000.0), ("03", 2800.0), ("08", 4.0)])
+
 
 class VariantTest(unittest.TestCase):
     """A stage's default variant makes the ladder; its other variants and precisions its variants table."""
