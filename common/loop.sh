@@ -14,7 +14,7 @@
 #   - the result rows of the three timed runs, appended to results/loop/<gpu>.csv (LOOP_RESULTS_DIR: another folder),
 #     the drivers' own rows (schema of common/report.h) with run_id loop-TRAINER-MODE-rK-UTC naming the round;
 #   - round k's prompt, build/loop/TRAINER/round-k.md (guided: TRAINER-guided/; common/loop_template.md), under
-#     PROMPT_LIMIT bytes.
+#     PROMPT_LIMIT bytes (80 KB: the candidate is whole in it).
 # Without a GPU, LOOP_VERDICT and LOOP_PROFILE name files that stand in for try's verdict and the profile
 # (and LOOP_ROWS, optionally, for the result rows), so that tests/loop_smoke.sh can feed fixtures.
 # Refusals, one "error:" line and exit 2: a bad setting, ROUND past LOOP_ROUNDS (default 8), a round after
@@ -23,6 +23,8 @@
 # shellcheck source=common/prompt.sh
 source common/prompt.sh 02  # its functions, and try_common.sh's (die, build_stage); nn=02: the loop's stage
 template=common/loop_template.md
+# A round's prompt holds the answer's whole file, which grows round by round: twice a stage prompt's limit
+PROMPT_LIMIT=81920
 trainer=${TRY_TRAINER:-} round=${LOOP_ROUND:-} answer_in=${LOOP_FROM:-} mode=${LOOP_MODE:-open}
 max_rounds=${LOOP_ROUNDS:-8}
 run_name=$trainer  # a guided run keeps its own records and prompts, as TRAINER-guided

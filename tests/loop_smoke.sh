@@ -12,7 +12,7 @@
 #      among other blocks), the verdict, the timing against stages 02 and 08, the profile; open names no
 #      idea, guided names stage 04's; the record (answer.md unedited, the .cu, verdict.txt, profile.txt)
 #      and the result rows are written;
-#   3. an oversized candidate still gives a prompt under 40960 bytes (comments left out), and one whose
+#   3. an oversized candidate still gives a prompt under 81920 bytes (comments left out), and one whose
 #      code alone is too long is refused;
 #   4. a failed round comes back with its failure; two failures in a row refuse the next round (its record
 #      written first); the refusals (no GPU, past LOOP_ROUNDS, no candidate block, another answer for a
@@ -25,7 +25,7 @@ rm -rf "$work"
 mkdir -p "$work"
 log=$work/last.log
 fixtures=tests/loop
-limit=40960
+limit=81920
 
 # shellcheck source=tests/smoke_common.sh
 source tests/smoke_common.sh
@@ -135,21 +135,21 @@ if [ -f "$work/g/mnist-guided/round-1/verdict.txt" ] && [ ! -e "$work/g/mnist" ]
 else bad "the guided run's record is not in g/mnist-guided/round-1/"; fi
 
 # ----------------------------------------------------------------------------
-# sizes: a candidate with 60 KB of comments fits without them; one with 45 KB of code does not
+# sizes: a candidate with 100 KB of comments fits without them; one with 95 KB of code does not
 
 { sed -n '1,10p' 02-llm-baseline/mnist.cu
-  for i in $(seq 600); do echo "// padding comment $i: a long explanation an assistant wrote, one line of about a hundred bytes."; done
+  for i in $(seq 1000); do echo "// padding comment $i: a long explanation an assistant wrote, one line of about a hundred bytes."; done
   sed -n '11,$p' 02-llm-baseline/mnist.cu; } >"$work/padded.cu"
 answer "$work/padded.cu" "$work/answer-padded.md"
 loop big mnist 2 open "$work/answer-padded.md" $fixtures/verdict-pass.txt
 under_limit "$out"
-has "an oversized candidate: its comments left out" "$out" "comments are left out to keep this prompt under 40 KB"
+has "an oversized candidate: its comments left out" "$out" "comments are left out to keep this prompt under 80 KB"
 { cat 02-llm-baseline/mnist.cu
   echo "static const float padding_table[] = {"
-  for i in $(seq 1500); do echo "    0.0f, 1.0f, 2.0f, 3.0f, 4.0f,"; done
+  for i in $(seq 3000); do echo "    0.0f, 1.0f, 2.0f, 3.0f, 4.0f,"; done
   echo "};"; } >"$work/huge.cu"
 answer "$work/huge.cu" "$work/answer-huge.md"
-expect_refused "a candidate too long even without comments" "over the limit of 40960" \
+expect_refused "a candidate too long even without comments" "over the limit of 81920" \
     huge mnist 2 open "$work/answer-huge.md" $fixtures/verdict-pass.txt
 
 # ----------------------------------------------------------------------------
