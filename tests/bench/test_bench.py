@@ -681,10 +681,11 @@ class LoopTableTest(unittest.TestCase):
             self.assertIn("| stage 03 | hand-written | 2,800 | 4,000 | 1.43× | 30 % | 4.00 |", table)
             self.assertIn("| open round 1 | PASS | 40.0 | 4,000 | 100× | 99.0 % | 4.00 |", table)
             self.assertIn("| open round 2 | FAIL | — | — | — | — | — |", table)
-            self.assertIn("| guided round 1 | PASS | 2,100 | 4,000 | 1.90× | 48 % | 4.00 |", table)
+            self.assertIn("| guided round 1 (stage 03's idea) | PASS | 2,100 | 4,000 | 1.90× | 48 % | 4.00 |", table)
             outcome = make_tables.loop_outcome_block(datasets, root)
-            self.assertIn("the best of 1 guided rounds (round 1) removed **48 %**", outcome)
-            self.assertIn("the best of 2 open rounds (round 1) removed **99.0 %**", outcome)
+            self.assertIn("the best of 2 open rounds (round 1) removed **99.0 % (100×)**; the best of 1 guided rounds "
+                          "(round 1) removed **48 % (1.90×)**", outcome)
+            self.assertIn("The hand-written stages removed 03 30 % (1.43×), 08 99.9 % (1,000×).", outcome)
             self.assertIn("**hit**", outcome)
             miss = [r for r in self.rows() if "-open-" not in r["run_id"]]
             self.assertIn("**miss**", make_tables.loop_outcome_block([("x.csv", miss)], root))
