@@ -280,11 +280,14 @@ TEST_BINS := $(BUILD)/tests/test_cpu $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01
 TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
 
 # make test: what a student runs, in a few minutes; make check: the slow smoke suites of the tools. Both build
-# quietly (-s: warnings and errors only) after checking that Criterion and zlib are there (tests/prerequisites.sh).
+# quietly (-s: warnings and errors only, after one line when anything is to be built) after checking that Criterion
+# and zlib are there (tests/prerequisites.sh).
 prerequisites:
 	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
 
 test check: prerequisites
+	@$(MAKE) --no-print-directory -s -q $(TEST_BINS) 2>/dev/null || \
+	    echo "building the suites' programs and every stage (warnings and errors only; minutes on a fresh clone)"
 	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
 	@$(if $(and $(DETECTED_ARCH),$(filter test,$@)),$(MAKE) --no-print-directory data,true)
 	@NVCC=$(NVCC) bash tests/run_all.sh $@ $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
