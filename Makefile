@@ -117,8 +117,8 @@ REFUSAL := 4 make stage $(NN:0%=%) $(VERB) needs an NVIDIA GPU and nvidia-smi li
 endif
 
 # The verb runs in a sub-make whose own "make[1]: *** [...] Error N" lines are dropped from its stderr (through a
-# FIFO, so that the rest streams as it comes); the first one's N, the failed program's exit code, becomes this
-# recipe's, so that a failed `make stage N VERB` ends with the program's one error line and make's one line,
+# FIFO and grep --line-buffered, so that the rest streams as it comes; awk would wait for more input); the first
+# one's N, the failed program's exit code, becomes this recipe's, so that a failed `make stage N VERB` ends with the program's one error line and make's one line,
 # "make: *** [Makefile:...: stage] Error N" (make itself then exits 2).
 .PHONY: stage $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
 stage:
@@ -127,10 +127,10 @@ ifneq ($(REFUSAL),)
 else
 	@tmp=$$(mktemp -d) && mkfifo "$$tmp/stderr" || exit 2; \
 	trap 'rm -rf "$$tmp"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	awk -v code="$$tmp/code" '/^make\[[0-9]+\]: \*\*\* / { if (!seen++ && match($$0, /Error [0-9]+$$/)) \
-	    print substr($$0, RSTART + 6) >code; next } { print; fflush() }' <"$$tmp/stderr" >&2 & \
+	tee "$$tmp/all" <"$$tmp/stderr" | grep -v --line-buffered '^make\[[0-9]*\]: \*\*\* ' >&2 & \
 	$(MAKE) --no-print-directory stage-$(VERB) NN=$(NN) 2>"$$tmp/stderr"; status=$$?; wait; \
-	[ $$status -eq 0 ] || [ ! -s "$$tmp/code" ] || status=$$(cat "$$tmp/code"); exit $$status
+	code=$$(sed -n 's/^make\[[0-9]*\]: \*\*\* .* Error \([0-9]*\)$$/\1/p' "$$tmp/all" | head -n 1); \
+	[ $$status -eq 0 ] || [ -z "$$code" ] || status=$$code; exit $$status
 endif
 $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 	@:
