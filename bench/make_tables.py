@@ -294,8 +294,8 @@ def headline_lines(rows, ideas=None, defaults=None, stage_names=None):
                 line += [NOT_COMPARED] * 3
                 continue
             fastest = best[config.trainer]
-            figure = entry.e2e if config.trainer == "regression" else entry.ms_per_epoch
-            line += [fmt_3(figure), cells[8], fmt_times(rc.ratio(fastest.e2e, entry.e2e) if fastest else None)]
+            # the e2e time itself, beside the two ratios of e2e times: each ratio divides the figure next to it
+            line += [fmt_3(entry.e2e), cells[8], fmt_times(rc.ratio(fastest.e2e, entry.e2e) if fastest else None)]
             shown.append(entry.row)
         lines.append(line)
     return lines, shown + [e.row for e in best.values() if e is not None], best
@@ -304,8 +304,8 @@ def headline_lines(rows, ideas=None, defaults=None, stage_names=None):
 def headline_block(datasets, stage_names=None, known=None, ideas=None):
     """The text between the ladder:headline markers of the top README: per results file, one line per stage
     (headline_lines), then which PyTorch mode was the best."""
-    header = ["stage", "idea", "regression e2e ms", "÷ stage before (e2e)", "× PyTorch's best (e2e)",
-              "MNIST --hidden 128 ms/epoch", "÷ stage before (e2e)", "× PyTorch's best (e2e)"]
+    header = ["stage", "idea", "regression e2e ms", "÷ stage before", "× PyTorch's best",
+              "MNIST --hidden 128 e2e ms", "÷ stage before", "× PyTorch's best"]
     title = " · ".join(f"{short_name(c)}{'' if c.trainer == 'regression' else f', batch {rc.MNIST_BATCH}'}, "
                        f"{c.epochs} epochs" for c in HEADLINE_CONFIGS)
 
@@ -319,7 +319,7 @@ def headline_block(datasets, stage_names=None, known=None, ideas=None):
                              + f"\n\nPyTorch's best (its fastest fp32 mode): {named or 'no PyTorch rows'}.",
                              f"**Every stage: {title}**  \n")
     note = ("Each stage in its default variant at fp32, newest rows. e2e: from the training data in host memory to "
-            "the trained parameters back in host memory; ms/epoch: the median epoch (docs/DESIGN.md, \"Timing\"). "
+            "the trained parameters back in host memory, all epochs (docs/DESIGN.md, \"Timing\"). "
             "÷ stage before: the stage before's e2e ÷ this stage's (the stage it compares with is named when one is "
             "missing); × PyTorch's best: the e2e of PyTorch's fastest fp32 mode on the same configuration ÷ this "
             "stage's e2e (above 1: the stage is faster). Every column, precision and PyTorch mode: the "

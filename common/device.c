@@ -16,6 +16,25 @@ static void version_string(int version, char *out, size_t len) {
     snprintf(out, len, "%d.%d", version / 1000, (version % 1000) / 10);
 }
 
+// The runtime reports a missing driver as "CUDA driver version is insufficient", which sends a reader without an
+// NVIDIA GPU to update a driver they do not have; the driver version it reports (0: none) tells the cases apart.
+void device_absence(int status, char *out, size_t len) {
+    int driver = 0, runtime = 0;
+    char have[16], needs[16];
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
+        snprintf(out, len, "no NVIDIA driver is installed here: libcuda.so.1 is missing");
+    } else if (status == cudaErrorInsufficientDriver && cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+        version_string(driver, have, sizeof(have));
+        version_string(runtime, needs, sizeof(needs));
+        snprintf(out, len, "the NVIDIA driver supports CUDA %s, older than this build's CUDA %s: update the driver",
+                 have, needs);
+    } else if (status == cudaSuccess || status == cudaErrorNoDevice) {
+        snprintf(out, len, "the NVIDIA driver sees no GPU");
+    } else {
+        snprintf(out, len, "%s", cudaGetErrorString((cudaError_t)status));
+    }
+}
+
 int device_query_or(DeviceInfo *out, const char *advice) {
     memset(out, 0, sizeof(*out));
     int count = 0;
@@ -23,8 +42,9 @@ int device_query_or(DeviceInfo *out, const char *advice) {
     cudaError_t status = cudaGetDeviceCount(&count);
     if (status == cudaSuccess && count > 0) status = cudaGetDeviceProperties(&prop, 0);
     if (status != cudaSuccess || count == 0) {
-        fprintf(stderr, "error: no CUDA device found (%s)%s\n",
-                status != cudaSuccess ? cudaGetErrorString(status) : "the driver reports 0 devices", advice);
+        char reason[160];
+        device_absence(status, reason, sizeof(reason));
+        fprintf(stderr, "error: no CUDA device found (%s)%s\n", reason, advice);
         return -1;
     }
     snprintf(out->name, sizeof(out->name), "%.*s", (int)sizeof(out->name) - 1, prop.name);

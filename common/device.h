@@ -19,6 +19,9 @@ typedef struct {
 int device_query(DeviceInfo *out);
 // The same, with advice after the reason on the error line ("error: no CUDA device found (REASON)ADVICE").
 int device_query_or(DeviceInfo *out, const char *advice);
+// Why no GPU answers, for that line: no NVIDIA driver at all, a driver older than the runtime, a driver that sees no
+// GPU, or the runtime's own words. status: what cudaGetDeviceCount returned (a cudaError_t).
+void device_absence(int status, char *out, size_t len);
 // Exits with one line (EXIT_CUDA) when `needed` bytes exceed the free device memory, or the cap that
 // CUDA_STAGES_MAX_DEVICE_MB sets to rehearse a smaller GPU: "<what> needs about X GB ...: <advice>".
 void device_check_memory(double needed, const char *what, const char *advice);

@@ -56,8 +56,9 @@ SAN_FLAGS_memcheck ?= --leak-check full
 
 sanitize: SAN_STAGES := $(ALL_STAGES)
 stage-sanitize: SAN_STAGES := $(NN)
-sanitize: $(STAGE_BINS) $(BUILD)/01/vector_add
-stage-sanitize: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist)
+# (without a GPU, nothing is built or fetched before the recipe's one error line)
+sanitize: $(if $(DETECTED_ARCH),$(STAGE_BINS) $(BUILD)/01/vector_add)
+stage-sanitize: $(if $(DETECTED_ARCH),$(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist))
 
 # The MNIST cuts: the first images and labels of each split, with the count in the header changed.
 SAN_CUTS := mnist-small mnist-tiny
@@ -71,8 +72,8 @@ $(SAN_CUTS:%=$(SAN_DIR)/%/.done): $(SAN_DIR)/%/.done: | $(MNIST_DATA)
 	cut train-images-idx3-ubyte $$train 8 784 && cut train-labels-idx1-ubyte $$train 0 1 && \
 	cut t10k-images-idx3-ubyte $$test 8 784 && cut t10k-labels-idx1-ubyte $$test 0 1 && touch $@
 SAN_MNIST_CUT := $(foreach d,$(SAN_MNIST_DATA) $(SAN_RACECHECK_MNIST_DATA),$(if $(filter $(SAN_CUTS:%=$(SAN_DIR)/%),$(d)),$(d)/.done))
-sanitize: $(SAN_MNIST_CUT)
-stage-sanitize: $(if $(filter 01,$(NN)),,$(SAN_MNIST_CUT))
+sanitize: $(if $(DETECTED_ARCH),$(SAN_MNIST_CUT))
+stage-sanitize: $(if $(DETECTED_ARCH),$(if $(filter 01,$(NN)),,$(SAN_MNIST_CUT)))
 
 # A full matrix (every stage, all four tools, the default sizes) is a result worth keeping: its summary
 # is copied to results/<gpu>-sanitize.txt (-sanitize-all-variants.txt with SAN_VARIANTS=all), where
@@ -88,7 +89,8 @@ SAN_EXPORTS := BUILD SAN_DIR SAN_TIMEOUT COMPUTE_SANITIZER SAN_REGRESSION_ARGS S
 export $(SAN_EXPORTS)
 
 sanitize stage-sanitize:
-	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make sanitize needs a CUDA device (nvidia-smi lists none)" >&2; exit 4; fi
+	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make sanitize needs an NVIDIA GPU and nvidia-smi lists none here:" \
+	    "read the recorded verdicts, results/*-sanitize.txt" >&2; exit 4; fi
 	@if [ ! -x "$(COMPUTE_SANITIZER)" ]; then echo "error: compute-sanitizer not found in $(CUDA_HOME)/bin or on PATH: set COMPUTE_SANITIZER=/path/to/compute-sanitizer" >&2; exit 2; fi
 	@rm -rf $(SAN_DIR)/logs $(SAN_DIR)/results $(SAN_DIR)/jobs; mkdir -p $(SAN_DIR)/logs
 	@for tool in $(filter racecheck,$(SAN_TOOLS)) $(filter memcheck synccheck initcheck,$(SAN_TOOLS)); do \

@@ -247,7 +247,9 @@ sanitize=; case $stage_build in build-asan/*) sanitize=SANITIZE=1 ;; esac
 submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory $sanitize "$@"; }
 expect "make: unknown stage"               2 "unknown stage"    -- submake stage 9
 expect "make: unknown verb"                2 "unknown verb"     -- submake stage 2 frobnicate
-expect "make: a stage without ladders"     2 "no kernel ladders" -- submake stage 2 ladder
+# a verb the stage cannot do: one error: line, before anything is built, and make's own line with the exit code
+expect_lines "make: a stage without ladders" 2 "^error: stage 2 has no kernel ladders; stages with one: " \
+    "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 2$" -- submake stage 2 ladder
 # the diff shows the common/ files a stage is the first to use: 05's staging ring, none for 04
 submake stage 5 diff >"$tmp/diff05" 2>&1
 check "make: stage 5 diff shows the staging ring in common/" grep -q "^+++ common/staging.c" "$tmp/diff05"
@@ -279,6 +281,10 @@ stage_n=${stage_build##*/}; stage_n=${stage_n#0}
 # a failed program: its one error line, and make's own one line (not a second one from the sub-make)
 expect_lines "make: a failed stage run adds one line" 2 "^error: --epochs 0 is out of range" "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 2$" -- \
     submake stage "$stage_n" run TRAINER=regression ARGS="--reference --epochs 0"
+# make's line names the program's own exit code (make itself exits 2): 5, a diverged loss
+expect_lines "make: a failed stage run names the program's exit code" 2 "^error: loss became" \
+    "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 5$" -- \
+    submake stage "$stage_n" run TRAINER=regression ARGS="--reference --lr 100 --points 1000 --epochs 200 --warmup 0"
 # values that reach a shell: refused in one line before any recipe runs, nothing executed
 expect "make: FILE with quotes and ;"      2 "FILE holds a character a shell would act on" -- \
     submake stage 3 try FILE="x\"; touch $tmp/pwned; echo \""
@@ -297,7 +303,7 @@ check "make: no value ran a command" [ ! -e "$tmp/pwned" ]
 # the GPU: exit 4 (and the GPU's own divergence check)
 
 if nvidia-smi -L >/dev/null 2>&1; then
-    echo "[SKIP] no-GPU message: a GPU is visible here"; skipped=$((skipped + 1))
+    echo "[SKIP] no-GPU messages: a GPU is visible here"; skipped=$((skipped + 1))
     expect "regression: more points than device memory" 4 "needs about .* GB of device memory" -- \
         env CUDA_STAGES_MAX_DEVICE_MB=1000 "$stage_build/regression" --points 1e8
     expect "regression: bad CUDA_STAGES_MAX_DEVICE_MB" 2 "CUDA_STAGES_MAX_DEVICE_MB" -- \
@@ -311,7 +317,12 @@ if nvidia-smi -L >/dev/null 2>&1; then
     expect "mnist: loss grows past the bound on the GPU" 5 "over 1e6 times" -- \
         "$stage_build/mnist" --data "$noisy_set" --batch 4 --epochs 3 --lr 100 --warmup 0
 else
-    expect "regression: no CUDA device"    4 "no CUDA device"   -- "$stage_build/regression" --points 20000
+    # the cause named (no driver, an old one, no GPU), not the runtime's "driver version is insufficient"
+    expect "regression: no CUDA device"    4 "no CUDA device found \((no NVIDIA driver|the NVIDIA driver)" -- \
+        "$stage_build/regression" --points 20000
+    expect_lines "make: a GPU verb without a GPU" 2 \
+        "^error: make stage 5 compare needs an NVIDIA GPU .*05-streams/README.md, or run stage 5 on the CPU with make stage 5 run$" \
+        "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 4$" -- submake stage 5 compare
     expect "mnist: no CUDA device"         4 "no CUDA device"   -- "$stage_build/mnist" --data "$set_dir" --batch 8 --epochs 1
     for ladder in $ladders; do expect "$ladder: no CUDA device" 4 "no CUDA device" -- "$ladder" --repeat 1; done
     echo "[SKIP] device-memory and GPU divergence checks: no GPU here"; skipped=$((skipped + 1))

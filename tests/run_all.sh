@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # tests/run_all.sh test|check BUILD "STAGES" ["LADDER_TESTS"]: the suites of `make test` or `make check`, one line
-# each, and one closing tally line. A suite's whole output is shown only when it fails (VERBOSE=1: always).
+# each as it finishes (so a slow suite never hides the others' lines), and one closing tally line. A suite's whole
+# output is shown only when it fails (VERBOSE=1: always); a suite that checked nothing and skipped something (a GPU
+# suite without a GPU) says `skipped`.
 #   test:  the CPU suites, the command-line contract, citations, history, README words, the bench tables, the profile summary, and
 #          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU
-#          suites run one after another, beside the others (the output is shown in order);
+#          suites run one after another, beside the others;
 #   check: the slow smoke suites of the tools: try, prompts, loop rounds, exercises, sanitize's verdicts, the mutants; one at
 #          a time, since several of them build into BUILD.
 set -u
@@ -11,18 +13,21 @@ mode=$1 build=$2 stages=$3 ladder_tests=${4:-}
 last_stage=${stages##* }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-names=() tallies=()
+names=() tallies=() reported=()
 if [ "$mode" = test ]; then max_jobs=$(nproc 2>/dev/null || echo 2); else max_jobs=1; fi
 
 # run_one I COMMAND...: COMMAND's output in $dir/I.log (a Criterion suite's TAP report in $dir/I.tap), its exit
-# status and seconds in $dir/I.status
+# status and seconds in $dir/I.status, which appears whole (renamed into place) once the suite is done
 run_one() {
     local i=$1 start=$SECONDS
     shift
     [ "${tallies[$i]}" != criterion ] || set -- "$@" --tap="$dir/$i.tap"
     "$@" >"$dir/$i.log" 2>&1 </dev/null
-    echo "$? $((SECONDS - start))" >"$dir/$i.status"
+    echo "$? $((SECONDS - start))" >"$dir/$i.status.part" && mv "$dir/$i.status.part" "$dir/$i.status"
 }
+
+# running_jobs: how many background jobs are still running
+running_jobs() { jobs -rp | wc -l; }
 
 # suite NAME TALLY COMMAND...: start COMMAND in the background, at most max_jobs at once. TALLY says how its
 # counts are read: criterion, unittest, or a script's line prefix.
@@ -31,7 +36,7 @@ suite() {
     names+=("$1")
     tallies+=("$2")
     shift 2
-    while [ "$(jobs -rp | wc -l)" -ge "$max_jobs" ]; do wait -n; done
+    while [ "$(running_jobs)" -ge "$max_jobs" ]; do report_finished; sleep 0.2; done
     run_one "$i" "$@" &
 }
 
@@ -74,6 +79,36 @@ tally() {
     esac
 }
 
+# report I: suite I's line, "ok", "skipped" (it checked nothing and skipped something) or, with its whole output,
+# "== NAME (exit N, S s)"; its counts go into the totals. A runner killed before it wrote a status counts as failed.
+report() {
+    local i=$1 log="$dir/$i.log" code=1 seconds=0 before_p=$passed before_f=$failed before_s=$skipped verdict=ok
+    [ -e "$dir/$i.status" ] && read -r code seconds <"$dir/$i.status"
+    tally "$log" "${tallies[$i]}"
+    if [ "$code" -eq 0 ] && [ "$failed" -eq "$before_f" ] && [ "${VERBOSE:-0}" != 1 ]; then
+        [ "$passed" -eq "$before_p" ] && [ "$skipped" -gt "$before_s" ] && verdict=skipped
+        printf '%-7s %-62s %3d s\n' "$verdict" "${names[$i]}" "$seconds"
+        # what was not checked and why, and the fallbacks a GPU without a feature ran instead (common/gates.h);
+        # a machine without a GPU is said once, at the end
+        grep -a "tests SKIPPED\|^not checked: \|^note: " "$log" | grep -v "no CUDA device" | sort -u | sed 's/^/        /'
+        grep -aq "SKIPPED.*no CUDA device" "$log" && no_gpu=$((no_gpu + 1))
+    else
+        echo "== ${names[$i]} (exit $code, $seconds s)"
+        cat "$log"
+    fi
+    [ "$code" -eq 0 ] || status=1
+}
+
+# report_finished [all]: report every suite that has finished since the last call (all: every one not reported yet)
+report_finished() {
+    local i
+    for i in "${!names[@]}"; do
+        [ -z "${reported[$i]:-}" ] && { [ -e "$dir/$i.status" ] || [ "${1:-}" = all ]; } || continue
+        reported[$i]=1
+        report "$i"
+    done
+}
+
 if [ "$mode" = test ]; then
     gpu_suites "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done) $ladder_tests
     suite "CPU suites (common/)" criterion "$build/tests/test_cpu"
@@ -84,7 +119,7 @@ if [ "$mode" = test ]; then
     if command -v python3 >/dev/null; then
         suite "bench table generator (Python, stdlib only)" unittest python3 -m unittest discover -s tests/bench
     else
-        echo "SKIP  bench table generator: no python3"; skipped=$((skipped + 1))
+        echo "skipped bench table generator: no python3"; skipped=$((skipped + 1))
     fi
     suite "profile summary (ncu raw CSV, real H100 exports)" profile bash tests/profile_summary.sh
 else
@@ -97,27 +132,12 @@ else
     suite "mutants apply and compile (stage $last_stage)" mutants \
         env NVCC="${NVCC:-nvcc}" bash tests/mutants.sh "$build" "$last_stage" --compile-only
 fi
+# the GPU suites' job finishes only with its last suite: poll, so that each line comes when its suite is done
+while [ "$(running_jobs)" -gt 0 ]; do report_finished; sleep 0.2; done
 wait
+report_finished all
 
-for i in "${!names[@]}"; do
-    read -r code seconds <"$dir/$i.status"
-    log="$dir/$i.log"
-    before=$failed
-    tally "$log" "${tallies[$i]}"
-    if [ "$code" -eq 0 ] && [ "$failed" -eq "$before" ] && [ "${VERBOSE:-0}" != 1 ]; then
-        printf 'ok    %-62s %3d s\n' "${names[$i]}" "$seconds"
-        # what was not checked and why, and the fallbacks a GPU without a feature ran instead (common/gates.h);
-        # a machine without a GPU is said once, below
-        grep -a "tests SKIPPED\|^not checked: \|^note: " "$log" | grep -v "no CUDA device" | sort -u | sed 's/^/      /'
-        grep -aq "SKIPPED.*no CUDA device" "$log" && no_gpu=$((no_gpu + 1))
-    else
-        echo "== ${names[$i]} (exit $code, $seconds s)"
-        cat "$log"
-    fi
-    [ "$code" -eq 0 ] || status=1
-done
-
-[ "$no_gpu" -eq 0 ] || echo "      $no_gpu GPU suites skipped every test: no CUDA device here (they run where nvidia-smi lists a GPU)"
+[ "$no_gpu" -eq 0 ] || echo "        $no_gpu GPU suites skipped every test: no CUDA device here (they run where nvidia-smi lists a GPU)"
 [ "$failed" -eq 0 ] || status=1
 echo "$mode: $passed passed, $failed failed, $skipped skipped"
 exit $status
