@@ -934,10 +934,11 @@ def fmt_speedup(value):
 
 
 def fmt_removed(share):
-    """A removed share as a percentage, to a tenth where it is 99 % or more (what the later stages reach)."""
+    """A removed share as a percentage, with the decimals that keep the later stages' 99.9x % apart."""
     if share is None:
         return NOT_COMPARED
-    return f"{100 * share:.1f} %" if share >= 0.99 else f"{100 * share:.0f} %"
+    digits = 2 if share >= 0.999 else 1 if share >= 0.99 else 0  # never rounded up to a 100 % no run reaches
+    return f"{100 * share:.{digits}f} %"
 
 
 def loop_lines(trainer, rounds, stages, verdicts):

@@ -688,7 +688,7 @@ class LoopTableTest(unittest.TestCase):
             outcome = make_tables.loop_outcome_block(datasets, root)
             self.assertIn("the best of 2 open rounds (round 1) removed **99.0 % (100×)**; the best of 1 guided rounds "
                           "(round 1) removed **48 % (1.90×)**", outcome)
-            self.assertIn("The hand-written stages removed 03 30 % (1.43×), 08 99.9 % (1,000×).", outcome)
+            self.assertIn("The hand-written stages removed 03 30 % (1.43×), 08 99.90 % (1,000×).", outcome)
             self.assertIn("**hit**", outcome)
             miss = [r for r in self.rows() if "-open-" not in r["run_id"]]
             self.assertIn("**miss**", make_tables.loop_outcome_block([("x.csv", miss)], root))
