@@ -14,6 +14,7 @@ functions need only the standard library; drawing needs matplotlib.
 import argparse
 import functools
 import itertools
+import math
 import os
 import sys
 
@@ -312,15 +313,25 @@ def draw_loop(plt, panels, title, path):
     for ax, (trainer, series, hand) in zip(axes[0], panels):
         for mode, points in series.items():
             open_mode = mode == "open"  # black, so that no stage's color is mistaken for a round
-            ax.plot([p[0] for p in points], [p[1] for p in points], label=f"{mode} rounds", color="black",
+            found = {p[0]: p[1] for p in points}  # a failed round is a gap in its line
+            rounds = range(min(found), max(found) + 1)
+            ax.plot(list(rounds), [found.get(k, float("nan")) for k in rounds], label=f"{mode} rounds", color="black",
                     marker="o" if open_mode else "s", markersize=7 if open_mode else 10, fillstyle="full" if
                     open_mode else "none", linestyle="-" if open_mode else ":")
+        # a stage far above every round is named in the legend, not drawn: it would crush the rounds' scale
+        top = 3 * max((p[1] for points in series.values() for p in points), default=math.inf)
         for nn, value in hand:
-            ax.axhline(value, linestyle="--", linewidth=1, color=color_for(nn), label=f"stage {nn}")
+            if value <= top:
+                ax.axhline(value, linestyle="--", linewidth=1, color=color_for(nn), label=f"stage {nn}")
+            else:
+                ax.plot([], [], linestyle="none", label=f"stage {nn}: {rc.three_digits(value)} (above)")
         ax.set_xticks(sorted({p[0] for points in series.values() for p in points}) or [1])
         figure = "e2e ms, 5M points, 200 epochs" if trainer == "regression" else "ms per epoch, --hidden 128"
-        log_axes(ax, "round (a missing point: the round failed the suite)", f"{figure} (log scale)", trainer,
-                 legend=7, grid="y")
+        log_axes(ax, "round (a gap: the round failed the suite)", f"{figure} (log scale)", trainer, legend=None,
+                 grid="y")
+        ax.legend(fontsize=7, loc="upper right")  # the rounds fall to the lower left
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 2, 3, 4 ms, not 2 × 10^0
+            axis(plt.FuncFormatter(lambda value, _: f"{value:g}"))
     save(plt, fig, title, path)
 
 
