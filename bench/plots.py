@@ -97,10 +97,12 @@ def loop_data(rows):
     rounds, stages, panels = rc.loop_rounds(rows), rc.loop_stages(rows), []
     for trainer in rc.LOOP_FIGURE:
         series = {}
-        for (t, mode, k), figures in sorted(rounds.items()):
-            if t == trainer and figures.get(rc.LOOP_CANDIDATE) is not None:
-                series.setdefault(mode, []).append((k, figures[rc.LOOP_CANDIDATE], figures.get("02")))
-        hand = sorted((nn, v) for nn, v in stages.get(trainer, {}).items() if v is not None)
+        for (t, mode, k), run in sorted(rounds.items()):
+            this = rc.loop_figure(run.get(rc.LOOP_CANDIDATE))
+            if t == trainer and this is not None:
+                series.setdefault(mode, []).append((k, this, rc.loop_figure(run.get("02"))))
+        hand = sorted((nn, rc.loop_figure(row)) for nn, row in stages.get(trainer, {}).items()
+                      if rc.loop_figure(row) is not None)
         if series or hand:
             panels.append((trainer, series, hand))
     return panels
@@ -329,6 +331,7 @@ def draw_loop(plt, panels, title, path):
         figure = "e2e ms, 5M points, 200 epochs" if trainer == "regression" else "ms per epoch, --hidden 128"
         log_axes(ax, "round (a gap: the round failed the suite)", f"{figure} (log scale)", trainer, legend=None,
                  grid="y")
+        ax.set_ylim(bottom=10 ** math.floor(math.log10(ax.get_ylim()[0])))  # a labelled tick below the lowest round
         ax.legend(fontsize=7, loc="upper right")  # the rounds fall to the lower left
         for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 2, 3, 4 ms, not 2 × 10^0
             axis(plt.FuncFormatter(lambda value, _: f"{value:g}"))

@@ -595,9 +595,9 @@ LOOP_FIGURE = {"regression": "e2e_ms", "mnist": "ms_per_epoch"}  # what the loop
 
 
 def _newest_runs(rows, key_of):
-    """{key: figures} of the newest run of each key: key_of(row) gives a row's key or None; figures are
-    {stage: the row's LOOP_FIGURE}. Run ids end in their UTC start, so the largest is the newest."""
-    newest, figures = {}, {}
+    """{key: {stage: row}} of the newest run of each key: key_of(row) gives a row's key or None. Run ids end in
+    their UTC start, so the largest is the newest."""
+    newest, runs = {}, {}
     for row in rows:
         key = key_of(row)
         if key is not None and row["run_id"] > newest.get(key, ""):
@@ -605,12 +605,17 @@ def _newest_runs(rows, key_of):
     for row in rows:
         key = key_of(row)
         if key is not None and row["run_id"] == newest[key] and row["trainer"] in LOOP_FIGURE:
-            figures.setdefault(key, {})[row["stage"]] = number(row, LOOP_FIGURE[row["trainer"]])
-    return figures
+            runs.setdefault(key, {})[row["stage"]] = row
+    return runs
+
+
+def loop_figure(row):
+    """What the loop judges a row by (LOOP_FIGURE), None for no row."""
+    return None if row is None else number(row, LOOP_FIGURE[row["trainer"]])
 
 
 def loop_rounds(rows):
-    """{(trainer, mode, round): {stage: figure}} of each round's newest run: stage 02, the candidate
+    """{(trainer, mode, round): {stage: row}} of each round's newest run: stage 02, the candidate
     (LOOP_CANDIDATE) and stage 08, timed one after the other; a failed round has no rows."""
     def key_of(row):
         match = LOOP_ROUND_RUN.fullmatch(row["run_id"])
@@ -619,5 +624,5 @@ def loop_rounds(rows):
 
 
 def loop_stages(rows):
-    """{trainer: {stage: figure}} of the newest loop-stages run: the hand-written stages at the loop's flags."""
+    """{trainer: {stage: row}} of the newest loop-stages run: the hand-written stages at the loop's flags."""
     return _newest_runs(rows, lambda row: row["trainer"] if LOOP_STAGES_RUN.fullmatch(row["run_id"]) else None)

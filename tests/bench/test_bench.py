@@ -660,6 +660,8 @@ class LoopTableTest(unittest.TestCase):
                                ("loop-regression-guided-r1-20261128T223100Z", 2100.0)):
             for stage, e2e in (("02", 4000.0), ("02-try", candidate), ("08", 4.0)):
                 rows.append(dict(regression_row(stage, "v", e2e), run_id=run))
+        for row in rows:
+            row["setup_ms"] = "1"
         return rows
 
     def repository(self, root):
@@ -672,26 +674,29 @@ class LoopTableTest(unittest.TestCase):
                 f.write(f"# make loop ...\n{last}\n")
 
     def test_rounds_and_stages(self):
+        def figures(run):
+            return {stage: rc.loop_figure(row) for stage, row in run.items()}
         rounds = rc.loop_rounds(self.rows())
-        self.assertEqual(rounds[("regression", "open", 1)], {"02": 4000.0, "02-try": 40.0, "08": 4.0})
-        self.assertEqual(rc.loop_stages(self.rows())["regression"], {"02": 4000.0, "03": 2800.0, "08": 4.0})
+        self.assertEqual(figures(rounds[("regression", "open", 1)]), {"02": 4000.0, "02-try": 40.0, "08": 4.0})
+        self.assertEqual(figures(rc.loop_stages(self.rows())["regression"]), {"02": 4000.0, "03": 2800.0, "08": 4.0})
 
     def test_table_and_outcome(self):
         with tempfile.TemporaryDirectory() as root:
             self.repository(root)
             datasets = [("results/loop/fixture-gpu.csv", self.rows())]
             table = make_tables.loop_block(datasets, root)
-            self.assertIn("| stage 03 | hand-written | 2,800 | 4,000 | 1.43× | 30 % | 4.00 |", table)
-            self.assertIn("| open round 1 | PASS | 40.0 | 4,000 | 100× | 99.0 % | 4.00 |", table)
-            self.assertIn("| open round 2 | FAIL | — | — | — | — | — |", table)
-            self.assertIn("| guided round 1 (stage 03's idea) | PASS | 2,100 | 4,000 | 1.90× | 48 % | 4.00 |", table)
+            self.assertIn("| stage 03 | hand-written | 2,800 | 4,000 | 1.43× | 30 % | 2,801 | 5.00 | 4.00 |", table)
+            self.assertIn("| open round 1 | PASS | 40.0 | 4,000 | 100× | 99.0 % | 41.0 | 5.00 | 4.00 |", table)
+            self.assertIn("| open round 2 | FAIL | — | — | — | — | — | — | — |", table)
+            self.assertIn("| guided round 1 (stage 03's idea) | PASS | 2,100 | 4,000 | 1.90× | 48 % | 2,101 | 5.00 | 4.00 |", table)
             outcome = make_tables.loop_outcome_block(datasets, root)
-            self.assertIn("the best of 2 open rounds (round 1) removed **99.0 % (100×)**; the best of 1 guided rounds "
-                          "(round 1) removed **48 % (1.90×)**", outcome)
+            self.assertIn("the best of 2 open rounds (1 passed), round 1, removed **99.0 % (100×)**, 0.100× stage 08 of "
+                          "its run; the best of 1 guided rounds (1 passed), round 1, removed **48 % (1.90×)**", outcome)
+            self.assertIn("Against the study's figures: 50 % **hit**, 90 % **hit**.", outcome)
             self.assertIn("The hand-written stages removed 03 30 % (1.43×), 08 99.90 % (1,000×).", outcome)
             self.assertIn("**hit**", outcome)
             miss = [r for r in self.rows() if "-open-" not in r["run_id"]]
-            self.assertIn("**miss**", make_tables.loop_outcome_block([("x.csv", miss)], root))
+            self.assertIn("50 % **miss**, 90 % **miss**", make_tables.loop_outcome_block([("x.csv", miss)], root))
             self.assertIn("No round measured yet", make_tables.loop_block([], root))
 
     def test_figure_data(self):
