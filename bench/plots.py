@@ -331,7 +331,10 @@ def draw_loop(plt, panels, title, path):
         figure = "e2e ms, 5M points, 200 epochs" if trainer == "regression" else "ms per epoch, --hidden 128"
         log_axes(ax, "round (a gap: the round failed the suite)", f"{figure} (log scale)", trainer, legend=None,
                  grid="y")
-        ax.set_ylim(bottom=10 ** math.floor(math.log10(ax.get_ylim()[0])))  # a labelled tick below the lowest round
+        lowest = ax.get_ylim()[0]
+        decade = 10 ** math.floor(math.log10(lowest))
+        if lowest < 2 * decade:  # no labelled tick below the lowest round: show the decade's
+            ax.set_ylim(bottom=decade)
         ax.legend(fontsize=7, loc="upper right")  # the rounds fall to the lower left
         for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 2, 3, 4 ms, not 2 × 10^0
             axis(plt.FuncFormatter(lambda value, _: f"{value:g}"))
