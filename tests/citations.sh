@@ -161,14 +161,14 @@ left_out_of_copy() {  # left_out_of_copy PATH: PATH is, or is inside, a path STU
     local p
     for p in "${left_out[@]}"; do
         case $1 in "$p" | "${p%/}" | "${p%/}"/*) return 0 ;; esac
-        # a wildcard over the stage folders (NN-*/x) that matches nothing here: the copy left out its stages
+        # a wildcard over the stage folders that matches nothing here: the copy left out its stages
         case $p in [0-9][0-9]-*/) case $1 in "[0-9][0-9]-*/"*) return 0 ;; esac ;; esac
     done
     return 1
 }
 
 # a student copy's left-out stage folders are still top-level names (STUDENT.md lists them as NN-name/)
-[ ! -f STUDENT.md ] || top_names="$top_names $(sed -n 's|^- `\([0-9][0-9]-[^/`]*\)/`$|\1|p' STUDENT.md | tr '\n' ' ')"
+[ ! -f STUDENT.md ] || top_names="$top_names $(sed -n "s|^- \`\\([0-9][0-9]-[^/\`]*\\)/\`\$|\\1|p" STUDENT.md | tr '\n' ' ')"
 
 # check < FILES: every citation of the files named on stdin into $work/citations, and one
 # "FILE<TAB>LINE<TAB>TOKEN<TAB>PATH" line on stdout per broken one
