@@ -210,7 +210,9 @@ cat >"$work/fixture.c" <<'EOF'
    tests/no_such_test.c on its second line */
 static const char *path = "common/only_in_code.c";  // code, not a comment: not a citation
 EOF
-found=$(printf '%s\n' "$work/fixture.md" "$work/fixture.c" | check | cut -f3 | sort | tr '\n' ' ')
+found=$(printf '%s\n' "$work/fixture.md" "$work/fixture.c" | check | while IFS=$'\t' read -r _ _ token path; do
+    left_out_of_copy "$(realpath -m --relative-to=. -- "$path")" || echo "$token"  # a stage a copy left out
+done | sort | tr '\n' ' ')
 want="common/no_such_file.c common/trainer.h docs/NOPE.md missing.md tests/no_such_test.c "
 if [ "$found" = "$want" ]; then
     echo "ok    self-test: the broken citations of the fixtures are found, and only those"
