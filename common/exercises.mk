@@ -34,7 +34,8 @@ $(foreach v,ROUND FROM MODE,$(eval loop: export LOOP_$(v) = $$($(v))))
 loop:
 	+@bash common/loop.sh
 
-# DIR travels in the environment, never through a shell command line
+# DIR and UPTO travel in the environment, never through a shell command line
 student: export STUDENT_DIR = $(or $(DIR),$(BUILD)/student)
+student: export STUDENT_UPTO = $(UPTO)
 student:
 	@bash common/student.sh

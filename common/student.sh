@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# common/student.sh: the work behind `make student [DIR=path]` (common/exercises.mk hands DIR over as
-# STUDENT_DIR). Writes a copy of the repository without the answers, for a class, in STUDENT_DIR (default
-# build/student): the files git knows as they are in the work tree (no .git, build/ or data/), less the
-# assistants' answers (NN-*/assistant/*.answer.md: complete stage files, the exercises' answers in them);
-# every exercise region cut by common/exercise_cut.awk, leaving its // TODO(exercise) marker; STUDENT.md on
-# top, saying what was cut and how a student checks the work (`make stage N exercise`, in place there).
+# common/student.sh: the work behind `make student [DIR=path] [UPTO=N]` (common/exercises.mk hands DIR and
+# UPTO over as STUDENT_DIR and STUDENT_UPTO). Writes a copy of the repository without the answers, for a
+# class, in STUDENT_DIR (default build/student): the files git knows as they are in the work tree (no .git,
+# build/ or data/), less what holds answers, each listed in STUDENT.md:
+#   - the stage folders after UPTO (default: the last stage), so that a copy for stage N's week holds
+#     nothing of what stage N+1 gives away;
+#   - the assistants' answers (the .answer.md files of the stages' assistant/ folders: complete stage
+#     files) and TEACHING.md (the instructor's kit: its answer key and what each stage's numbers show);
+#   - each deliberate bug of tests/mutants/ that no longer applies to the copy's last stage (its pattern
+#     is code that was cut);
+# every exercise region cut by common/exercise_cut.awk, leaving its // TODO(exercise) marker; in a later
+# stage's file, the code it carries word for word from an earlier stage's region cut as well, with that
+# region's marker (common/exercise_carry.awk); the exercises' commands that need the full repository
+# (a skeleton under build/exercise/, ANSWER=1) rewritten for the copy; STUDENT.md on top, saying what was
+# cut and how a student checks the work (`make stage N exercise`, in place there).
 #
 # STUDENT_DIR must be new, empty, or an earlier student copy (it holds STUDENT.md): that one is replaced.
 # Inside the repository it must be an ignored folder (build/...), or the next copy would copy it.
@@ -22,6 +31,17 @@ cutter=common/exercise_cut.awk
 root=$(git rev-parse --show-toplevel 2>/dev/null) ||
     die "make student copies the files git knows: run it in a git clone of cuda-stages"
 [ "$(cd "$root" && pwd -P)" = "$(pwd -P)" ] || die "make student runs at the top of the repository ($root)"
+
+# UPTO: the last stage the copy ships (1..8 or 01..08); the stage folders are those of the work tree
+mapfile -t stages < <(find . -maxdepth 1 -type d -name '[0-9][0-9]-*' | sed 's|^\./||' | sort)
+[ ${#stages[@]} -gt 0 ] || die "no stage folder (NN-name/) here: make student runs in cuda-stages"
+first=${stages[0]%%-*} last=${stages[${#stages[@]} - 1]%%-*}
+upto=${STUDENT_UPTO:-$last}
+if [[ $upto =~ ^[0-9]{1,2}$ ]]; then upto=$(printf '%02d' "$((10#$upto))"); fi
+printf '%s\n' "${stages[@]}" | grep -q "^$upto-" ||
+    die "UPTO=${STUDENT_UPTO:-}: not a stage; stages: ${first#0}..${last#0} (UPTO=${last#0}, the default: every stage)"
+later=()  # the stage folders after UPTO
+for s in "${stages[@]}"; do [[ ${s%%-*} > $upto ]] && later+=("$s"); done
 
 dir=${STUDENT_DIR:-build/student}
 target=$(realpath -m -- "$dir") || die "DIR=$dir: not a usable path"
@@ -43,11 +63,13 @@ mkdir -p -- "$(dirname -- "$target")" || die "cannot create the folder that hold
 work=$(mktemp -d "$(dirname -- "$target")/.student.XXXXXX") || die "cannot write next to DIR=$dir"
 trap 'rm -rf -- "$work"' EXIT
 
-# 1. the files git knows, as they are in the work tree (a tracked file deleted here is not copied); the
-# assistants' answers stay out, listed in STUDENT.md below
+# 1. the files git knows, as they are in the work tree (a tracked file deleted here is not copied), less the
+# stage folders after UPTO, the assistants' answers and TEACHING.md: listed in STUDENT.md below
 answers='[0-9][0-9]-*/assistant/*.answer.md'
+excluded=(":!:$answers" ":!:TEACHING.md")
+for s in "${later[@]}"; do excluded+=(":!:$s/"); done
 list=$work/.files
-git ls-files -z --cached --others --exclude-standard -- . ":!:$answers" |
+git ls-files -z --cached --others --exclude-standard -- . "${excluded[@]}" |
     while IFS= read -r -d '' f; do
         if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
     done | sort -zu >"$list" || die "git ls-files failed"
@@ -59,6 +81,7 @@ files=$(tr -cd '\0' <"$list" | wc -c)
 # 2. cut every region of every source file that has one
 cut_list=
 regions=0
+with_regions=()  # the files of the stage folders that hold regions, in stage order: what later ones carry
 while IFS= read -r -d '' f; do
     case $f in *.cu | *.cuh | *.c | *.h | *.cc | *.cpp) ;; *) continue ;; esac
     if [ ! -f "$f" ] || [ -L "$f" ]; then continue; fi
@@ -66,8 +89,39 @@ while IFS= read -r -d '' f; do
     names=$(awk -v list=1 -f "$cutter" "$f") || exit 2  # the cutter said why, in one line
     [ -n "$names" ] || continue
     awk -f "$cutter" "$f" >"$work/copy/$f" || exit 2
-    cut_list="$cut_list- \`$f\`: $(paste -sd, <<<"$names" | sed 's/,/, /g')"$'\n'
+    case $f in [0-9][0-9]-*/*) with_regions+=("$f") ;; esac
     regions=$((regions + $(wc -l <<<"$names")))
+done <"$list"
+
+# a later stage's file carries an earlier stage's answer forward (the ladder adds one idea a stage): the
+# same code is cut there too, or the copy would hand the earlier answer out. Then each file's line in
+# STUDENT.md names its own regions first, the carried ones after.
+carried=0
+while IFS= read -r -d '' f; do
+    case $f in [0-9][0-9]-*/*.cu) ;; *) continue ;; esac
+    earlier=()
+    for e in "${with_regions[@]}"; do [[ ${e%%-*} < ${f%%-*} ]] && earlier+=("$e"); done
+    own=
+    [ ! -f "$f" ] || ! grep -q '^[[:space:]]*// EXERCISE' -- "$f" || own=$(awk -v list=1 -f "$cutter" "$f")
+    more=
+    if [ ${#earlier[@]} -gt 0 ]; then
+        more=$(awk -v list=1 -f common/exercise_carry.awk "${earlier[@]}" "$work/copy/$f") || exit 2
+        if [ -n "$more" ]; then
+            if ! awk -f common/exercise_carry.awk "${earlier[@]}" "$work/copy/$f" >"$work/carried" ||
+                ! mv "$work/carried" "$work/copy/$f"; then
+                die "cutting the carried regions out of $f failed"
+            fi
+            carried=$((carried + $(wc -l <<<"$more")))
+        fi
+    fi
+    names=$(printf '%s\n%s\n' "$own" "$more" | grep .)
+    [ -z "$names" ] || cut_list="$cut_list- \`$f\`: $(paste -sd, <<<"$names" | sed 's/,/, /g')"$'\n'
+done <"$list"
+while IFS= read -r -d '' f; do  # regions outside the stage folders, in list order as before
+    case $f in [0-9][0-9]-*/*) continue ;; *.cu | *.cuh | *.c | *.h | *.cc | *.cpp) ;; *) continue ;; esac
+    if [ ! -f "$f" ] || ! grep -q '^[[:space:]]*// EXERCISE' -- "$f"; then continue; fi
+    names=$(awk -v list=1 -f "$cutter" "$f")
+    [ -z "$names" ] || cut_list="$cut_list- \`$f\`: $(paste -sd, <<<"$names" | sed 's/,/, /g')"$'\n'
 done <"$list"
 
 # no region may be left anywhere in the copy's sources
@@ -75,40 +129,71 @@ left=$(cd "$work/copy" && grep -rlE --include='*.cu' --include='*.cuh' --include
     --include='*.cc' --include='*.cpp' '^[[:space:]]*// EXERCISE\(' . 2>/dev/null | head -n1)
 [ -z "$left" ] || die "the copy still holds an exercise region in ${left#./}: not written"
 
-# 3. STUDENT.md
+# 3. the deliberate bugs (tests/mutants/) are checked against the copy's last stage: one whose pattern no
+# longer changes its file there matched code that was cut, and holds that answer in its pattern
+last_dir=$(printf '%s\n' "${stages[@]}" | grep "^$upto-")
+mutants_out=
+for m in "$work"/copy/tests/mutants/*.sed; do
+    [ -f "$m" ] || continue
+    mfile=$(sed -n 's/^# file: *//p' "$m")
+    mstages=$(sed -n 's/^# stages: *//p' "$m")
+    case " ${mstages:-$upto} " in *" $upto "*) ;; *) continue ;; esac  # skipped there: its stages are others
+    target_file=$work/copy/$last_dir/$mfile
+    if [ -f "$target_file" ] && ! sed -f "$m" "$target_file" | cmp -s - "$target_file"; then continue; fi
+    rm -f -- "$m"
+    mutants_out="$mutants_out${m#"$work/copy/"}"$'\n'
+done
+
+# 4. the exercises' commands, as the copy runs them: the stage's file there is the skeleton (there is no
+# build/exercise/NN/ copy of it to take), and the answers ANSWER=1 would try are not there
+for s in "${stages[@]}"; do
+    ex=$work/copy/$s/exercises.md
+    [ -f "$ex" ] || continue
+    sed -i -e "s|build/exercise/${s%%-*}/|$s/|g" \
+        -e '/^    make stage [0-9]* exercise ANSWER=1/d' \
+        -e 's|  *# your cop\(y\|ies\): exercise rewrites its skeleton$|   # your copy of the skeleton|' "$ex" ||
+        die "rewriting $s/exercises.md for the copy failed"
+done
+
+# 5. STUDENT.md
+bullets() {  # the lines of stdin, each a "- `path`" item; blank ones dropped
+    local l
+    while IFS= read -r l; do [ -z "$l" ] || printf -- "- \`%s\`\n" "$l"; done
+}
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 state="commit $commit"
 [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || state="$state with uncommitted changes"
 {
     echo "# A student copy of cuda-stages"
     echo
-    echo "Written by \`make student\` from $state."
+    echo "Written by \`make student\` from $state, with the stages up to ${upto#0} (UPTO=${upto#0})."
     echo
     echo "Every exercise region of the stage files was cut out: each left its \`// TODO(exercise): name: task\`"
-    echo "marker, and the answers are not in this copy. Write the code in the stage's file itself, delete"
-    echo "each marker once its code is written, and check:"
+    echo "marker, and the answers are not in this copy. Where a later stage's file carries an earlier"
+    echo "stage's answer forward, that code is cut there too, with the earlier region's marker: write the"
+    echo "earlier answer there again. Write the code in the stage's file itself, delete each marker once its"
+    echo "code is written, and check:"
     echo
     echo "    make stage N exercise TRY_RUN=0    # any machine: compiles, links, counts the markers left"
     echo "    make stage N exercise              # on a GPU: the stage's test suite on your file, PASS or FAIL"
     echo
     echo "\`EXERCISE=name\` picks the file that holds that exercise. Each stage's exercises.md says what its"
-    echo "build exercise asks; the checks are those of TEACHING.md."
+    echo "build exercise asks; its commands are those of this copy, where the stage's file is the skeleton."
     echo
     echo "## Exercise regions cut"
     echo
     if [ -n "$cut_list" ]; then printf '%s' "$cut_list"; else echo "None: no stage file marked an exercise region."; fi
-    if [ -n "$left_out" ]; then
-        echo
-        echo "## Left out"
-        echo
-        echo "The assistants' answers: each is a complete stage file, the answers to its exercises included"
-        echo "(the review beside them, assistant/README.md, stays; its links to them do not resolve here)."
-        echo
-        sed 's/.*/- `&`/' <<<"$left_out"
-    fi
+    echo
+    echo "## Left out"
+    echo
+    echo "What holds answers. Citations of these paths do not resolve here."
+    echo
+    for s in "${later[@]}"; do echo "- \`$s/\`"; done
+    printf '%s\n%s\n' "$left_out" "$mutants_out" | bullets
+    [ ! -f TEACHING.md ] || echo "- \`TEACHING.md\`"
 } >"$work/copy/STUDENT.md"
 
 # replace an earlier copy only now that the new one is complete
 [ ! -d "$target" ] || rm -rf -- "$target" || die "cannot remove the earlier copy in DIR=$dir"
 mv -- "$work/copy" "$target" || die "cannot move the copy to DIR=$dir"
-echo "wrote $dir: $files files from $state, $regions exercise region(s) cut from $(printf '%s' "$cut_list" | grep -c '^- ') file(s) (listed in $dir/STUDENT.md)"
+echo "wrote $dir: $files files from $state, stages ${first#0}..${upto#0}, $regions exercise region(s) cut from $(printf '%s' "$cut_list" | grep -c '^- ') file(s) and $carried carried into later stages (listed in $dir/STUDENT.md)"

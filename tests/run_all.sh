@@ -6,7 +6,7 @@
 #   test:  the CPU suites, the command-line contract, citations, history, README words, the bench tables, the profile summary, and
 #          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU
 #          suites run one after another, beside the others;
-#   check: the slow smoke suites of the tools: try, prompts, loop rounds, exercises, sanitize's verdicts, the mutants; one at
+#   check: the slow smoke suites of the tools: try, prompts, loop rounds, exercises, student copies, sanitize's verdicts, the mutants; one at
 #          a time, since several of them build into BUILD.
 set -u
 mode=$1 build=$2 stages=$3 ladder_tests=${4:-}
@@ -127,6 +127,7 @@ else
     suite "prompts: size, sections, checklists from the code" prompt bash tests/prompt_smoke.sh
     suite "loop rounds: prompts, records, refusals (fixtures)" loop bash tests/loop_smoke.sh
     suite "exercise regions: the cutter and make student" exercise bash tests/exercise_smoke.sh
+    suite "student copies: whole, no answer left in them (every UPTO)" student bash tests/student_smoke.sh
     suite "make sanitize's verdicts (a stand-in compute-sanitizer)" sanitize bash tests/sanitize_smoke.sh "$build"
     # the deliberate bugs of tests/mutants/ still apply and compile (make test-mutants runs them on a GPU)
     suite "mutants apply and compile (stage $last_stage)" mutants \

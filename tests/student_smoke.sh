@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# tests/student_smoke.sh: a student copy (`make student`) is whole and keeps its secrets; no GPU needed.
+#
+#     bash tests/student_smoke.sh          (make check runs it)
+#
+#   1. the leak search bites: a copy with a later stage's file put back uncut leaks the answers it carries;
+#   2. for every UPTO (1 .. the last stage), `make student UPTO=N`: the stage folders after N are absent
+#      and listed in STUDENT.md; no answer line of any region of the stages shipped is anywhere in the copy
+#      (below); every command of the exercises works there (no skeleton under build/exercise/, no
+#      ANSWER=1, no git); its citations check passes;
+#   3. the whole copy (every stage): its quick suites pass in it (citations, prose history, README
+#      words, the bench tables and their generator's unit tests) and `make -n all` finds every source; the
+#      copy's full `make test` and `make check` build every stage (minutes) and are not run here;
+#   4. UPTO that is not a stage is refused: one "error:" line, exit 2, no copy.
+#
+# An answer line is a line between a region's markers in a stage file, trimmed, unless it is trivial: no
+# letter or digit (braces), a kernel's launch-geometry idiom (an index from blockIdx, blockDim and
+# threadIdx, a bounds check that returns, the warp and lane split, a __syncthreads, a shuffle loop's
+# header), or a line the student
+# is given anyway: in the copy's own file (its skeleton), in common/, or in an earlier stage's folder. Every
+# other answer line found anywhere in the copy is a leak, unless tests/student_leaks.allow excuses it.
+# Each check prints one line; the last line is "student: N passed, N failed".
+set -u
+make=${MAKE:-make}
+work=build/student-smoke
+rm -rf "$work"
+mkdir -p "$work"
+log=$work/last.log
+allow_file=tests/student_leaks.allow
+# shellcheck source=tests/smoke_common.sh
+source tests/smoke_common.sh
+
+# answers FILE: "NAME<TAB>line" for every answer line of FILE's regions, trimmed, the trivial ones left out
+answers() {
+    awk '
+        function trim(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
+        /^[ \t]*\/\/ EXERCISE\(/ { name = $0; sub(/^[ \t]*\/\/ EXERCISE\(/, "", name); sub(/\).*/, "", name)
+                                  inside = 1; task = 1; next }
+        /^[ \t]*\/\/ EXERCISE end/ { inside = 0; next }
+        inside && task && /^[ \t]*\/\/:/ { next }
+        inside {
+            task = 0
+            l = trim($0)
+            if (l !~ /[A-Za-z0-9]/) next
+            code = l; sub(/[ \t]*\/\/.*$/, "", code)
+            if (code ~ /^(const )?(int|int64_t|unsigned) [a-z0-9_]+ = [^;]*(blockIdx|threadIdx|gridDim)[^;]*;$/) next
+            if (code ~ /^(int|int64_t) [a-z0-9_]+ = [^,;]*(blockIdx|threadIdx)[^,;]*, [a-z0-9_]+ = [^;]*;$/) next
+            if (code ~ /^if \([^;]*\) return;$/ || code ~ /^__syncthreads\(\);$/) next
+            if (code ~ /^for \(int offset = [^;]*; offset > 0; offset \/= 2\) \{$/) next
+            print name "\t" l
+        }' "$1"
+}
+
+# leaks COPY: "REGION<TAB>PATH<TAB>line" for each answer line found in COPY (PATH relative to it), for every
+# region of the stage files that COPY ships, read from the repository's own files
+leaks() {
+    local copy=$1 f s d name line given hit
+    for f in [0-9][0-9]-*/*.cu; do
+        if [ ! -f "$copy/$f" ] || ! grep -q '^[[:space:]]*// EXERCISE(' "$f"; then continue; fi
+        s=${f%%-*}
+        given=("$copy/$f" "$copy/common")
+        for d in "$copy"/[0-9][0-9]-*/; do d=${d%/}; [[ ${d##*/} < $s ]] && given+=("$d"); done
+        while IFS=$'\t' read -r name line; do
+            grep -rqF -- "$line" "${given[@]}" && continue
+            while IFS= read -r hit; do printf '%s\t%s\t%s\n' "$name" "${hit#"$copy"/}" "$line"; done < <(grep -rlF -- "$line" "$copy")
+        done < <(answers "$f")
+    done
+}
+
+allowed() {  # allowed REGION PATH: excused by tests/student_leaks.allow
+    sed 's/#.*//' "$allow_file" | awk -v r="$1" -v p="$2" '$1 == r && $2 == p { hit = 1 } END { exit !hit }'
+}
+
+# ----------------------------------------------------------------------------
+# 1. the search bites: the whole copy with one later file put back uncut (06's regression.cu carries 04's
+# and 05's answers) leaks exactly those regions
+
+mapfile -t stages < <(find . -maxdepth 1 -type d -name '[0-9][0-9]-*' | sed 's|^\./||' | sort)
+broken=$work/broken-copy
+if "$make" --no-print-directory student DIR="$broken" >"$log" 2>&1 && [ -f 06-cublas-cudnn/regression.cu ]; then
+    cp 06-cublas-cudnn/regression.cu "$broken/06-cublas-cudnn/regression.cu"
+    found=$(leaks "$broken" | awk -F'\t' '$2 == "06-cublas-cudnn/regression.cu" { print $1 }' | sort -u | tr '\n' ' ')
+    if [ "$found" = "block-reduction epoch-bookkeeping warp-sums " ]; then
+        ok "the leak search finds 04's and 05's answers in a copy whose 06-cublas-cudnn/regression.cu is not cut"
+    else
+        echo "found: $found" >"$log"; bad "the leak search misses the answers of an uncut later file"
+    fi
+else
+    bad "make student for the leak search's self-test"
+fi
+
+# ----------------------------------------------------------------------------
+# 2. a copy for every UPTO
+
+declare -A excused_used=()
+for stage in "${stages[@]}"; do
+    nn=${stage%%-*} n=$((10#${stage%%-*}))
+    copy=$work/upto-$nn
+    if ! "$make" --no-print-directory student DIR="$copy" UPTO="$n" >"$log" 2>&1; then bad "make student UPTO=$n"; continue; fi
+    # the stages after UPTO: absent, and said so
+    wrong=
+    for s in "${stages[@]}"; do
+        if [[ ${s%%-*} > $nn ]]; then
+            [ ! -e "$copy/$s" ] || wrong="$wrong $s(shipped)"
+            grep -qxF -- "- \`$s/\`" "$copy/STUDENT.md" || wrong="$wrong $s(not listed)"
+        else
+            [ -d "$copy/$s" ] || wrong="$wrong $s(missing)"
+        fi
+    done
+    if [ -z "$wrong" ]; then ok "UPTO=$n: stages ${stages[0]%%-*}..$nn shipped, the later ones left out and listed in STUDENT.md"
+    else echo "$wrong" >"$log"; bad "UPTO=$n: the stage folders are wrong:$wrong"; fi
+
+    # no answer anywhere
+    leaks "$copy" >"$work/leaks-$nn"
+    : >"$log"
+    while IFS=$'\t' read -r name path line; do
+        if allowed "$name" "$path"; then excused_used["$name $path"]=1; continue; fi
+        printf '%s: %s holds "%s"\n' "$name" "$path" "$line" >>"$log"
+    done <"$work/leaks-$nn"
+    if [ ! -s "$log" ]; then
+        ok "UPTO=$n: no answer line of the $(grep -c "^- \`.*\`: " "$copy/STUDENT.md") cut file(s)' regions anywhere in the copy$(
+            [ -s "$work/leaks-$nn" ] && echo " (but $(cut -f1,2 "$work/leaks-$nn" | sort -u | wc -l) region/file pair(s) excused by $allow_file)")"
+    else
+        bad "UPTO=$n: answers leak into the copy ($(wc -l <"$log") line(s); the first ones:)"
+    fi
+
+    # every command of the exercises works in the copy
+    : >"$log"
+    for ex in "$copy"/[0-9][0-9]-*/exercises.md; do
+        while IFS= read -r cmd; do
+            case $cmd in *"git "*) echo "${ex#"$copy"/}: needs .git: $cmd" >>"$log" ;; esac
+            case $cmd in *"ANSWER=1"*) echo "${ex#"$copy"/}: the answers are not there: $cmd" >>"$log" ;; esac
+            if [[ $cmd =~ (^|[[:space:]])cp[[:space:]]+([^#]*[^[:space:]#])[[:space:]]+mine/ ]]; then
+                for src in ${BASH_REMATCH[2]}; do
+                    [ -e "$copy/$src" ] || echo "${ex#"$copy"/}: copies $src, not in the copy: $cmd" >>"$log"
+                done
+            fi
+        done < <(grep -E "^    (make|mkdir|cp|git) |\`(git|cp) [^\`]*\`" "$ex")
+    done
+    if [ ! -s "$log" ]; then ok "UPTO=$n: every command of the exercises works in the copy (no build/exercise/ skeleton, ANSWER=1 or git)"
+    else bad "UPTO=$n: exercise commands that do not work in the copy"; fi
+
+    if (cd "$copy" && bash tests/citations.sh) >"$log" 2>&1; then ok "UPTO=$n: the copy's citations check passes: $(tail -n1 "$log")"
+    else bad "UPTO=$n: the copy's citations check"; fi
+done
+# an allowlist entry must still excuse something
+while read -r name path _; do
+    [ -n "$name" ] || continue
+    if [ -z "${excused_used["$name $path"]:-}" ]; then
+        echo "'$name $path' excuses nothing" >"$log"; bad "$allow_file: '$name $path' excuses nothing in any copy: remove the line"
+    fi
+done < <(sed 's/#.*//' "$allow_file")
+
+# ----------------------------------------------------------------------------
+# 3. the whole copy: its quick suites
+
+copy=$work/upto-${stages[${#stages[@]} - 1]%%-*}
+for check in "history:bash tests/history_smoke.sh" "words:bash tests/readme_words.sh" \
+    "bench tables:python3 bench/make_tables.py --check" "bench generator:python3 -m unittest discover -s tests/bench"; do
+    if (cd "$copy" && ${check#*:}) >"$log" 2>&1; then ok "whole copy: ${check%%:*} passes in it (${check#*:})"
+    else bad "whole copy: ${check%%:*} fails in it (${check#*:})"; fi
+done
+if "$make" --no-print-directory -C "$copy" -n all >"$log" 2>&1; then ok "whole copy: make -n all finds every source it needs"
+else bad "whole copy: make -n all"; fi
+
+# ----------------------------------------------------------------------------
+# 4. refusals
+
+for upto in 9 x 0; do
+    "$make" --no-print-directory -s student DIR="$work/refused" UPTO="$upto" >"$work/stdout" 2>"$log"
+    status=$?
+    if [ $status -eq 2 ] && [ "$(grep -c '^error: UPTO=' "$log")" -eq 1 ] && [ "$(grep -cvE '^error:|^make(\[[0-9]+\])?: ' "$log")" -eq 0 ] &&
+        [ ! -e "$work/refused" ] && [ ! -s "$work/stdout" ]; then
+        ok "make student UPTO=$upto is refused: $(grep '^error:' "$log" | cut -c1-90)"
+    else
+        bad "make student UPTO=$upto (exit $status, want 2, one error: line and no copy)"
+    fi
+done
+
+echo "student: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
