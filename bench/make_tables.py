@@ -16,6 +16,7 @@ row that is not clean is named under its table, not shown. Standard library only
 """
 
 import argparse
+import glob
 import math
 import os
 import re
@@ -910,16 +911,15 @@ STUDY_REMOVED = (0.5, 0.9)  # the study's shares of time removed: iterated promp
 
 
 def loop_verdicts(root):
-    """{(trainer, mode, round): PASS or FAIL} of every round recorded under LOOP_DIR (its verdict.txt's last
-    'try:' line)."""
-    verdicts, top = {}, os.path.join(root, LOOP_DIR)
-    for run in sorted(os.listdir(top)) if os.path.isdir(top) else []:
-        for name in sorted(os.listdir(os.path.join(top, run))) if os.path.isdir(os.path.join(top, run)) else []:
-            match = LOOP_RECORD.fullmatch(f"{run}/{name}")
-            lines = [x for x in read_text(os.path.join(top, run, name, "verdict.txt")).split("\n") if x.startswith("try: ")]
-            if match and lines:
-                key = (match["trainer"], "guided" if match["guided"] else "open", int(match["round"]))
-                verdicts[key] = "PASS" if lines[-1].startswith("try: PASS") else "FAIL"
+    """{(trainer, mode, round): PASS or FAIL} of every round recorded under LOOP_DIR, from the last 'try:' line
+    of its verdict.txt (TRY_VERDICT, as for the try rounds)."""
+    verdicts = {}
+    for path in glob.glob(os.path.join(root, LOOP_DIR, "*", "round-*", "verdict.txt")):
+        match = LOOP_RECORD.fullmatch(os.path.relpath(os.path.dirname(path), os.path.join(root, LOOP_DIR)))
+        tries = [line for line in read_text(path).split("\n") if line.startswith("try: ")]
+        if match and tries:
+            key = (match["trainer"], "guided" if match["guided"] else "open", int(match["round"]))
+            verdicts[key] = "PASS" if TRY_VERDICT.fullmatch(tries[-1]).group("verdict") == "PASS" else "FAIL"
     return verdicts
 
 
@@ -952,13 +952,15 @@ def loop_cells(run, version, verdict):
             fmt_3(rc.loop_figure(best))]
 
 
-def loop_lines(trainer, rounds, stages, verdicts):
-    """The table lines of one trainer: the hand-written stages (the loop-stages run), then each recorded round."""
+def loop_lines(trainer, rounds, stages, verdicts, ideas):
+    """The table lines of one trainer: the hand-written stages (the loop-stages run), then each recorded round;
+    guided round k named with stage k+2's idea (ideas: stage_ideas), as common/loop.sh names it."""
     lines, hand = [], stages.get(trainer, {})
     for nn in sorted(s for s in hand if s not in ("02", rc.LOOP_CANDIDATE)):
         lines.append([f"stage {nn}"] + loop_cells(hand, nn, "hand-written"))
     for key in sorted((k for k in set(verdicts) | set(rounds) if k[0] == trainer), key=lambda k: (k[1] != "open", k)):
-        named = f" (stage {key[2] + 2:02d}'s idea)" if key[1] == "guided" and key[2] <= 6 else ""  # as loop.sh names
+        idea = ideas.get(f"{key[2] + 2:02d}") if key[1] == "guided" else None
+        named = f" ({key[2] + 2:02d}: {idea})" if idea else ""
         lines.append([f"{key[1]} round {key[2]}{named}"]
                      + loop_cells(rounds.get(key, {}), rc.LOOP_CANDIDATE, verdicts.get(key, "not recorded")))
     return lines
@@ -966,11 +968,11 @@ def loop_lines(trainer, rounds, stages, verdicts):
 
 def loop_block(datasets, root):
     """One table a trainer a results file of the loop: every round beside the hand-written stages."""
-    verdicts, parts = loop_verdicts(root), []
+    verdicts, ideas, parts = loop_verdicts(root), stage_ideas(root), []
     for source, rows in datasets:
         rounds, stages = rc.loop_rounds(rows), rc.loop_stages(rows)
         for trainer in ("regression", "mnist"):
-            lines = loop_lines(trainer, rounds, stages, verdicts)
+            lines = loop_lines(trainer, rounds, stages, verdicts, ideas)
             if lines:
                 figure = LOOP_FIGURE_NAME[trainer]
                 header = ["version", "verdict", figure, f"stage 02 {figure}", "× stage 02", "02's time removed",

@@ -665,6 +665,9 @@ class LoopTableTest(unittest.TestCase):
         return rows
 
     def repository(self, root):
+        os.makedirs(os.path.join(root, "common"))
+        with open(os.path.join(root, make_tables.STAGE_IDEAS), "w") as f:
+            f.write("# stage, marker, idea, removes\n03\tfused\tkernel fusion: one kernel\tlaunches\n")
         for run, k, last in (("regression", 1, "try: PASS, relative loop speed 99x (faster)"),
                              ("regression", 2, "try: FAIL (regression.cu: FAIL)"),
                              ("regression-guided", 1, "try: PASS, relative loop speed 1.9x (faster)")):
@@ -688,7 +691,7 @@ class LoopTableTest(unittest.TestCase):
             self.assertIn("| stage 03 | hand-written | 2,800 | 4,000 | 1.43× | 30 % | 2,801 | 5.00 | 4.00 |", table)
             self.assertIn("| open round 1 | PASS | 40.0 | 4,000 | 100× | 99.0 % | 41.0 | 5.00 | 4.00 |", table)
             self.assertIn("| open round 2 | FAIL | — | — | — | — | — | — | — |", table)
-            self.assertIn("| guided round 1 (stage 03's idea) | PASS | 2,100 | 4,000 | 1.90× | 48 % | 2,101 | 5.00 | 4.00 |", table)
+            self.assertIn("| guided round 1 (03: kernel fusion) | PASS | 2,100 | 4,000 | 1.90× | 48 % | 2,101 | 5.00 | 4.00 |", table)
             outcome = make_tables.loop_outcome_block(datasets, root)
             self.assertIn("the best of 2 open rounds (1 passed), round 1, removed **99.0 % (100×)**, 0.100× stage 08 of "
                           "its run; the best of 1 guided rounds (1 passed), round 1, removed **48 % (1.90×)**", outcome)
