@@ -118,8 +118,8 @@ endif
 
 # The verb runs in a sub-make whose own "make[1]: *** [...] Error N" lines are dropped from its stderr (through a
 # FIFO and grep --line-buffered, so that the rest streams as it comes; awk would wait for more input); the first
-# one's N, the failed program's exit code, becomes this recipe's, so that a failed `make stage N VERB` ends with the program's one error line and make's one line,
-# "make: *** [Makefile:...: stage] Error N" (make itself then exits 2).
+# one's N, the failed program's exit code, becomes this recipe's, so that a failed `make stage N VERB` ends with
+# the program's one error line and make's one line, "make: *** [Makefile:...: stage] Error N" (make then exits 2).
 .PHONY: stage $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
 stage:
 ifneq ($(REFUSAL),)
