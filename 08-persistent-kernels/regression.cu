@@ -1,9 +1,11 @@
-// Stage 08, regression: stage 07's trainer, unchanged. An epoch is a sum over every point, then an update that
-// needs the whole sum: in one persistent kernel every epoch would end at a grid barrier, which costs more than the
-// gap 07's graph leaves between its two kernels (README). So the regression keeps stage 07's graphs:
-// EPOCHS_PER_GRAPH epochs, captured once in setup, replay in one launch.
+// Stage 08, regression: a persistent kernel. One cooperative launch runs every epoch; each block loads its slice of
+// the training set once, x into shared memory and y into registers, and keeps it on chip for all of them; the blocks
+// meet at one grid barrier an epoch. Everything else is stage 07's, whose graphs still run where the kernel cannot.
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <cuda_runtime.h>
+#include <cooperative_groups.h>  // stage 08: the grid barrier, grid.sync()
 
 #include "check.h"
 #include "host.h"
@@ -11,7 +13,10 @@
 #include "timing.h"
 #include "trainer.h"
 
-const char *const REGRESSION_VARIANTS[] = {"fused", NULL};
+namespace cg = cooperative_groups;
+
+const char *const REGRESSION_VARIANTS[] = {"persistent", "graphs", NULL};
+#define VARIANT_PERSISTENT 0  // index of "persistent" above
 
 #define BLOCK_SIZE 256  // a multiple of WARP_SIZE: the reductions below assume full warps
 #define WARP_SIZE 32
@@ -127,6 +132,157 @@ __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_
 }
 
 // ----------------------------------------------------------------------------
+// the persistent run: every epoch in one cooperative launch, the training set on chip
+//
+// Block g owns the points [g * chunk, g * chunk + chunk). It loads the first on_chip of them once, x into shared
+// memory and y into registers (thread t holds points k * PERSISTENT_THREADS + t), and reads the rest of its chunk,
+// if any, from global memory every epoch. An epoch: every block sums its points and stores the block's sums; one
+// grid barrier; then every block adds all the blocks' sums in the same fixed order, so each one computes the same
+// update, bit for bit, and the next epoch starts without a second barrier (picture.svg).
+
+// A block fills an SM's register file: 512 threads of 128 registers, half of them this thread's y values (with
+// 1,024 threads of 64 registers, 32 y values leave too few for the rest, and the compiler spills).
+#define PERSISTENT_THREADS 512
+#define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
+#define REGISTER_POINTS 64  // y values a thread keeps in registers, x values in shared memory: 128 KB a block
+
+typedef struct {
+    double r2, rx, r;  // Sums in double: a block's and the grid's, and a thread's points read from global memory
+} DoubleSums;
+
+typedef struct {
+    const float *x, *y;    // (n,) the training set: what fits on chip is read once, the rest every epoch
+    float *params;         // (2,) w, b: read at the start, the trained values written at the end
+    DoubleSums *partial;   // (2, blocks) each block's sums; epochs take the two halves in turn (see below)
+    double *loss_log;      // (n_logged,) the logged epochs' train sums of squared residuals
+    float *param_log;      // (n_logged, 2) w, b at the start of each logged epoch
+    const int *log_slots;  // (epochs,) an epoch's slot in the logs, -1: not logged
+    int64_t n, chunk;      // points; points a block owns (whole rows of PERSISTENT_THREADS; the last block's fewer)
+    int on_chip, epochs;   // points of a chunk held on chip (a multiple of PERSISTENT_THREADS, at most
+    float lr;              //   REGISTER_POINTS of them)
+    int blocks;            // the launch (host side): blocks of PERSISTENT_THREADS,
+    size_t shared_bytes;   // with on_chip floats of dynamic shared memory each
+} PersistentArgs;
+
+// add_point in double: a thread may add thousands of these
+__device__ void add_point_double(DoubleSums *s, float x, float y, float w, float b) {
+    float residual = w * x + b - y;
+    s->r2 += residual * residual;
+    s->rx += residual * x;
+    s->r += residual;
+}
+
+// The points [from, to) of x and y (from 16-byte aligned), this thread's share of a block-stride loop over float4s
+__device__ void add_global_points(DoubleSums *s, const float *x, const float *y, int64_t from, int64_t to, float w,
+                                  float b) {
+    const float4 *x4 = (const float4 *)(x + from), *y4 = (const float4 *)(y + from);
+    int64_t n4 = (to - from) / 4;
+    for (int64_t i = threadIdx.x; i < n4; i += PERSISTENT_THREADS) {
+        float4 xv = x4[i], yv = y4[i];
+        add_point_double(s, xv.x, yv.x, w, b);
+        add_point_double(s, xv.y, yv.y, w, b);
+        add_point_double(s, xv.z, yv.z, w, b);
+        add_point_double(s, xv.w, yv.w, w, b);
+    }
+    int64_t leftover = from + n4 * 4 + threadIdx.x;
+    if (leftover < to) add_point_double(s, x[leftover], y[leftover], w, b);
+}
+
+// warp_sums in double: every lane ends up with the warp's sums, added in the same butterfly every time
+__device__ DoubleSums warp_double_sums(DoubleSums s) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        s.r2 += __shfl_xor_sync(0xffffffffu, s.r2, offset);
+        s.rx += __shfl_xor_sync(0xffffffffu, s.rx, offset);
+        s.r += __shfl_xor_sync(0xffffffffu, s.r, offset);
+    }
+    return s;
+}
+
+// The block's sums, in every lane of warp 0 (the other warps get their own warp's): warps, then warp 0 over them
+__device__ DoubleSums block_double_sums(DoubleSums s, DoubleSums *warp_partials) {
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    s = warp_double_sums(s);
+    if (lane == 0) warp_partials[warp] = s;
+    __syncthreads();
+    DoubleSums none = {0.0, 0.0, 0.0};
+    if (warp == 0) s = warp_double_sums(lane < PERSISTENT_WARPS ? warp_partials[lane] : none);
+    return s;
+}
+
+// Warp 0 of every block, after the barrier: the sums of all blocks, lane l adding blocks l, l + 32, ... in order,
+// then one butterfly. __ldcg and __stcg keep the sums in L2: another SM wrote them, and L1 is not coherent.
+__device__ DoubleSums grid_double_sums(const DoubleSums *partial, int blocks, int lane) {
+    DoubleSums all = {0.0, 0.0, 0.0};
+    for (int g = lane; g < blocks; g += WARP_SIZE) {
+        all.r2 += __ldcg(&partial[g].r2);
+        all.rx += __ldcg(&partial[g].rx);
+        all.r += __ldcg(&partial[g].r);
+    }
+    return warp_double_sums(all);
+}
+
+// for (epoch = 0; epoch < epochs; epoch++) { the sums of forward_loss_backward_kernel; the update of
+// sgd_update_kernel }, in one cooperative launch of a.blocks x PERSISTENT_THREADS
+__global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_kernel(PersistentArgs a) {
+    extern __shared__ float x_chip[];                       // (on_chip,) x of my chunk's first points
+    __shared__ DoubleSums warp_partials[PERSISTENT_WARPS];  // block_double_sums' scratch
+    __shared__ float next_params[2];                        // the update, from thread 0 to the block
+    cg::grid_group grid = cg::this_grid();
+    int64_t first = (int64_t)blockIdx.x * a.chunk, count = a.n - first < a.chunk ? a.n - first : a.chunk;
+    // whole rows of PERSISTENT_THREADS points on chip, the same number for every thread of the block
+    int rows = count / PERSISTENT_THREADS < a.on_chip / PERSISTENT_THREADS ? (int)(count / PERSISTENT_THREADS)
+                                                                          : a.on_chip / PERSISTENT_THREADS;
+    for (int i = threadIdx.x; i < rows * PERSISTENT_THREADS; i += PERSISTENT_THREADS) x_chip[i] = a.x[first + i];
+    float y_chip[REGISTER_POINTS];  // registers: once the loops are unrolled, every index is a constant
+#pragma unroll
+    for (int k = 0; k < REGISTER_POINTS; k++)
+        y_chip[k] = k < rows ? a.y[first + k * PERSISTENT_THREADS + threadIdx.x] : 0.0f;
+    float w = a.params[0], b = a.params[1];  // every block keeps its own copy, updated alike
+
+    for (int epoch = 0; epoch < a.epochs; epoch++) {
+        Sums mine = {0.0f, 0.0f, 0.0f};  // my points on chip, at most REGISTER_POINTS: float, as in 07
+#pragma unroll
+        for (int k = 0; k < REGISTER_POINTS; k++)
+            if (k < rows) add_point(&mine, x_chip[k * PERSISTENT_THREADS + threadIdx.x], y_chip[k], w, b);
+        DoubleSums s = {mine.r2, mine.rx, mine.r};
+        add_global_points(&s, a.x, a.y, first + rows * PERSISTENT_THREADS, first + count, w, b);
+        s = block_double_sums(s, warp_partials);
+        // Two halves: a block still reading epoch e's sums (below) keeps epoch e + 1's writes off them, since no
+        // block can write epoch e + 2's before every block has reached epoch e + 1's barrier.
+        DoubleSums *partial = a.partial + (epoch % 2) * gridDim.x;
+        if (threadIdx.x == 0) {
+            __stcg(&partial[blockIdx.x].r2, s.r2);
+            __stcg(&partial[blockIdx.x].rx, s.rx);
+            __stcg(&partial[blockIdx.x].r, s.r);
+        }
+        // EXERCISE(grid-barrier) begin: wait here until every block's sums of this epoch are in partial
+        grid.sync();
+        // EXERCISE end
+        if (threadIdx.x < WARP_SIZE) {
+            DoubleSums all = grid_double_sums(partial, gridDim.x, threadIdx.x);
+            int log_slot = a.log_slots[epoch];
+            if (threadIdx.x == 0 && blockIdx.x == 0 && log_slot >= 0) {
+                a.loss_log[log_slot] = all.r2;
+                a.param_log[2 * log_slot] = w;
+                a.param_log[2 * log_slot + 1] = b;
+            }
+            double scale = 2.0 / (double)a.n;  // sgd_update_kernel's arithmetic, in the same order
+            if (threadIdx.x == 0) {
+                next_params[0] = (float)(w - a.lr * scale * all.rx);
+                next_params[1] = (float)(b - a.lr * scale * all.r);
+            }
+        }
+        __syncthreads();
+        w = next_params[0];
+        b = next_params[1];
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        a.params[0] = w;
+        a.params[1] = b;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // launchers
 
 // The largest grid that runs in one wave: SMs × the blocks of the kernel one SM holds at once. Once every
@@ -161,6 +317,62 @@ static void sgd_update(float *params, double *loss_sum, double *grad_sum, double
                        const int *log_slots, int *epoch, float lr, int64_t n, cudaStream_t stream) {
     sgd_update_kernel<<<1, 1, 0, stream>>>(params, loss_sum, grad_sum, loss_log, param_log, log_slots, epoch, lr, n);
     launchCheck();
+}
+
+// With --variant persistent named, one error line and EXIT_CUDA; else one note a process, and 0 (07's graphs run)
+static int persistent_unavailable(const RegressionConfig *cfg, const char *why) {
+    static int noted = 0;
+    if (cfg->variant_given) {
+        fprintf(stderr, "error: --variant persistent cannot run here: %s; --variant graphs runs here\n", why);
+        exit(EXIT_CUDA);
+    }
+    if (!noted++)
+        fprintf(stderr, "note: the persistent kernel cannot run here: %s; stage 07's graphs run instead\n", why);
+    return 0;
+}
+
+// The launch in *a (all but the pointers), or 0 where stage 07's graphs run (a note: no cooperative launches).
+// A block: PERSISTENT_THREADS threads and the most shared memory the GPU gives it, up to REGISTER_POINTS floats a
+// thread; as many blocks as are resident at once (one an SM), fewer when n is small. Points past what the blocks
+// hold on chip are read from global memory every epoch, with one note.
+static int persistent_layout(const RegressionConfig *cfg, int64_t n, PersistentArgs *a) {
+    int device, cooperative, sms, per_sm;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+    if (!cooperative) return persistent_unavailable(cfg, "this GPU has no cooperative launches");
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cudaFuncAttributes kernel;
+    cudaCheck(cudaFuncGetAttributes(&kernel, regression_persistent_kernel));
+    size_t rows = (device_shared_per_block() - kernel.sharedSizeBytes) / (PERSISTENT_THREADS * sizeof(float));
+    a->on_chip = (int)(rows < REGISTER_POINTS ? rows : REGISTER_POINTS) * PERSISTENT_THREADS;
+    a->shared_bytes = a->on_chip * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(regression_persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)a->shared_bytes));
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, regression_persistent_kernel, PERSISTENT_THREADS,
+                                                            a->shared_bytes));
+    if (per_sm == 0) return persistent_unavailable(cfg, "a block of 512 threads does not fit on an SM");
+    int64_t wanted = (n + PERSISTENT_THREADS - 1) / PERSISTENT_THREADS;  // a point a thread, at least
+    a->blocks = (int)(wanted < (int64_t)sms * per_sm ? wanted : (int64_t)sms * per_sm);
+    int64_t share = (n + a->blocks - 1) / a->blocks;
+    a->chunk = (share + PERSISTENT_THREADS - 1) / PERSISTENT_THREADS * PERSISTENT_THREADS;  // whole rows
+    a->blocks = (int)((n + a->chunk - 1) / a->chunk);  // so that no block is left without points
+    a->n = n;
+    a->epochs = cfg->epochs;
+    a->lr = cfg->lr;
+    static int noted = 0;
+    if (a->chunk > a->on_chip && !noted++)
+        fprintf(stderr,
+                "note: the training set does not fit on chip: each of %d blocks holds %d of its %lld points; the "
+                "persistent kernel reads the rest from global memory every epoch\n",
+                a->blocks, a->on_chip, (long long)a->chunk);
+    return 1;
+}
+
+// every epoch: a cooperative launch, refused (an error) unless all of a->blocks can be resident at once
+static void persistent_run(PersistentArgs *a, cudaStream_t stream) {
+    void *kernel_args[] = {a};
+    cudaCheck(cudaLaunchCooperativeKernel((const void *)regression_persistent_kernel, a->blocks, PERSISTENT_THREADS,
+                                          kernel_args, a->shared_bytes, stream));
 }
 
 // ----------------------------------------------------------------------------
@@ -200,6 +412,13 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     cudaCheck(cudaMalloc(&d_log_slots, cfg->epochs * sizeof(int)));
     cudaCheck(cudaMemcpy(d_log_slots, log_slots, cfg->epochs * sizeof(int), cudaMemcpyHostToDevice));
     wave_blocks();
+    PersistentArgs persistent = {};  // the persistent kernel's launch, where it runs
+    int persistent_blocks =
+        cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, n_train, &persistent) ? persistent.blocks : 0;
+    DoubleSums *d_partial = NULL;  // persistent: (2, blocks) each block's sums of an epoch
+    if (persistent_blocks) cudaCheck(cudaMalloc(&d_partial, 2 * persistent_blocks * sizeof(DoubleSums)));
+    persistent.x = d_x_train, persistent.y = d_y_train, persistent.params = d_params, persistent.partial = d_partial;
+    persistent.loss_log = d_loss_log, persistent.param_log = d_param_log, persistent.log_slots = d_log_slots;
     StagingRing *ring = staging_create(STAGING_SLOTS, STAGING_SLOT_BYTES, 0);
     // stream: the training set and the epochs; eval_stream: the test set and the test losses
     cudaStream_t stream, eval_stream;
@@ -211,8 +430,8 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     cudaCheck(cudaDeviceSynchronize());  // the memsets ran on the default stream, which the streams do not wait for
     // EPOCHS_PER_GRAPH epochs, captured: between Begin and EndCapture the launches on stream are recorded into
     // a graph, not run. It runs the first graph_epochs epochs; the rest, and all of them with --breakdown (which
-    // times every phase), run eagerly.
-    int graph_epochs = cfg->breakdown ? 0 : cfg->epochs / EPOCHS_PER_GRAPH * EPOCHS_PER_GRAPH;
+    // times every phase), run eagerly. The persistent kernel needs no graph.
+    int graph_epochs = cfg->breakdown || persistent_blocks ? 0 : cfg->epochs / EPOCHS_PER_GRAPH * EPOCHS_PER_GRAPH;
     cudaGraphExec_t graph = NULL;
     if (graph_epochs > 0) {
         // EXERCISE(capture) begin: capture EPOCHS_PER_GRAPH eager epochs (forward_loss_backward, sgd_update) on
@@ -249,7 +468,10 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         int log_slot = regression_epoch_logged(epoch, cfg->epochs, cfg->log_every) ? logged++ : -1;
 
-        if (epoch < graph_epochs) {
+        if (persistent_blocks) {
+            // every epoch in one launch (with --breakdown, one phase); the events below follow it for all of them
+            if (epoch == 0) TIMED_PHASE(&clock, PHASE_LOSS, stream) persistent_run(&persistent, stream);
+        } else if (epoch < graph_epochs) {
             // one launch per EPOCHS_PER_GRAPH epochs; the events below follow it for all of them
             if (epoch % EPOCHS_PER_GRAPH == 0) cudaCheck(cudaGraphLaunch(graph, stream));
         } else {
@@ -288,11 +510,12 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     }
     train_clock_e2e_stop(&clock, eval_stream);
     train_clock_finish(&clock, &out->timing);
-    // A graph's epochs end together (the first holds the graph's time, the others ~0): each gets the average.
-    for (int first = 0; first < graph_epochs; first += EPOCHS_PER_GRAPH) {
-        double graph_ms = 0.0;
-        for (int e = first; e < first + EPOCHS_PER_GRAPH; e++) graph_ms += out->timing.epoch_ms[e];
-        for (int e = first; e < first + EPOCHS_PER_GRAPH; e++) out->timing.epoch_ms[e] = graph_ms / EPOCHS_PER_GRAPH;
+    // A launch's epochs end together (the first holds the launch's time, the others ~0): each gets the average.
+    int launch_epochs = persistent_blocks ? cfg->epochs : EPOCHS_PER_GRAPH;
+    for (int first = 0; first < (persistent_blocks ? cfg->epochs : graph_epochs); first += launch_epochs) {
+        double launch_ms = 0.0;
+        for (int e = first; e < first + launch_epochs; e++) launch_ms += out->timing.epoch_ms[e];
+        for (int e = first; e < first + launch_epochs; e++) out->timing.epoch_ms[e] = launch_ms / launch_epochs;
     }
     out->w = h_params[0];
     out->b = h_params[1];
@@ -321,5 +544,6 @@ int train_regression(const RegressionConfig *cfg, const RegressionData *data, Re
     cudaCheck(cudaFree(d_loss_log));
     cudaCheck(cudaFree(d_epoch));
     cudaCheck(cudaFree(d_log_slots));
+    cudaCheck(cudaFree(d_partial));
     return 0;
 }

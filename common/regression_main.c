@@ -185,7 +185,8 @@ int main(int argc, char **argv) {
                                    &run.variant, &fp32);
     if (status >= 0) return status;
     run.cfg = (RegressionConfig){.epochs = run.opt.epochs, .lr = run.opt.lr, .log_every = LOG_EVERY,
-                                 .breakdown = run.opt.breakdown, .variant = run.variant};
+                                 .breakdown = run.opt.breakdown, .variant = run.variant,
+                                 .variant_given = run.opt.variant != NULL};
     if (check_device(&run) != EXIT_OK) return EXIT_CUDA;
 
     char err[1024];

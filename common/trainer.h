@@ -52,6 +52,8 @@ typedef struct {
     int log_every;   // 10: losses are recorded at the epochs where regression_epoch_logged() is true
     int breakdown;   // 1: fill timing.phase_ms
     int variant;     // index into the stage's REGRESSION_VARIANTS (0 = the stage's own version)
+    int variant_given;  // 1: --variant named it, so a variant this GPU cannot run is an error
+                        // (0: the stage runs the previous stage's path, with a note)
 } RegressionConfig;
 
 typedef struct {

@@ -272,6 +272,8 @@ static void check_regression_tail(int64_t n_train, int64_t n_test, int epochs) {
 Test(regression, matches_reference_100k_points) { check_regression(100000, 200, 0); }
 Test(regression, matches_reference_5M_points) { check_regression(5000000, 200, 0); }
 Test(regression, matches_reference_odd_1000003_points) { check_regression(1000003, 200, 0); }
+// 4.8M training points: more than stage 08's persistent kernel holds on chip on an H100 or H200 (132 SMs x 32,768)
+Test(regression, matches_reference_past_on_chip_6M_points) { check_regression(6000000, 50, 0); }
 // 1000003 training points: n % 4 = 3 (float4 tails) in a last, partial upload chunk
 Test(regression, tail_points_carry_the_signal) { check_regression_tail(1000003, 250003, 50); }
 // 25 epochs log 0, 10, 20 and the last, 24: a last epoch off the log_every grid; with --breakdown
