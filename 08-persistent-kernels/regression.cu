@@ -247,6 +247,9 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_k
         DoubleSums s = {mine.r2, mine.rx, mine.r};
         add_global_points(&s, a.x, a.y, first + rows * PERSISTENT_THREADS, first + count, w, b);
         s = block_double_sums(s, warp_partials);
+        // EXERCISE(epoch-barrier) begin: thread 0 stores the block's sums s in this epoch's half of a.partial, past
+        //: L1; every block waits for all the others; warp 0 adds every block's sums (grid_double_sums); thread 0
+        //: writes the update to next_params, and in block 0 at a logged epoch the loss sum and w, b to the logs.
         // Two halves: a block still reading epoch e's sums (below) keeps epoch e + 1's writes off them, since no
         // block can write epoch e + 2's before every block has reached epoch e + 1's barrier.
         DoubleSums *partial = a.partial + (epoch % 2) * gridDim.x;
@@ -255,9 +258,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_k
             __stcg(&partial[blockIdx.x].rx, s.rx);
             __stcg(&partial[blockIdx.x].r, s.r);
         }
-        // EXERCISE(grid-barrier) begin: wait here until every block's sums of this epoch are in partial
-        grid.sync();
-        // EXERCISE end
+        grid.sync();  // every block's sums of this epoch are in partial (the barrier orders the memory, too)
         if (threadIdx.x < WARP_SIZE) {
             DoubleSums all = grid_double_sums(partial, gridDim.x, threadIdx.x);
             int log_slot = a.log_slots[epoch];
@@ -272,6 +273,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_k
                 next_params[1] = (float)(b - a.lr * scale * all.r);
             }
         }
+        // EXERCISE end
         __syncthreads();
         w = next_params[0];
         b = next_params[1];

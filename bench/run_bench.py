@@ -51,14 +51,14 @@ NAIVE_GEMM_STAGES = ("02", "03")
 # but its default (the ladder ran that one). A name or stage that is not offered is skipped, saying so.
 VARIANT_RUNS = (
     ("04", "regression", "variant", None, ("",)),            # shared (default), atomic, shuffle
-    ("06", "regression", "variant", None, ("",)),            # cublas (default), fused
-    ("07", "regression", "variant", None, ("",)),            # cublas (default), fused
+    ("06", "regression", "variant", None, ("",)),            # fused (default), cublas
+    ("07", "regression", "variant", None, ("",)),            # fused (default) alone: nothing to run
+    ("08", "regression", "variant", None, ("",)),            # persistent (default), graphs
     ("04", "mnist", "variant", None, ("128", "1024,1024")),  # every tile shape
     ("07", "mnist", "variant", None, rc.MNIST_HIDDEN),       # epoch-graph (default), step-graph
     ("08", "mnist", "variant", None, rc.MNIST_HIDDEN),       # persistent (default), epoch-graph, step-graph
     ("06", "mnist", "precision", ("tf32", "bf16"), ("1024,1024",)),
 )
-# No ("08", "regression") row: stage 08's regression is stage 07's, whose list is its default alone.
 
 
 ESSENTIAL = ("vector add", "ladder", "variants", "reference", "pytorch")
