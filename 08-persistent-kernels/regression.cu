@@ -209,16 +209,17 @@ __device__ DoubleSums block_double_sums(DoubleSums s, DoubleSums *warp_partials)
     return s;
 }
 
-// Warp 0 of every block, after the barrier: the sums of all blocks, lane l adding blocks l, l + 32, ... in order,
-// then one butterfly. __ldcg and __stcg keep the sums in L2: another SM wrote them, and L1 is not coherent.
-__device__ DoubleSums grid_double_sums(const DoubleSums *partial, int blocks, int lane) {
-    DoubleSums all = {0.0, 0.0, 0.0};
-    for (int g = lane; g < blocks; g += WARP_SIZE) {
-        all.r2 += __ldcg(&partial[g].r2);
-        all.rx += __ldcg(&partial[g].rx);
-        all.r += __ldcg(&partial[g].r);
+// After the barrier, in every block: the sums of all blocks, in warp 0. Thread t reads block t's sums (all the
+// reads at once: one trip to L2, not one per block), then the block adds them as it added its points' sums.
+// __ldcg and __stcg keep the sums in L2: another SM wrote them, and L1 is not coherent.
+__device__ DoubleSums grid_double_sums(const DoubleSums *partial, DoubleSums *warp_partials) {
+    DoubleSums mine = {0.0, 0.0, 0.0};
+    for (int g = threadIdx.x; g < gridDim.x; g += PERSISTENT_THREADS) {
+        mine.r2 += __ldcg(&partial[g].r2);
+        mine.rx += __ldcg(&partial[g].rx);
+        mine.r += __ldcg(&partial[g].r);
     }
-    return warp_double_sums(all);
+    return block_double_sums(mine, warp_partials);
 }
 
 // for (epoch = 0; epoch < epochs; epoch++) { the sums of forward_loss_backward_kernel; the update of
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_k
         add_global_points(&s, a.x, a.y, first + rows * PERSISTENT_THREADS, first + count, w, b);
         s = block_double_sums(s, warp_partials);
         // EXERCISE(epoch-barrier) begin: thread 0 stores the block's sums s in this epoch's half of a.partial, past
-        //: L1; every block waits for all the others; warp 0 adds every block's sums (grid_double_sums); thread 0
+        //: L1; every block waits for all the others; the block adds every block's sums (grid_double_sums); thread 0
         //: writes the update to next_params, and in block 0 at a logged epoch the loss sum and w, b to the logs.
         // Two halves: a block still reading epoch e's sums (below) keeps epoch e + 1's writes off them, since no
         // block can write epoch e + 2's before every block has reached epoch e + 1's barrier.
@@ -259,19 +260,17 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_k
             __stcg(&partial[blockIdx.x].r, s.r);
         }
         grid.sync();  // every block's sums of this epoch are in partial (the barrier orders the memory, too)
-        if (threadIdx.x < WARP_SIZE) {
-            DoubleSums all = grid_double_sums(partial, gridDim.x, threadIdx.x);
+        DoubleSums all = grid_double_sums(partial, warp_partials);
+        if (threadIdx.x == 0) {
             int log_slot = a.log_slots[epoch];
-            if (threadIdx.x == 0 && blockIdx.x == 0 && log_slot >= 0) {
+            if (blockIdx.x == 0 && log_slot >= 0) {
                 a.loss_log[log_slot] = all.r2;
                 a.param_log[2 * log_slot] = w;
                 a.param_log[2 * log_slot + 1] = b;
             }
             double scale = 2.0 / (double)a.n;  // sgd_update_kernel's arithmetic, in the same order
-            if (threadIdx.x == 0) {
-                next_params[0] = (float)(w - a.lr * scale * all.rx);
-                next_params[1] = (float)(b - a.lr * scale * all.r);
-            }
+            next_params[0] = (float)(w - a.lr * scale * all.rx);
+            next_params[1] = (float)(b - a.lr * scale * all.r);
         }
         // EXERCISE end
         __syncthreads();

@@ -1,4 +1,4 @@
 # file: regression.cu
 # what: persistent kernel: every block adds up the sums of every block but the last
 # stages: 08
-s|for (int g = lane; g < blocks; g += WARP_SIZE) {|for (int g = lane; g < blocks - 1; g += WARP_SIZE) {|
+s|for (int g = threadIdx.x; g < gridDim.x; g += PERSISTENT_THREADS) {|for (int g = threadIdx.x; g < gridDim.x - 1; g += PERSISTENT_THREADS) {|
