@@ -745,15 +745,30 @@ LADDER_COLUMNS = (
 )
 
 
+# Ladders whose reference row is a baseline the versions must beat, not a bound on them: their tables say
+# "baseline" and "% of baseline" where the others say "ceiling" (the CSV column is "ceiling" for every ladder).
+LADDER_BASELINES = {("08", "persistent")}
+# Version names the recorded rows carry from before a rename, read as today's: (stage, ladder, old name) -> name.
+# The rows are measurements and stay as written; only the tables show the new name.
+LADDER_RENAMED = {("08", "persistent", "step-graph"): "kernel-graph"}
+
+
+def current_names(row):
+    """row with its version's and its reference's names as the ladder calls them today (LADDER_RENAMED)."""
+    names = {column: LADDER_RENAMED.get((row["stage"], row["ladder"], row[column]), row[column])
+             for column in ("name", "ceiling")}
+    return {**row, **names} if any(names[c] != row[c] for c in names) else row
+
+
 def last_run(rows, stage, ladder):
-    """The rows of the last run (in file order) that wrote rows of this stage and ladder."""
+    """The rows of the last run (in file order) that wrote rows of this stage and ladder, names as today's."""
     mine = [r for r in rows if r["stage"] == stage and r["ladder"] == ladder]
-    return [r for r in mine if r["run"] == mine[-1]["run"]] if mine else []
+    return [current_names(r) for r in mine if r["run"] == mine[-1]["run"]] if mine else []
 
 
-def kernel_ladder_lines(rows):
-    """The cells of one shape's table (kernel_ladder_block's header), version order, then the ceiling; step
-    names the version it compares with when the one just below is missing."""
+def kernel_ladder_lines(rows, reference="ceiling"):
+    """The cells of one shape's table (kernel_ladder_block's header), version order, then the ceiling (or the
+    baseline: reference); step names the version it compares with when the one just below is missing."""
     rows = sorted(rows, key=lambda r: rc.integer(r, "version") or 0)
     lines = []
     for previous, row in zip([None] + rows, rows):
@@ -767,7 +782,7 @@ def kernel_ladder_lines(rows):
                       "1.00×" if previous is None else fmt_times(rc.ratio(rc.number(rows[0], "median_ms"), ms)),
                       "" if setup is None else fmt_3(setup)])
     if rows:
-        lines.append(["", f"ceiling: {rows[-1]['ceiling']}", fmt_3(rc.number(rows[-1], "ceiling_ms")),
+        lines.append(["", f"{reference}: {rows[-1]['ceiling']}", fmt_3(rc.number(rows[-1], "ceiling_ms")),
                       fmt_3(rc.number(rows[-1], "ceiling_rate")), "100%", "", "", ""])
     return lines
 
@@ -789,13 +804,14 @@ LADDER_FOOTNOTES = {
         "setup_ms); for `host-register` the registration of the caller's array, which its time includes (every "
         f"new array pays it again). {FOOTNOTE_GENERATED}"
     ),
-    # 08-persistent-kernels/persistent_ladder.cu: a run is S SGD steps; its ceiling is its baseline
+    # 08-persistent-kernels/persistent_ladder.cu: a run is S SGD steps, against a baseline (LADDER_BASELINES)
     "persistent": (
         "ms per step: one run of S steps (one graph launch or one kernel launch) between CUDA events, ÷ S; "
         "median of the timed runs after 3 warm-ups, min–max in brackets, each run from the same initial weights "
-        "(restored untimed). Rate: GFLOP/s of a step's GEMMs (forward and gradients). The ceiling row is version "
-        "0, `step-graph` (three kernels a step, all S steps in one CUDA graph), the baseline the persistent "
-        f"versions must beat: % of ceiling above 100% is faster than it. {LADDER_STEPS} {FOOTNOTE_GENERATED}"
+        "(restored untimed). Rate: GFLOP/s of a step's GEMMs (forward and gradients). The baseline row is version "
+        "0, `kernel-graph` (three kernels a step, all S steps in one CUDA graph), which the persistent versions "
+        f"must beat: % of baseline = this rate ÷ the baseline's, above 100% faster than it. {LADDER_STEPS} "
+        f"{FOOTNOTE_GENERATED}"
     ),
 }
 
@@ -803,15 +819,16 @@ LADDER_FOOTNOTES = {
 def kernel_ladder_block(datasets, stage, ladder):
     """The text between the ladder:<ladder> markers of stage's README."""
     parts = []
+    reference = "baseline" if (stage, ladder) in LADDER_BASELINES else "ceiling"
     for source, rows in datasets:
         run = last_run(rows, stage, ladder)
         first = run[0] if run else {}
         commit = f" · commit {first['commit']}" if run and first["commit"] else ""
         for shape in dict.fromkeys(r["shape"] for r in run):
-            lines = kernel_ladder_lines([r for r in run if r["shape"] == shape])
+            lines = kernel_ladder_lines([r for r in run if r["shape"] == shape], reference)
             columns = 8 if any(cells[7] for cells in lines) else 7  # setup only where measured
-            header = ["#", "version", "ms (min–max)", first["unit"] or "rate", "% of ceiling", "step", "cumulative",
-                      "setup ms"]
+            header = ["#", "version", "ms (min–max)", first["unit"] or "rate", f"% of {reference}", "step",
+                      "cumulative", "setup ms"]
             table = markdown_table(header[:columns], "rl" + "r" * (columns - 2),
                                    [cells[:columns] for cells in lines])
             parts.append(f"**Stage {stage} · {ladder} ladder · {shape}**  \n{first['device']} · `{source}`{commit}"

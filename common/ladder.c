@@ -148,13 +148,14 @@ static double rate_of(const LadderTable *t, double ms) { return ms > 0.0 ? t->wo
 void ladder_table_begin(LadderTable *t) {
     t->first_ms = t->previous_ms = NAN;
     double ceiling_rate = rate_of(t, t->ceiling_time.median_ms);
-    printf("\n%s, %s: ceiling %s %.4g ms (%.3g-%.3g) = %.1f %s\n", t->ladder, t->shape, t->ceiling,
+    printf("\n%s, %s: %s %s %.4g ms (%.3g-%.3g) = %.1f %s\n", t->ladder, t->shape,
+           t->baseline ? "baseline" : "ceiling", t->ceiling,
            t->ceiling_time.median_ms, t->ceiling_time.min_ms, t->ceiling_time.max_ms, ceiling_rate, t->unit);
     printf("ms per call: median of %d timed runs after %d warm-ups (min-max); each version checked against the CPU "
            "first\n", t->repeats, LADDER_WARMUP_RUNS);
     char titles[160];
     int width = snprintf(titles, sizeof(titles), "  %2s %-18s %10s %19s %9s %8s %8s %8s", "#", "version", "median ms",
-                         "(min-max)", t->unit, "% ceil", "step", "cumul.");
+                         "(min-max)", t->unit, t->baseline ? "% base" : "% ceil", "step", "cumul.");
     if (t->show_setup) width += snprintf(titles + width, sizeof(titles) - (size_t)width, " %10s", "setup ms");
     printf("%s\n  ", titles);
     for (int i = 2; i < width; i++) putchar('-');

@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 // One CSV row per version and shape; bench/make_tables.py (LADDER_COLUMNS) reads them back. rate: unit at the
-// median time; ceiling_*: the ceiling of the same run and shape; setup_ms: host time before the version could
+// median time; ceiling_*: the ceiling (or baseline, LadderTable.baseline) of the same run and shape; setup_ms: host time before the version could
 // run (plans, autotuning), empty if none; commit and run as in the trainers' rows (a table is drawn from one run).
 #define LADDER_CSV_HEADER                                                                            \
     "stage,ladder,shape,version,name,median_ms,min_ms,max_ms,setup_ms,rate,unit,ceiling,ceiling_ms," \
@@ -99,7 +99,8 @@ typedef struct {
     char shape[48];          // "4000000 points", "128x784x128" (m x k x n)
     const char *unit;        // "GB/s" or "GFLOP/s"
     double work;             // bytes or FLOP of one call: rate = work / ms / 1e6
-    const char *ceiling;     // what the ceiling measures: "read kernel", "cublasSgemm"
+    const char *ceiling;     // what the ceiling measures: "read kernel", "cublasSgemm"; or the baseline's name
+    int baseline;            // 1: that row is a baseline the versions must beat, not a bound (stage 08's ladder)
     LadderStats ceiling_time;
     int repeats;
     int show_setup;          // print a setup column (versions that plan or autotune)

@@ -903,26 +903,34 @@ class KernelLadderTest(unittest.TestCase):
         block = make_tables.kernel_ladder_block([("results/fixture-gpu-ladders.csv", [row])], "05", "upload")
         self.assertIn("| 4 | `host-register` | 9.00 (8.00–10.0) | 3.56 | 7.1% | — | 1.00× | 6.00 |", block)
         self.assertIn("ceiling: pinned cudaMemcpy", block)
+        self.assertIn("| % of ceiling |", block)  # a bound, not a baseline (LADDER_BASELINES)
         self.assertIn(make_tables.LADDER_FOOTNOTES["upload"], block)
         self.assertNotIn(make_tables.LADDER_FOOTNOTE, block)
 
     def test_persistent_ladder_block(self):
-        """08's ladder: per-step rows of two shapes, the step-graph baseline as the ceiling, its own footnote."""
+        """08's ladder: per-step rows of two shapes against the kernel-graph baseline (named so whether a row says
+        kernel-graph or the older step-graph), "baseline" where other ladders say "ceiling", its own footnote."""
         rows = []
-        for shape, ms in (("hidden 0, batch 128, 128 steps", 0.02), ("hidden 128, batch 128, 128 steps", 0.04)):
+        for shape, ms, reference in (("hidden 0, batch 128, 128 steps", 0.02, "kernel-graph"),
+                                     ("hidden 128, batch 128, 128 steps", 0.04, "step-graph")):
             for version, name, scale in ((1, "cooperative", 1.0), (2, "shared-weights", 0.5), (4, "async-copy", 0.25)):
                 values = ["08", "persistent", shape, str(version), name, str(ms * scale), str(ms * scale * 0.9),
-                          str(ms * scale * 1.2), "", "100", "GFLOP/s", "step-graph", str(ms * 2), "50", "20",
+                          str(ms * scale * 1.2), "", "100", "GFLOP/s", reference, str(ms * 2), "50", "20",
                           "FIXTURE-GPU", "9.0", "13.0", "13.0", "fix0004", "20250104T000000Z-400"]
                 rows.append(dict(zip(make_tables.LADDER_COLUMNS, values)))
         block = make_tables.kernel_ladder_block([("results/fixture-gpu-ladders.csv", rows)], "08", "persistent")
         first, second = block.split("**Stage 08 · persistent ladder · hidden 128, batch 128, 128 steps**")
         self.assertIn("**Stage 08 · persistent ladder · hidden 0, batch 128, 128 steps**", first)
+        self.assertIn("| # | version | ms (min–max) | GFLOP/s | % of baseline | step | cumulative |", first)
         self.assertIn("| 2 | `shared-weights` | 0.0100 (0.00900–0.0120) | 100 | 200.0% | 2.00× | 2.00× |", first)
         self.assertIn("| 4 | `async-copy` | 0.00500 (0.00450–0.00600) | 100 | 200.0% | 2.00× (vs 2) | 4.00× |", first)
-        self.assertIn("|  | ceiling: step-graph | 0.0800 | 50.0 | 100% |", second)
+        self.assertIn("|  | baseline: kernel-graph | 0.0400 | 50.0 | 100% |", first)
+        self.assertIn("|  | baseline: kernel-graph | 0.0800 | 50.0 | 100% |", second)
+        self.assertNotIn("step-graph", block)
+        self.assertNotIn("ceiling", block)
         self.assertIn(make_tables.LADDER_FOOTNOTES["persistent"], second)
         self.assertNotIn("setup ms", block)
+        self.assertEqual(rows[-1]["ceiling"], "step-graph")  # the rows themselves are left as recorded
         self.assertIn("Not measured yet: run `make stage 8 ladder RECORD=1`", make_tables.kernel_ladder_block([], "08", "persistent"))
 
     def test_main_writes_stage_readmes(self):

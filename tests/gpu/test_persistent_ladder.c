@@ -20,7 +20,7 @@
 #include "gpu/skip_report.h"
 
 // From 08-persistent-kernels/persistent_ladder.cu, compiled with -DLADDER_NO_MAIN. index counts from 0
-// (0: step-graph, the ceiling); parameters packed as common/trainer.h.
+// (0: kernel-graph, the baseline); parameters packed as common/trainer.h.
 int persistent_ladder_version_count(void);
 const char *persistent_ladder_version_name(int index);
 void persistent_ladder_problem(int hidden, int batch, int steps, int n_rows, uint64_t seed, float *images,
