@@ -5,7 +5,8 @@ Each table sits between <!-- NAME begin --> and <!-- NAME end --> markers (nothi
 file without its markers is left untouched), and names the file, device, commit and run its rows come from.
 NAME: ladder:headline (README.md); ladder:regression, ladder:mnist, sanitize:summary (docs/RESULTS.md);
 results:stageNN, steps:stageNN, sanitize:stageNN, outcome:stageNN (the stage's predictions table against
-its rows), ladder:NAME (the kernel ladder NN-*/NAME_ladder.cu), profile:stageNN SELECTION (lines of
+its rows), ladder:NAME (the kernel ladder NN-*/NAME_ladder.cu; a name holds within its file, so 08's
+ladder:regression is its regression_ladder.cu, not docs/RESULTS.md's table), profile:stageNN SELECTION (lines of
 results/<gpu>-profile-NN.txt), sweep:stage08 (stage READMEs); the recorded `make stage N try` outputs in
 rounds:all (02's README) and rounds:stageNN (NN-*/assistant/README.md); answerkey, outcomes:all (TEACHING.md).
 
@@ -812,6 +813,16 @@ LADDER_FOOTNOTES = {
         "0, `kernel-graph` (three kernels a step, all S steps in one CUDA graph), which the persistent versions "
         f"must beat: % of baseline = this rate ÷ the baseline's, above 100% faster than it. {LADDER_STEPS} "
         f"{FOOTNOTE_GENERATED}"
+    ),
+    # 08-persistent-kernels/regression_ladder.cu: a run is every epoch of the trainer; its ceiling is its baseline
+    "regression": (
+        "ms per epoch: one run of every epoch (the graph launches of 10 epochs each, or one cooperative launch) "
+        "between CUDA events, ÷ the epochs; median of the timed runs after 3 warm-ups, min–max in brackets, each "
+        "run from the same initial w and b (restored untimed). Rate: GB/s of an epoch's reads of x and y, 8 B a "
+        "point; `on-chip` reads most points once a run, not every epoch, so its rate is an effective one. The "
+        "ceiling row is version 0, `graphs` (stage 07's two kernels an epoch, 10 epochs a CUDA graph, as the "
+        "trainer's `graphs` variant runs them), the baseline the persistent versions must beat, not a bound: % of "
+        f"ceiling above 100% is faster than it. {LADDER_STEPS} {FOOTNOTE_GENERATED}"
     ),
 }
 

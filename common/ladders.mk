@@ -10,7 +10,8 @@
 #                                       bench/make_tables.py finds them for the stage README's tables
 #
 # Built by the top Makefile's versions_rules (a test links its ladder compiled with -DLADDER_NO_MAIN). A ladder
-# may include another stage's ladder (06's GEMM ladder starts from 04's kernels): each depends on every ladder source.
+# may include another stage's ladder (06's GEMM ladder starts from 04's kernels) or its own stage's trainer (08's
+# regression ladder includes regression.cu): each depends on every ladder source and every .cu of its stage folder.
 
 LADDER_SRCS := $(sort $(wildcard 0[1-8]-*/*_ladder.cu))
 ladder_stage = $(firstword $(subst -, ,$(1)))
@@ -18,7 +19,10 @@ ladder_name = $(basename $(notdir $(1)))
 LADDER_BINS := $(foreach f,$(LADDER_SRCS),$(BUILD)/$(call ladder_stage,$(f))/$(call ladder_name,$(f)))
 LADDER_TEST_BINS := $(foreach f,$(LADDER_SRCS),$(BUILD)/$(call ladder_stage,$(f))/test_$(call ladder_name,$(f)))
 
-$(foreach f,$(LADDER_SRCS),$(eval $(call versions_rules,$(f),$(call ladder_stage,$(f)),$(call ladder_name,$(f)),LADDER_NO_MAIN,$(LADDER_SRCS))))
+ladder_deps = $(sort $(LADDER_SRCS) $(wildcard $(dir $1)*.cu))
+ladder_rules = $(call versions_rules,$1,$(call ladder_stage,$1),$(call ladder_name,$1),LADDER_NO_MAIN,\
+    $(call ladder_deps,$1))
+$(foreach f,$(LADDER_SRCS),$(eval $(call ladder_rules,$(f))))
 
 all: $(LADDER_BINS)
 

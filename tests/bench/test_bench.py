@@ -932,6 +932,35 @@ class KernelLadderTest(unittest.TestCase):
         self.assertEqual(rows[-1]["ceiling"], "step-graph")  # the rows themselves are left as recorded
         self.assertIn("Not measured yet: run `make stage 8 ladder RECORD=1`", make_tables.kernel_ladder_block([], "08", "persistent"))
 
+    def test_regression_ladder_beside_the_results_ladder(self):
+        """08's kernel ladder regression_ladder.cu fills ladder:regression of 08's README, with its own footnote;
+        docs/RESULTS.md's ladder:regression (the trainers' stage ladder) stays the other table."""
+        values = ["08", "regression", "4000000 points, 200 epochs", "2", "on-chip", "0.004", "0.0039", "0.0045", "",
+                  "8000", "GB/s", "graphs", "0.016", "2000", "20", "FIXTURE-GPU", "9.0", "13.0", "13.0", "fix0005",
+                  "20250105T000000Z-500"]
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "results"))
+            os.makedirs(os.path.join(root, "docs"))
+            os.makedirs(os.path.join(root, "08-persistent-kernels"))
+            with open(os.path.join(root, "results", "fixture-gpu-ladders.csv"), "w") as f:
+                f.write(",".join(make_tables.LADDER_COLUMNS) + "\n" + ",".join(f'"{v}"' for v in values) + "\n")
+            with open(os.path.join(root, "08-persistent-kernels", "regression_ladder.cu"), "w") as f:
+                f.write("// the ladder\n")
+            readme = os.path.join(root, "08-persistent-kernels", "README.md")
+            results = os.path.join(root, "docs", "RESULTS.md")
+            for path in (readme, results):
+                with open(path, "w") as f:
+                    f.write("# title\n<!-- ladder:regression begin -->\n<!-- ladder:regression end -->\n")
+            self.assertEqual(MarkerTest.run_main("--root", root), 0)
+            with open(readme) as f:
+                text = f.read()
+            self.assertIn("**Stage 08 · regression ladder · 4000000 points, 200 epochs**", text)
+            self.assertIn("| 2 | `on-chip` | 0.00400 (0.00390–0.00450) | 8,000 | 400.0% | — | 1.00× |", text)
+            self.assertIn("|  | ceiling: graphs | 0.0160 | 2,000 | 100% |", text)
+            self.assertIn(make_tables.LADDER_FOOTNOTES["regression"], text)
+            with open(results) as f:
+                self.assertNotIn("regression ladder", f.read())
+
     def test_main_writes_stage_readmes(self):
         with tempfile.TemporaryDirectory() as root:
             os.makedirs(os.path.join(root, "results"))
