@@ -956,7 +956,7 @@ class KernelLadderTest(unittest.TestCase):
                 text = f.read()
             self.assertIn("**Stage 08 · regression ladder · 4000000 points, 200 epochs**", text)
             self.assertIn("| 2 | `on-chip` | 0.00400 (0.00390–0.00450) | 8,000 | 400.0% | — | 1.00× |", text)
-            self.assertIn("|  | ceiling: graphs | 0.0160 | 2,000 | 100% |", text)
+            self.assertIn("|  | baseline: graphs | 0.0160 | 2,000 | 100% |", text)
             self.assertIn(make_tables.LADDER_FOOTNOTES["regression"], text)
             with open(results) as f:
                 self.assertNotIn("regression ladder", f.read())
