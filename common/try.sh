@@ -20,7 +20,6 @@ source common/try_common.sh
 [ -n "$nn" ] || die "usage: common/try.sh NN FILE (run through make stage N try)"
 out=${TRY_OUT:-$build/try/$nn}
 include_dir=${TRY_INCLUDE_DIR:-}
-run_suite_too=${TRY_RUN_SUITE:-1}
 
 # ----------------------------------------------------------------------------
 # the candidate: checked, compiled, its symbols read, linked
@@ -44,19 +43,6 @@ check_candidate() {  # check_candidate FILE: sets file, and answer where it is a
         ;;
     *) die "FILE '$file' is not a CUDA source: try takes a .cu file, or a Markdown answer holding one" ;;
     esac
-}
-
-build_own() {  # what the candidate links with, and the drivers only when they will run
-    local targets=("$build/common/libcommon.a")
-    if [ "$nn" = 01 ]; then
-        trainer=vector_add
-        targets+=("$build/tests/gpu/test_vector_add.o")
-        [ "$run_suite_too" = 1 ] && targets+=("$build/01/vector_add")
-    else
-        targets+=("$build/tests/gpu/test_stage.o" "$build/$nn/regression.o" "$build/$nn/mnist.o")
-        [ "$run_suite_too" = 1 ] && targets+=("$build/$nn/regression" "$build/$nn/mnist")
-    fi
-    build_stage "${targets[@]}"
 }
 
 compile_candidate() {  # compile_candidate OUT.o [FLAGS...]

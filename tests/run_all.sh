@@ -6,8 +6,8 @@
 #   test:  the CPU suites, the command-line contract, citations, history, README words, the bench tables, the profile summary, and
 #          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU
 #          suites run one after another, beside the others;
-#   check: the slow smoke suites of the tools: try, prompts, loop rounds, exercises, student copies, sanitize's verdicts, the mutants; one at
-#          a time, since several of them build into BUILD.
+#   check: the slow smoke suites of the tools: try, grading, prompts, loop rounds, exercises, student copies, sanitize's
+#          verdicts, the mutants; one at a time, since several of them build into BUILD.
 set -u
 mode=$1 build=$2 stages=$3 ladder_tests=${4:-}
 last_stage=${stages##* }
@@ -124,6 +124,7 @@ if [ "$mode" = test ]; then
     suite "profile summary (ncu raw CSV, real H100 exports)" profile bash tests/profile_summary.sh
 else
     suite "try and exercises (CPU side)" try bash tests/try_smoke.sh
+    suite "make grade on a folder of fixtures (CPU side)" grade bash tests/grade_smoke.sh
     suite "prompts: size, sections, checklists from the code" prompt bash tests/prompt_smoke.sh
     suite "loop rounds: prompts, records, refusals (fixtures)" loop bash tests/loop_smoke.sh
     suite "exercise regions: the cutter and make student" exercise bash tests/exercise_smoke.sh
