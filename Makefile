@@ -285,6 +285,12 @@ $(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*
 $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/test_*.c)) $(COMMON_LIB)
 	$(LINK_TEST)
 
+# The CPU checks of exercise regions in common/ (tests/exercise/test_<name>.c checks common/<name>.c): each a program of
+# its own, which try links with a candidate's NAME.c and make test runs (in a student copy, once the exercise is done)
+EXERCISE_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/exercise/test_*.c))
+$(EXERCISE_TESTS): $(BUILD)/tests/exercise/%: $(BUILD)/tests/exercise/%.o $(COMMON_LIB)
+	$(LINK_TEST)
+
 # make data checks the four files every time; a verb that trains MNIST fetches it only where it is missing
 MNIST_DATA := data/mnist/train-images-idx3-ubyte
 data $(MNIST_DATA):
@@ -299,7 +305,7 @@ NEEDS_MNIST = $(if $(filter-out 01,$(NN)),$(if $(filter mnist,$(TRAINER)),$(MNIS
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
 
-TEST_BINS := $(BUILD)/tests/test_cpu $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
+TEST_BINS := $(BUILD)/tests/test_cpu $(EXERCISE_TESTS) $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
              $(LADDER_TEST_BINS)
 # the test builds use every core unless make was given -j
 TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))

@@ -5,15 +5,13 @@
 #                                        a GPU can give
 #     bash tests/grade_smoke.sh --gpu    on a GPU machine: the verdicts the suite and the timed runs give
 #
-# The fixtures are written into build/grade-smoke/submissions/ from stage 04's own files (stage 04's
-# regression runs in milliseconds; nothing of it is an exercise answer a student copy must hide), with a
-# notes file and a subfolder that grading leaves alone:
+# The fixtures are written into build/grade-smoke/submissions/ from stage 02's files (its regression.cu holds no
+# exercise region, so a student copy has it whole too), with a notes file and a subfolder that grading leaves alone:
 #
 #     fixture            what it is                                        no GPU              GPU
-#     correct.cu         04-shared-memory/regression.cu                    4 UNVERIFIED        0 PASS, a speed
-#     mnist.cu           04-shared-memory/mnist.cu                         4 UNVERIFIED        0 PASS, a speed
+#     correct.cu         02-llm-baseline/regression.cu                     4 UNVERIFIED        0 PASS, a speed
 #     wrong.cu           the regression with half the gradient             4 UNVERIFIED        1 FAIL
-#     todo-left.cu       the regression's skeleton, its markers left       1 FAIL              1 FAIL
+#     todo-left.cu       02-llm-baseline/mnist.cu's skeleton, markers left 1 FAIL              1 FAIL
 #     broken.cu          does not compile                                  2 BAD FILE          2 BAD FILE
 #     no-export.cu       compiles, defines neither trainer                 2 BAD FILE          2 BAD FILE
 #
@@ -47,21 +45,21 @@ fi
 
 subs=$work/submissions
 mkdir -p "$subs/older"
-stage=04-shared-memory
+stage=02-llm-baseline
 cp "$stage/regression.cu" "$subs/correct.cu"
-cp "$stage/mnist.cu" "$subs/mnist.cu"
 sed 's|double scale = 2.0 / (double)n;|double scale = 1.0 / (double)n;  // deliberately wrong: half the gradient|' \
     "$stage/regression.cu" >"$subs/wrong.cu"
-awk -f common/exercise_cut.awk "$stage/regression.cu" >"$subs/todo-left.cu"
+awk -f common/exercise_cut.awk "$stage/mnist.cu" >"$subs/todo-left.cu"
 printf 'int broken = ;\n' >"$subs/broken.cu"
 printf '#include "trainer.h"\nint not_a_trainer(void) { return 0; }\n' >"$subs/no-export.cu"
 echo "not a submission" >"$subs/notes.txt"
 cp "$subs/broken.cu" "$subs/older/ignored.cu"
-if grep -q 'deliberately wrong' "$subs/wrong.cu" && grep -q 'TODO(exercise)' "$subs/todo-left.cu"; then
-    ok "fixtures written in $subs (6 submissions, a notes file, a subfolder)"
+todo_left=$(grep -c 'TODO(exercise)' "$subs/todo-left.cu")
+if grep -q 'deliberately wrong' "$subs/wrong.cu" && [ "$todo_left" -gt 0 ]; then
+    ok "fixtures written in $subs (5 submissions, a notes file, a subfolder)"
 else
-    echo "no 'double scale = 2.0 / (double)n;' or no exercise region in $stage/regression.cu" >"$log"
-    bad "fixtures: $stage/regression.cu changed; write the wrong and todo-left fixtures anew"
+    echo "no 'double scale = 2.0 / (double)n;' in $stage/regression.cu, or no exercise region in $stage/mnist.cu" >"$log"
+    bad "fixtures: $stage's files changed; write the wrong and todo-left fixtures anew"
 fi
 
 # ----------------------------------------------------------------------------
@@ -76,10 +74,10 @@ for row in csv.reader(open(sys.argv[1], newline="")): print("\x1f".join(row))' "
 us=$'\x1f'
 
 csv=$work/grades.csv
-if "$make" --no-print-directory grade STAGE=4 SUBMISSIONS="$subs" CSV="$csv" >"$log" 2>&1; then
-    ok "make grade STAGE=4 exits 0 whatever the verdicts: $(tail -n1 "$log" | cut -c1-100)"
+if "$make" --no-print-directory grade STAGE=2 SUBMISSIONS="$subs" CSV="$csv" >"$log" 2>&1; then
+    ok "make grade STAGE=2 exits 0 whatever the verdicts: $(tail -n1 "$log" | cut -c1-100)"
 else
-    bad "make grade STAGE=4 SUBMISSIONS=$subs exited $?"
+    bad "make grade STAGE=2 SUBMISSIONS=$subs exited $?"
 fi
 cp "$log" "$work/grade.log"
 fields "$csv" >"$work/grades.tsv" 2>"$log" || bad "the CSV does not read back"
@@ -88,10 +86,10 @@ if [ "$(head -n1 "$work/grades.tsv" | tr "$us" ,)" = "file,exit,verdict,trainer,
 else
     head -n1 "$csv" >"$log"; bad "the CSV's header"
 fi
-if [ "$(tail -n +2 "$work/grades.tsv" | cut -d"$us" -f1 | paste -sd' ')" = "broken.cu correct.cu mnist.cu no-export.cu todo-left.cu wrong.cu" ]; then
+if [ "$(tail -n +2 "$work/grades.tsv" | cut -d"$us" -f1 | paste -sd' ')" = "broken.cu correct.cu no-export.cu todo-left.cu wrong.cu" ]; then
     ok "one line per .cu of the folder, in file-name order (notes.txt and older/ left alone)"
 else
-    cut -d"$us" -f1 "$work/grades.tsv" >"$log"; bad "the CSV's lines are not the six fixtures in file-name order"
+    cut -d"$us" -f1 "$work/grades.tsv" >"$log"; bad "the CSV's lines are not the five fixtures in file-name order"
 fi
 
 # expect FILE EXIT VERDICT TRAINER CORRECTNESS SPEED TODO ERROR: the fixture's line; each of CORRECTNESS, SPEED
@@ -109,7 +107,7 @@ expect() {
     [[ ${got_speed:-} =~ $speed ]] || wrong="$wrong speed"
     [ "${got_todo:-}" = "$todo" ] || wrong="$wrong todo_left"
     [[ ${got_error:-} =~ $error ]] || wrong="$wrong error"
-    { [ -n "${got_log:-}" ] && grep -q "^== try: stage 04 with $subs/$file " "$got_log"; } || wrong="$wrong log"
+    { [ -n "${got_log:-}" ] && grep -q "^== try: stage 02 with $subs/$file " "$got_log"; } || wrong="$wrong log"
     if [ -z "$wrong" ]; then ok "$file: exit $got_exit, $got_verdict${got_trainer:+ ($got_trainer)}"
     else bad "$file: wrong field(s):$wrong (the line, one field a row:)"; fi
 }
@@ -117,15 +115,13 @@ expect() {
 none='^$'
 if [ $gpu = 1 ]; then
     expect correct.cu 0 PASS regression '^PASS, [0-9]+ tests' '^loop [0-9.]+x .*, e2e [0-9.]+x ' 0 "$none"
-    expect mnist.cu 0 PASS mnist '^PASS, [0-9]+ tests' '^loop [0-9.]+x .*, e2e [0-9.]+x ' 0 "$none"
     expect wrong.cu 1 FAIL regression '^FAIL, [1-9][0-9]* of [0-9]+ tests' "$none" 0 "$none"
-    expect todo-left.cu 1 FAIL regression '^FAIL, [1-9][0-9]* of [0-9]+ tests' "$none" 2 "$none"
+    expect todo-left.cu 1 FAIL mnist '^FAIL, [1-9][0-9]* of [0-9]+ tests' "$none" "$todo_left" "$none"
 else
     unchecked='^not checked \(no CUDA device\)$'
     expect correct.cu 4 UNVERIFIED regression "$unchecked" "$none" 0 "$none"
-    expect mnist.cu 4 UNVERIFIED mnist "$unchecked" "$none" 0 "$none"
     expect wrong.cu 4 UNVERIFIED regression "$unchecked" "$none" 0 "$none"
-    expect todo-left.cu 1 FAIL regression '^not checked, the suite skipped every test' "$none" 2 "$none"
+    expect todo-left.cu 1 FAIL mnist '^not checked, the suite skipped every test' "$none" "$todo_left" "$none"
 fi
 expect broken.cu 2 "BAD FILE" "" "$none" "$none" 0 'broken\.cu does not compile'
 expect no-export.cu 2 "BAD FILE" "" "$none" "$none" 0 'no-export\.cu defines neither train_regression nor train_mnist.*"trainer\.h"'
@@ -138,9 +134,9 @@ fi
 # one job at a time gives the same lines (the log paths aside: each run writes them anew); without a GPU only,
 # since two GPU runs time the speeds twice and the speeds differ
 if [ $gpu = 0 ]; then
-    if "$make" --no-print-directory grade STAGE=04 SUBMISSIONS="$subs" CSV="$work/one-job.csv" JOBS=1 >"$log" 2>&1 &&
+    if "$make" --no-print-directory grade STAGE=02 SUBMISSIONS="$subs" CSV="$work/one-job.csv" JOBS=1 >"$log" 2>&1 &&
         cmp -s "$csv" "$work/one-job.csv"; then
-        ok "JOBS=1 and STAGE=04 give the same CSV, byte for byte"
+        ok "JOBS=1 and STAGE=02 give the same CSV, byte for byte"
     else
         diff "$csv" "$work/one-job.csv" >>"$log" 2>&1; bad "JOBS=1 gives another CSV"
     fi
@@ -166,16 +162,16 @@ refused() {
 }
 refused "make grade without STAGE" "needs STAGE=N" SUBMISSIONS="$subs" CSV="$work/refused.csv"
 refused "make grade STAGE=12" "STAGE=12: unknown stage" STAGE=12 SUBMISSIONS="$subs" CSV="$work/refused.csv"
-refused "make grade without SUBMISSIONS" "needs SUBMISSIONS=dir" STAGE=4 CSV="$work/refused.csv"
-refused "make grade on a missing folder" "is not a folder" STAGE=4 SUBMISSIONS="$work/nothing" CSV="$work/refused.csv"
+refused "make grade without SUBMISSIONS" "needs SUBMISSIONS=dir" STAGE=2 CSV="$work/refused.csv"
+refused "make grade on a missing folder" "is not a folder" STAGE=2 SUBMISSIONS="$work/nothing" CSV="$work/refused.csv"
 mkdir -p "$work/empty" "$work/no-cu"
 echo "not a submission" >"$work/no-cu/notes.txt"
-refused "make grade on a folder without .cu" "holds no \.cu file" STAGE=4 SUBMISSIONS="$work/no-cu" CSV="$work/refused.csv"
-refused "make grade on an empty folder" "holds no \.cu file" STAGE=4 SUBMISSIONS="$work/empty" CSV="$work/refused.csv"
-refused "make grade JOBS=0" "JOBS=0" STAGE=4 SUBMISSIONS="$subs" CSV="$work/refused.csv" JOBS=0
-refused "make grade JOBS=x" "JOBS=x" STAGE=4 SUBMISSIONS="$subs" CSV="$work/refused.csv" JOBS=x
-refused "make grade CSV that is not .csv" "name a \.csv file" STAGE=4 SUBMISSIONS="$subs" CSV="$work/refused.txt"
-"$make" --no-print-directory grade STAGE=4 SUBMISSIONS="$subs;true" >"$log" 2>&1
+refused "make grade on a folder without .cu" "holds no \.cu file" STAGE=2 SUBMISSIONS="$work/no-cu" CSV="$work/refused.csv"
+refused "make grade on an empty folder" "holds no \.cu file" STAGE=2 SUBMISSIONS="$work/empty" CSV="$work/refused.csv"
+refused "make grade JOBS=0" "JOBS=0" STAGE=2 SUBMISSIONS="$subs" CSV="$work/refused.csv" JOBS=0
+refused "make grade JOBS=x" "JOBS=x" STAGE=2 SUBMISSIONS="$subs" CSV="$work/refused.csv" JOBS=x
+refused "make grade CSV that is not .csv" "name a \.csv file" STAGE=2 SUBMISSIONS="$subs" CSV="$work/refused.txt"
+"$make" --no-print-directory grade STAGE=2 SUBMISSIONS="$subs;true" >"$log" 2>&1
 if [ $? -eq 2 ] && grep -q 'SUBMISSIONS holds a character a shell would act on' "$log"; then
     ok "make grade SUBMISSIONS='dir;true' is refused before any shell sees it"
 else

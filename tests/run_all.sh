@@ -3,9 +3,9 @@
 # each as it finishes (so a slow suite never hides the others' lines), and one closing tally line. A suite's whole
 # output is shown only when it fails (VERBOSE=1: always); a suite that checked nothing and skipped something (a GPU
 # suite without a GPU) says `skipped`.
-#   test:  the CPU suites, the command-line contract, citations, history, README words, the bench tables, the profile summary, and
-#          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU
-#          suites run one after another, beside the others;
+#   test:  the CPU suites (and the exercises' CPU checks, tests/exercise/), the command-line contract, citations, history,
+#          README words, the bench tables, the profile summary, and the GPU suites (each stage's and the kernel ladders' LADDER_TESTS),
+#          which skip without a GPU; the GPU suites run one after another, beside the others;
 #   check: the slow smoke suites of the tools: try, grading, prompts, loop rounds, exercises, student copies, sanitize's
 #          verdicts, the mutants; one at a time, since several of them build into BUILD.
 set -u
@@ -112,6 +112,19 @@ report_finished() {
 if [ "$mode" = test ]; then
     gpu_suites "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done) $ladder_tests
     suite "CPU suites (common/)" criterion "$build/tests/test_cpu"
+    # the CPU checks of the exercises in common/ (tests/exercise/): in a student copy, only once the student's
+    # file has no TODO(exercise) marker left (until then `make stage N exercise` says what is left)
+    for t in "$build"/tests/exercise/test_*; do
+        [ -x "$t" ] || continue
+        file=common/${t##*/test_}.c
+        if [ -f STUDENT.md ] && grep -q '// TODO(exercise)' "$file" 2>/dev/null; then
+            printf '%-7s %-62s\n' skipped "exercise CPU check: $file"
+            echo "        not checked: $file is an exercise of this copy, not written yet"
+            skipped=$((skipped + 1))
+            continue
+        fi
+        suite "exercise CPU check: $file" criterion "$t"
+    done
     suite "command-line contract (stage $last_stage)" cli bash tests/cli_smoke.sh "$build/$last_stage"
     suite "citations (every path a comment or README cites exists)" citations bash tests/citations.sh
     suite "prose describes the code as it is (no issue numbers, no change log)" history bash tests/history_smoke.sh
