@@ -3,9 +3,10 @@
 # each as it finishes (so a slow suite never hides the others' lines), and one closing tally line. A suite's whole
 # output is shown only when it fails (VERBOSE=1: always); a suite that checked nothing and skipped something (a GPU
 # suite without a GPU) says `skipped`.
-#   test:  the CPU suites (and the exercises' CPU checks, tests/exercise/), the command-line contract, citations, history,
-#          README words, the bench tables, the profile summary, and the GPU suites (each stage's and the kernel ladders' LADDER_TESTS),
-#          which skip without a GPU; the GPU suites run one after another, beside the others;
+#   test:  the CPU suites (and the exercises' CPU checks, tests/exercise/), the command-line contract, citations,
+#          history, README words, TEACHING's exercise names, the bench tables, the profile summary, and the GPU suites
+#          (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU suites run one after
+#          another, beside the others;
 #   check: the slow smoke suites of the tools: try, grading, prompts, loop rounds, exercises, student copies, sanitize's
 #          verdicts, the mutants; one at a time, since several of them build into BUILD.
 set -u
@@ -129,6 +130,7 @@ if [ "$mode" = test ]; then
     suite "citations (every path a comment or README cites exists)" citations bash tests/citations.sh
     suite "prose describes the code as it is (no issue numbers, no change log)" history bash tests/history_smoke.sh
     suite "READMEs short enough to read (words of prose)" words bash tests/readme_words.sh
+    suite "TEACHING.md names exercises by region or title, each one there" teaching bash tests/teaching_refs.sh
     if command -v python3 >/dev/null; then
         suite "bench table generator (Python, stdlib only)" unittest python3 -m unittest discover -s tests/bench
     else
