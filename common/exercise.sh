@@ -6,9 +6,15 @@
 # An exercise is a region of a stage file, `// EXERCISE(name) begin: task` ... `// EXERCISE end`; its
 # skeleton is the file with the region replaced by `// TODO(exercise): name: task` (common/exercise_cut.awk),
 # written to build/exercise/NN/FILE. Only the files try can check hold regions: the trainers (stage 01:
-# vector_add.cu). TRY_EXERCISE=name cuts that region only; TRY_EXERCISE=file every region of that file.
+# vector_add.cu), and the .c files of common/ that the stage is the first to use (common/stage_common.sh),
+# where its lesson may live (05's staging ring, 06's cuBLASLt descriptors): try links such a file in place of
+# common's under the stage's own trainers. TRY_EXERCISE=name cuts that region only; TRY_EXERCISE=file every
+# region of that file.
 # In a copy written by `make student` (STUDENT.md lists what was cut), the stage's file is the student's
 # work: it is tried in place, and ANSWER=1 is refused. Exit status: try's, the worst over the files.
+#
+# common/exercise.sh NN --list prints the index instead, "FILE NAME" a line for every region of the stage, and
+# tries nothing (tests/teaching_refs.sh reads it).
 nn=${1:-}
 # shellcheck source=common/try_common.sh
 source common/try_common.sh
@@ -23,19 +29,33 @@ verdict_word() {  # verdict_word RC: the verdict a try.sh exit status stands for
     esac
 }
 
+# first_used: the .c files of common/ that the stage's trainers are the first to use, one a line (none for
+# stage 02, which is the first to use all of them, and for a folder without both trainers)
+first_used() {
+    local prev
+    [ "$nn" != 01 ] && [ -f "$stage_dir/regression.cu" ] && [ -f "$stage_dir/mnist.cu" ] || return 0
+    prev=$(find . -maxdepth 1 -type d -name "$(printf '%02d' $((10#$nn - 1)))-*" | sed 's|^\./||' | head -n 1)
+    [ -n "$prev" ] && [ -f "$prev/regression.cu" ] && [ -f "$prev/mnist.cu" ] || return 0
+    sh common/stage_common.sh "$stage_dir" "$prev" 2>/dev/null | grep '^common/[^/]*\.c$'
+}
+
 # sets mode (cut, or student in a student copy) and index, "FILE NAME" a line for every region of the
-# stage; or exits 2 where there is none, or a name is used twice
+# stage (FILE: the trainer's name, or common/<name>.c); or exits 2 where there is none, or a name is used twice
 exercise_index() {
-    local f name names files=(regression.cu mnist.cu)  # the stage's files that may hold regions
+    local f name names files=(regression.cu mnist.cu) common_files  # the stage's files that may hold regions
     [ "$nn" != 01 ] || files=(vector_add.cu)
+    common_files=$(first_used)
     index='' mode=cut
-    if [ -f STUDENT.md ]; then  # "- `NN-stage/file.cu`: name, name" lines
+    if [ -f STUDENT.md ]; then  # "- `NN-stage/file.cu`: name, name" and "- `common/<file>.c`: name" lines
         mode=student
-        index=$(awk -v dir="$stage_dir/" 'match($0, /^- `[^`]+`: /) {
+        index=$(awk -v dir="$stage_dir/" -v common="$common_files" 'BEGIN { n = split(common, c, "\n"); for (i = 1; i <= n; i++) mine[c[i]] = 1 }
+            match($0, /^- `[^`]+`: /) {
                 path = substr($0, 4, RLENGTH - 6)
-                if (index(path, dir) != 1) next
+                if (path in mine) file = path
+                else if (index(path, dir) == 1) file = substr(path, length(dir) + 1)
+                else next
                 n = split(substr($0, RLENGTH + 1), names, /, */)
-                for (i = 1; i <= n; i++) if (names[i] != "") print substr(path, length(dir) + 1), names[i]
+                for (i = 1; i <= n; i++) if (names[i] != "") print file, names[i]
             }' STUDENT.md)
         [ -n "$index" ] || die "stage $nn had no exercise region when this student copy was written (STUDENT.md lists none for $stage_dir)"
         return
@@ -45,9 +65,13 @@ exercise_index() {
         names=$(awk -v list=1 -f "$cutter" "$stage_dir/$f") || exit 2
         for name in $names; do index+="$f $name"$'\n'; done
     done
+    for f in $common_files; do
+        names=$(awk -v list=1 -f "$cutter" "$f") || exit 2
+        for name in $names; do index+="$f $name"$'\n'; done
+    done
     index=${index%$'\n'}
     [ -n "$index" ] ||
-        die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(printf '%s ' "${files[@]/#/$stage_dir/}")(see $stage_dir/exercises.md)"
+        die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(printf '%s ' "${files[@]/#/$stage_dir/}" $common_files)(see $stage_dir/exercises.md)"
     local twice
     twice=$(awk '{ print $2 }' <<<"$index" | sort | uniq -d | head -n1)
     [ -z "$twice" ] ||
@@ -65,7 +89,8 @@ exercise_picks() {
     fi
     f=$(awk -v n="$TRY_EXERCISE" '$2 == n { print $1; exit }' <<<"$index")
     [ -z "$f" ] || pick_name=$TRY_EXERCISE
-    [ -n "$f" ] || f=$(awk -v n="$TRY_EXERCISE" '$1 == n || $1 == n ".cu" { print $1; exit }' <<<"$index")
+    [ -n "$f" ] || f=$(awk -v n="$TRY_EXERCISE" '{ b = $1; sub(/^common\//, "", b) }
+        b == n || b == n ".cu" || b == n ".c" || $1 == n { print $1; exit }' <<<"$index")
     [ -n "$f" ] ||
         die "EXERCISE=$TRY_EXERCISE: stage $nn has no such exercise; it has: $(awk '{ printf "%s%s", sep, $2; sep = ", " }' <<<"$index") (or name a file: $(awk '!seen[$1]++ { printf "%s%s", sep, $1; sep = ", " }' <<<"$index"))"
     picks=("$f")
@@ -73,25 +98,30 @@ exercise_picks() {
 
 # try_one FILE: says what is tried, then try.sh on it (the skeleton, the answer, or the student's file)
 try_one() {
-    local f=$1 regions path
+    local f=$1 regions path source=$stage_dir/$1 base=${1##*/}
+    case $f in common/*) source=$f ;; esac
     regions=${pick_name:-$(awk -v f="$f" '$1 == f { printf "%s%s", sep, $2; sep = ", " }' <<<"$index")}
     if [ $mode = student ]; then
-        path=$stage_dir/$f
+        path=$source
         echo "== exercise ($regions): $path, your file (a student copy: every TODO(exercise) marker in it counts, and the speed compares it with itself)"
     elif [ $answer = 1 ]; then
-        path=$stage_dir/$f
-        echo "== exercise ($regions): the answer, $path (the stage's own file: it must pass)"
+        path=$source
+        echo "== exercise ($regions): the answer, $path (the repository's own file: it must pass)"
     else
-        path=$build/exercise/$nn/$f
+        path=$build/exercise/$nn/$base
         mkdir -p "$build/exercise/$nn"
-        awk -v exercise="$pick_name" -f "$cutter" "$stage_dir/$f" >"$path.tmp" || { rm -f "$path.tmp"; exit 2; }
+        awk -v exercise="$pick_name" -f "$cutter" "$source" >"$path.tmp" || { rm -f "$path.tmp"; exit 2; }
         mv "$path.tmp" "$path"
-        echo "== exercise ($regions): $path, the skeleton cut from $stage_dir/$f (the task: $stage_dir/exercises.md; ANSWER=1 tries the answer)"
+        echo "== exercise ($regions): $path, the skeleton cut from $source (the task: $stage_dir/exercises.md; ANSWER=1 tries the answer)"
     fi
-    TRY_OUT=$build/exercise/$nn/${f%.cu} TRY_INCLUDE_DIR=$stage_dir bash common/try.sh "$nn" "$path"
+    TRY_OUT=$build/exercise/$nn/${base%.*} TRY_INCLUDE_DIR=$stage_dir bash common/try.sh "$nn" "$path"
 }
 
 exercise_index
+if [ "${2:-}" = --list ]; then
+    printf '%s\n' "$index"
+    exit 0
+fi
 exercise_picks
 answer=0
 [ -n "${TRY_ANSWER:-}" ] && [ "$TRY_ANSWER" != 0 ] && answer=1

@@ -10,7 +10,8 @@
 # and trailing blanks are dropped (a later stage often nests the same code deeper). Each such block becomes the
 # region's `// TODO(exercise): name: task` marker and its //: lines, at the block's indentation: the student
 # writes the earlier answer again there, as the stage ladder itself does. Everything else is copied byte for
-# byte. A region of only blank lines and braces is never looked for: it would match anywhere.
+# byte. The longest regions are looked for first, so that a region holding an earlier one whole is cut as itself.
+# A region of only blank lines and braces is never looked for: it would match anywhere.
 
 function trim(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
 
@@ -46,7 +47,14 @@ FILENAME != later { next }
 { line[++lines] = $0; bare[lines] = trim($0) }
 
 END {
+    # the longest answers are looked for first: a later stage's region may hold an earlier one whole (07's
+    # epoch-counter holds 05's epoch-bookkeeping), and the line it carries is the larger region's
     for (r = 1; r <= regions; r++) {
+        for (j = r - 1; j >= 1 && size[order[j]] < size[r]; j--) order[j + 1] = order[j]
+        order[j + 1] = r
+    }
+    for (o = 1; o <= regions; o++) {
+        r = order[o]
         if (!worth[r]) continue
         for (i = 1; i + size[r] - 1 <= lines; i++) {
             if (i in taken) continue

@@ -1,7 +1,7 @@
-# common/exercises.mk: candidate files, checked exercises, prompts, the loop and the student copy (`make help`
-# lists the verbs). Included by the top Makefile; the stage verbs are reached through `make stage N VERB`,
-# which sets NN. The work is in common/try.sh, exercise.sh (which runs try.sh), prompt.sh, loop.sh and
-# student.sh, each of which says what it does; this file only hands them the build settings, as TRY_*
+# common/exercises.mk: candidate files, checked exercises, grading, prompts, the loop and the student copy
+# (`make help` lists the verbs). Included by the top Makefile; the stage verbs are reached through `make stage N
+# VERB`, which sets NN. The work is in common/try.sh, exercise.sh and grade.sh (which run try.sh), prompt.sh,
+# loop.sh and student.sh, each of which says what it does; this file only hands them the build settings, as TRY_*
 # variables in their environment.
 #
 # TRY_RUN=0 stops try and exercise after the checks that need no GPU (compiles, exports, links, markers).
@@ -9,15 +9,15 @@
 # (missing, does not compile, does not export what the drivers need, does not link), 4 UNVERIFIED (no
 # CUDA device ran the suite: nothing was checked, so nothing passed).
 
-.PHONY: stage-try stage-exercise stage-prompt student loop
+.PHONY: stage-try stage-exercise stage-prompt student loop grade
 
-TRY_VERBS := stage-try stage-exercise stage-prompt loop
+TRY_VERBS := stage-try stage-exercise stage-prompt loop grade
 # each verb's script reads TRY_MAKE = $(MAKE), TRY_BUILD = $(BUILD), and so on
 $(foreach v,MAKE BUILD PYTHON NVCC NVCCFLAGS CC CFLAGS LDFLAGS LDLIBS CRITERION_LIBS ARGS TRAINER GIT_COMMIT_ID \
     GIT_DIRTY EXERCISE ANSWER,$(eval $(TRY_VERBS): export TRY_$(v) = $$($(v))))
 $(TRY_VERBS): export TRY_HAVE_GPU = $(if $(DETECTED_ARCH),1,0)
 stage-try stage-exercise stage-prompt: export TRY_STAGE_DIR = $(call stage_dir,$(NN))
-stage-try stage-exercise: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
+stage-try stage-exercise grade: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
 
 stage-try:
 	+@bash common/try.sh $(NN) "$(FILE)"
@@ -33,6 +33,15 @@ loop: export TRY_STAGE_DIR = $(call stage_dir,02)
 $(foreach v,ROUND FROM MODE,$(eval loop: export LOOP_$(v) = $$($(v))))
 loop:
 	+@bash common/loop.sh
+
+# make grade STAGE=N SUBMISSIONS=dir [JOBS=k] [CSV=file]: try on every .cu of the folder, one CSV line each, try's
+# exit status in it (common/grade.sh); the values travel in the environment
+GRADE_NN = $(if $(filter 1 2 3 4 5 6 7 8 9,$(STAGE)),0$(STAGE),$(STAGE))
+grade: export TRY_STAGE_DIR = $(if $(filter $(GRADE_NN),$(ALL_STAGES)),$(call stage_dir,$(GRADE_NN)))
+$(foreach v,STAGE SUBMISSIONS JOBS CSV,$(eval grade: export GRADE_$(v) = $$($(v))))
+grade: export GRADE_STAGES = $(ALL_STAGES)
+grade:
+	+@bash common/grade.sh
 
 # DIR and UPTO travel in the environment, never through a shell command line
 student: export STUDENT_DIR = $(or $(DIR),$(BUILD)/student)

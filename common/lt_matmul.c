@@ -11,27 +11,36 @@ static uint32_t alignment_of(const void *p) { return (uint32_t)(((uintptr_t)p | 
 
 int64_t relu_mask_ld(int dim) { return ((int64_t)dim + 127) / 128 * 128; }
 
-void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precision, int trans_a, int trans_b, int m, int n,
-                 int k, const void *a, const void *b, float *c, float alpha, float beta, cublasLtEpilogue_t epilogue,
-                 const float *bias, void *aux, void *workspace) {
+void describe_matmul(MatmulPlan *plan, Precision precision, int trans_a, int trans_b, int m, int n, int k,
+                     cublasLtEpilogue_t epilogue, const float *bias, void *aux) {
     cublasComputeType_t compute = precision == PRECISION_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     int32_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    uint32_t epilogue_id = epilogue;
-    int64_t aux_ld = relu_mask_ld(m);
+    plan->a_layout = plan->b_layout = plan->c_layout = NULL;
     cublasCheck(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
 #define SET_DESC(attr, value) cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, attr, &(value), sizeof(value)))
     SET_DESC(CUBLASLT_MATMUL_DESC_TRANSA, op_a);
     SET_DESC(CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+    // EXERCISE(bias-relu-epilogue) begin: set the epilogue attribute; where given, the bias pointer, the aux pointer
+    //: and the aux's leading dimension (relu_mask_ld(m) bits); then a_layout, b_layout and c_layout, each
+    //: operand as stored: column-major, packed (ld = rows). Which of m, n, k are A's rows when trans_a is set?
+    uint32_t epilogue_id = epilogue;
+    int64_t aux_ld = relu_mask_ld(m);
     SET_DESC(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_id);
     if (bias) SET_DESC(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     if (aux) SET_DESC(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
     if (aux) SET_DESC(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
-#undef SET_DESC
     int a_rows = trans_a ? k : m, b_rows = trans_b ? n : k;  // as stored (column-major), packed: ld = rows
     cublasCheck(cublasLtMatrixLayoutCreate(&plan->a_layout, CUDA_R_32F, a_rows, trans_a ? m : k, a_rows));
     cublasCheck(cublasLtMatrixLayoutCreate(&plan->b_layout, CUDA_R_32F, b_rows, trans_b ? k : n, b_rows));
     cublasCheck(cublasLtMatrixLayoutCreate(&plan->c_layout, CUDA_R_32F, m, n, m));
+    // EXERCISE end
+#undef SET_DESC
+}
 
+void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precision, int trans_a, int trans_b, int m, int n,
+                 int k, const void *a, const void *b, float *c, float alpha, float beta, cublasLtEpilogue_t epilogue,
+                 const float *bias, void *aux, void *workspace) {
+    describe_matmul(plan, precision, trans_a, trans_b, m, n, k, epilogue, bias, aux);
     cublasLtMatmulPreference_t preference;
     size_t workspace_bytes = WORKSPACE_BYTES;
     const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {

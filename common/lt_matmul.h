@@ -31,6 +31,11 @@ int64_t relu_mask_ld(int dim);
 // D (m, n) = alpha * op_a(A) @ op_b(B) + beta * C, column-major, D = C, A stored (m, k) or, if trans_a, (k, m),
 // B stored (k, n) or, if trans_b, (n, k), each packed. bias and aux (the ReLU bit mask, relu_mask_ld(m) bits a
 // column) are NULL unless the epilogue uses them. The algorithm is the heuristic's first answer (gemm_ladder.cu).
+// The descriptors alone: desc (compute type, transposes, epilogue, bias and aux pointers, the aux's leading
+// dimension) and the three layouts, for the same arguments as plan_matmul. Host objects only: no GPU needed
+// (tests/exercise/test_lt_matmul.c reads them back). Its epilogue and layouts are stage 06's build exercise.
+void describe_matmul(MatmulPlan *plan, Precision precision, int trans_a, int trans_b, int m, int n, int k,
+                     cublasLtEpilogue_t epilogue, const float *bias, void *aux);
 void plan_matmul(MatmulPlan *plan, cublasLtHandle_t lt, Precision precision, int trans_a, int trans_b, int m, int n,
                  int k, const void *a, const void *b, float *c, float alpha, float beta, cublasLtEpilogue_t epilogue,
                  const float *bias, void *aux, void *workspace);

@@ -32,6 +32,9 @@ StagingRing *staging_create(int slots, size_t slot_bytes, int threads) {
 }
 
 void staging_upload(StagingRing *ring, void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+    // EXERCISE(staging-ring) begin: chunk by chunk (slot_bytes, the last one shorter): take the ring's next slot,
+    //: wait until the copy that last read it has drained it (its event), fill it from src with the copy pool,
+    //: enqueue its copy to dst on stream, and record the slot's event after that copy
     for (size_t start = 0; start < bytes; start += ring->slot_bytes) {
         int s = ring->next;
         ring->next = (s + 1) % ring->slots;
@@ -41,6 +44,7 @@ void staging_upload(StagingRing *ring, void *dst, const void *src, size_t bytes,
         cudaCheck(cudaMemcpyAsync((char *)dst + start, ring->slot[s], chunk, cudaMemcpyHostToDevice, stream));
         cudaCheck(cudaEventRecord(ring->drained[s], stream));
     }
+    // EXERCISE end
 }
 
 void staging_destroy(StagingRing *ring) {

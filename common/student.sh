@@ -145,13 +145,14 @@ for m in "$work"/copy/tests/mutants/*.sed; do
 done
 
 # 4. the exercises' commands, as the copy runs them: the stage's file there is the skeleton (there is no
-# build/exercise/NN/ copy of it to take), and the answers ANSWER=1 would try are not there
+# build/exercise/NN/ copy of it to take; a .c skeleton's file is common/'s), and the answers ANSWER=1 would try
+# are not there
 for s in "${stages[@]}"; do
     ex=$work/copy/$s/exercises.md
     [ -f "$ex" ] || continue
-    sed -i -e "s|build/exercise/${s%%-*}/|$s/|g" \
-        -e '/^    make stage [0-9]* exercise ANSWER=1/d' \
-        -e 's|  *# your cop\(y\|ies\): exercise rewrites its skeleton$|   # your copy of the skeleton|' "$ex" ||
+    sed -i -E -e "s#build/exercise/${s%%-*}/([a-z_]+\.c)([^a-z]|\$)#common/\1\2#g" -e "s|build/exercise/${s%%-*}/|$s/|g" \
+        -e '/^    make stage [0-9]* exercise (.* )?ANSWER=1/d' \
+        -e 's@  *# your cop(y|ies): exercise rewrites its skeleton$@   # your copy of the skeleton@' "$ex" ||
         die "rewriting $s/exercises.md for the copy failed"
 done
 
@@ -168,11 +169,12 @@ state="commit $commit"
     echo
     echo "Written by \`make student\` from $state, with the stages up to ${upto#0} (UPTO=${upto#0})."
     echo
-    echo "Every exercise region of the stage files was cut out: each left its \`// TODO(exercise): name: task\`"
-    echo "marker, and the answers are not in this copy. Where a later stage's file carries an earlier"
-    echo "stage's answer forward, that code is cut there too, with the earlier region's marker: write the"
-    echo "earlier answer there again. Write the code in the stage's file itself, delete each marker once its"
-    echo "code is written, and check:"
+    echo "Every exercise region of the stage files and of common/ was cut out: each left its"
+    echo "\`// TODO(exercise): name: task\` marker, and the answers are not in this copy. Where a later stage's"
+    echo "file carries an earlier stage's answer forward, that code is cut there too, with the earlier region's"
+    echo "marker: write the earlier answer there again. A region of common/ (a file the stage is the first to"
+    echo "use) is code every later stage runs too: their trainers work once it is written. Write the code in"
+    echo "the file itself, delete each marker once its code is written, and check:"
     echo
     echo "    make stage N exercise TRY_RUN=0    # any machine: compiles, links, counts the markers left"
     echo "    make stage N exercise              # on a GPU: the stage's test suite on your file, PASS or FAIL"

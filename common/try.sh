@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # common/try.sh NN FILE: the work behind `make stage N try` (common/exercises.mk hands over the build
 # settings as TRY_* environment variables). FILE replaces the stage trainer it defines (for stage 01:
-# vector_add.cu), or is a Markdown answer whose only fenced code block is that file. Not meant to be run by hand.
+# vector_add.cu), or is a Markdown answer whose only fenced code block is that file, or, a .c file named as
+# one of common/'s (staging.c), replaces that file under the stage's own trainers. Not meant to be run by hand.
 #
 # First what needs no GPU (every mistake is one "error:" line and exit 2): FILE compiles with the Makefile's
 # flags into build/try/NN/, defines with C linkage what the drivers and tests call (nm decides which trainer it
 # replaces), and links with the suite and the stage's other trainer, and with the driver (which reports its
-# stage as "NN-try"). A `// TODO(exercise)` comment left in FILE never passes. Then the suite on the candidate's
-# trainer only (Criterion --filter) and, only if it passed, the stage's driver and the candidate's with the
-# same flags, and a table of the two result rows with the relative speed.
+# stage as "NN-try"). A `// TODO(exercise)` comment left in FILE never passes. A common/ file links ahead of
+# libcommon.a with the stage's own trainers instead, and where tests/exercise/test_<name>.c checks common/<name>.c on the
+# CPU, that CPU suite runs on it first, on any machine: its failure is a FAIL. Then the GPU suite on the
+# candidate's trainer only (Criterion --filter; a common/ file: the trainers that include its header) and,
+# only if it passed, the stage's driver and the candidate's with the same flags, and a table of the two
+# result rows with the relative speed.
 # Verdict on the last line: "try: PASS", "try: FAIL", or "try: UNVERIFIED (no CUDA device)"; exit 0, 1
 # or 4 (see common/exercises.mk). common/exercise.sh runs this on a skeleton, with TRY_OUT (the folder
 # for the build) and TRY_INCLUDE_DIR (the stage's folder, where a skeleton cut into build/ finds the
@@ -20,7 +24,6 @@ source common/try_common.sh
 [ -n "$nn" ] || die "usage: common/try.sh NN FILE (run through make stage N try)"
 out=${TRY_OUT:-$build/try/$nn}
 include_dir=${TRY_INCLUDE_DIR:-}
-run_suite_too=${TRY_RUN_SUITE:-1}
 
 # ----------------------------------------------------------------------------
 # the candidate: checked, compiled, its symbols read, linked
@@ -30,7 +33,7 @@ answer_blocks() {  # answer_blocks FILE.md: how many fenced code blocks it holds
 }
 
 check_candidate() {  # check_candidate FILE: sets file, and answer where it is a Markdown answer; or exits 2
-    file=$1 answer=
+    file=$1 answer= common_name=
     [ -n "$file" ] || die "no candidate given: make stage $n try FILE=path/to/regression.cu (a .cu file that replaces one of stage $nn's trainers)"
     [ -e "$file" ] || die "FILE '$file' does not exist"
     [ -f "$file" ] || die "FILE '$file' is not a regular file"
@@ -42,21 +45,15 @@ check_candidate() {  # check_candidate FILE: sets file, and answer where it is a
         blocks=$(answer_blocks "$answer")
         [ "$blocks" = 1 ] || die "$answer holds $blocks fenced code blocks: try takes an answer with exactly one (the complete file)"
         ;;
-    *) die "FILE '$file' is not a CUDA source: try takes a .cu file, or a Markdown answer holding one" ;;
+    *.c)
+        local name=${file##*/}
+        [ -f "common/$name" ] && [ "${name%_main.c}" = "$name" ] ||
+            die "FILE '$file' is a C file that replaces none of common/: a .c candidate is named as the common/ file it replaces (e.g. staging.c)"
+        [ "$nn" != 01 ] || die "stage 01 uses no file of common/ that a candidate may replace: try takes its vector_add.cu"
+        common_name=${name%.c}
+        ;;
+    *) die "FILE '$file' is not a CUDA source: try takes a .cu file, a Markdown answer holding one, or a .c file of common/" ;;
     esac
-}
-
-build_own() {  # what the candidate links with, and the drivers only when they will run
-    local targets=("$build/common/libcommon.a")
-    if [ "$nn" = 01 ]; then
-        trainer=vector_add
-        targets+=("$build/tests/gpu/test_vector_add.o")
-        [ "$run_suite_too" = 1 ] && targets+=("$build/01/vector_add")
-    else
-        targets+=("$build/tests/gpu/test_stage.o" "$build/$nn/regression.o" "$build/$nn/mnist.o")
-        [ "$run_suite_too" = 1 ] && targets+=("$build/$nn/regression" "$build/$nn/mnist")
-    fi
-    build_stage "${targets[@]}"
 }
 
 compile_candidate() {  # compile_candidate OUT.o [FLAGS...]
@@ -130,6 +127,40 @@ link_trainer() {  # stages 02 on: the file replaces one trainer, beside the stag
         die "the $trainer driver does not compile (see above)"
     link_candidate "$out/$trainer" "into the $trainer driver (see the linker output above)" "$out/${trainer}_main.o" "$out/candidate.o"
     echo "   replaces stage $nn's $trainer: compiles, defines ${required// /, }, links: $out/test_gpu, $out/$trainer"
+    suite_filter='regression/*'
+    [ "$trainer" = mnist ] && suite_filter='mnist*/*'
+}
+
+# link_common: stages 02 on, a .c file that replaces common/<name>.c: the stage's own trainers link with it ahead of
+# libcommon.a (whose <name>.o the linker then leaves out). The trainers that include <name>.h are the ones tested, and
+# the first of them is timed (neither: both tested, the regression timed); tests/exercise/test_<name>.c, where there is one,
+# links with it into the CPU check.
+link_common() {
+    local t users=() cpu_test=tests/exercise/test_$common_name.c
+    $TRY_CC $TRY_CFLAGS ${include_dir:+"-I$include_dir"} -c "$file" -o "$out/candidate.o" ||
+        die "$file does not compile (see the compiler output above)"
+    for t in regression mnist; do
+        grep -q "^#include \"$common_name.h\"" "$stage_dir/$t.cu" 2>/dev/null && users+=("$t")
+    done
+    [ ${#users[@]} -gt 0 ] || users=(regression mnist)
+    trainer=${users[0]} suite_filter=
+    if [ ${#users[@]} = 1 ]; then
+        suite_filter='regression/*'
+        [ "$trainer" = mnist ] && suite_filter='mnist*/*'
+    fi
+    link_candidate "$out/test_gpu" "with stage $nn's trainers and the test suite in place of common/$common_name.c (see the linker output above): keep every function common/$common_name.h declares, and make the others static" \
+        "$build/tests/gpu/test_stage.o" "$build/$nn/regression.o" "$build/$nn/mnist.o" "$out/candidate.o"
+    $TRY_CC $TRY_CFLAGS -DSTAGE_NAME="\"$nn-try\"" -c "common/${trainer}_main.c" -o "$out/${trainer}_main.o" ||
+        die "the $trainer driver does not compile (see above)"
+    link_candidate "$out/$trainer" "into the $trainer driver with stage $nn's $trainer (see the linker output above)" \
+        "$out/${trainer}_main.o" "$build/$nn/$trainer.o" "$out/candidate.o"
+    cpu_suite=
+    if [ -f "$cpu_test" ]; then
+        build_stage "$build/tests/exercise/test_$common_name.o"
+        link_candidate "$out/test_cpu" "with $cpu_test (see the linker output above)" "$build/tests/exercise/test_$common_name.o" "$out/candidate.o"
+        cpu_suite=$out/test_cpu
+    fi
+    echo "   replaces common/$common_name.c under stage $nn's ${users[*]}: compiles, links: $out/test_gpu, $out/$trainer${cpu_suite:+, $cpu_suite}"
 }
 
 # ----------------------------------------------------------------------------
@@ -153,27 +184,47 @@ verdict() {
     local word=$1 status=$2 line
     shift 2
     echo "== verdict for $file (stage $nn $trainer)${scope:-}"
+    [ -z "${cpu_note:-}" ] || echo "  $cpu_note"
     for line in "$@"; do echo "  $line"; done
     echo "try: $word"
     exit "$status"
 }
 
+# cpu_check: a common/ file's CPU suite (tests/exercise/test_<name>.c), on any machine and before anything else runs; returns
+# only where it passed, with cpu_note saying so
+cpu_check() {
+    cpu_note=
+    [ -n "${cpu_suite:-}" ] || return 0
+    local t=0 f=1 rc what="tests/exercise/test_$common_name.c"
+    echo "== CPU check: $cpu_suite ($what on $file; no GPU needed)"
+    rm -f "$out/cpu.tap"
+    "$cpu_suite" --tap="$out/cpu.tap" 2>&1 | tee "$out/cpu.log"
+    rc=${PIPESTATUS[0]}
+    if grep -q '^1\.\.' "$out/cpu.tap" 2>/dev/null; then
+        read -r t f < <(awk '/^ok .*# SKIP/ { next } /^ok / { t++ } /^not ok / { t++; f++ } END { print t + 0, f + 0 }' "$out/cpu.tap")
+    fi
+    if [ "$f" -gt 0 ] || [ "$rc" -ne 0 ]; then
+        local reasons=("CPU check: FAIL, $f of $t tests of $what failed or crashed (the output above; kept in $out/cpu.log)")
+        [ "$todo" -gt 0 ] && reasons+=("$todo_note")
+        verdict FAIL 1 "${reasons[@]}"
+    fi
+    cpu_note="CPU check: PASS, $t tests of $what"
+}
+
 verdict_not_run() {  # TRY_RUN=0: the CPU-side checks are all there is
     local scope=", CPU-side checks only (TRY_RUN=0)"
     [ "$todo" -eq 0 ] || verdict FAIL 1 "$todo_note"
-    verdict "NOT RUN" 0 "compiles, exports what the drivers need, links; the suite did not run (TRY_RUN=0): nothing was checked"
+    verdict "NOT RUN" 0 "compiles, exports what the drivers need, links; the suite did not run (TRY_RUN=0): nothing was checked${cpu_note:+ but the CPU check}"
 }
 
 suite_verdict() {  # the suite, on the candidate's trainer only; returns only where it passed
     if [ "$nn" = 01 ]; then
         run_suite "$out/test_vector_add"
     else
-        if [ "$trainer" = mnist ] && [ "${TRY_HAVE_GPU:-0}" = 1 ] && [ -z "${MNIST_DIR:-}" ]; then
+        if [ "$suite_filter" != 'regression/*' ] && [ "${TRY_HAVE_GPU:-0}" = 1 ] && [ -z "${MNIST_DIR:-}" ]; then
             "$TRY_MAKE" --no-print-directory -s data/mnist/train-images-idx3-ubyte || exit 3
         fi
-        local filter='regression/*'
-        [ "$trainer" = mnist ] && filter='mnist*/*'
-        run_suite "$out/test_gpu" --filter "$filter"
+        if [ -n "$suite_filter" ]; then run_suite "$out/test_gpu" --filter "$suite_filter"; else run_suite "$out/test_gpu"; fi
     fi
     if [ "$failed" -gt 0 ] || [ "$suite_rc" -ne 0 ]; then
         local reasons=("correctness: FAIL, $failed of ${tested:-?} tests failed or crashed (the output above; kept in $out/suite.log)")
@@ -183,7 +234,7 @@ suite_verdict() {  # the suite, on the candidate's trainer only; returns only wh
     if [ "${tested:-0}" -eq 0 ]; then
         [ "$todo" -gt 0 ] && verdict FAIL 1 "$todo_note" "correctness: not checked, the suite skipped every test (no CUDA device)"
         verdict "UNVERIFIED (no CUDA device)" 4 \
-            "compiles, exports what the drivers need, links; the suite skipped every test (no CUDA device): nothing was checked"
+            "compiles, exports what the drivers need, links; the suite skipped every test (no CUDA device): nothing was checked${cpu_note:+ but the CPU check}"
     fi
     [ "$todo" -gt 0 ] && verdict FAIL 1 "correctness: the suite passed, but $todo_note"
 }
@@ -199,6 +250,7 @@ speed_verdict() {  # the stage's driver, then the candidate's, the same flags; t
     "$out/$trainer" $flags --csv "$out/candidate.csv" ||
         verdict FAIL 1 "correctness: PASS on the suite" "speed: the candidate's $trainer failed with these flags (see above): $flags"
     echo "== verdict for $file (stage $nn $trainer)"
+    [ -z "${cpu_note:-}" ] || echo "  $cpu_note"
     echo "  correctness: PASS, $tested tests against the CPU reference (output above; kept in $out/suite.log)"
     report_rows try-speed "$nn" "$out/stage.csv" "$out/candidate.csv"
 }
@@ -216,10 +268,11 @@ if [ -n "$answer" ]; then  # an assistant's answer as it came: its one fenced co
     echo "== try: the fenced code block of $answer, written to $file"
 fi
 echo "== try: stage $nn with $file ($out/)"
-if [ "$nn" = 01 ]; then link_vector_add; else link_trainer; fi
+if [ "$nn" = 01 ]; then link_vector_add; elif [ -n "$common_name" ]; then link_common; else link_trainer; fi
 todo=$(grep -c "// TODO(exercise)" "$file")
 todo_note="$todo TODO(exercise) marker$([ "$todo" = 1 ] || echo s) left in $file: the exercise is not done \
 (delete each marker once its code is written)"
+cpu_check
 [ "$run_suite_too" = 1 ] || verdict_not_run
 suite_verdict
 speed_verdict

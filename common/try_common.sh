@@ -1,6 +1,6 @@
-# common/try_common.sh: what common/try.sh, common/exercise.sh and common/prompt.sh share. Sourced, after
-# the script has set nn (the stage, two digits) from its first argument; the rest comes from the TRY_*
-# settings that common/exercises.mk exports.
+# common/try_common.sh: what common/try.sh, common/exercise.sh, common/grade.sh and common/prompt.sh share.
+# Sourced, after the script has set nn (the stage, two digits) from its first argument; the rest comes from the
+# TRY_* settings that common/exercises.mk exports.
 # shellcheck shell=bash disable=SC2034,SC2154  # the scripts read what is set here, and set nn
 set -u
 set -f  # the nvcc flags hold brackets (code=[sm_90,compute_90]): never glob them
@@ -8,6 +8,7 @@ set -f  # the nvcc flags hold brackets (code=[sm_90,compute_90]): never glob the
 build=${TRY_BUILD:-build}
 stage_dir=${TRY_STAGE_DIR:-}
 n=${nn#0}
+run_suite_too=${TRY_RUN_SUITE:-1}  # 0: the checks that need no GPU only (TRY_RUN=0)
 
 die() {  # one line, exit 2: nothing can be tried (or written)
     echo "error: $*" >&2
@@ -37,4 +38,19 @@ answer_code() {
 build_stage() {  # the stage's own objects and drivers, through the Makefile's rules
     "$TRY_MAKE" --no-print-directory -s "$@" ||
         die "stage $nn's own files do not build (see above): try needs them to link and compare"
+}
+
+# build_own: what a candidate of stage nn links with, and the drivers only when they will run (common/try.sh
+# before each candidate, common/grade.sh once before its submissions); sets trainer=vector_add for stage 01
+build_own() {
+    local targets=("$build/common/libcommon.a")
+    if [ "$nn" = 01 ]; then
+        trainer=vector_add
+        targets+=("$build/tests/gpu/test_vector_add.o")
+        [ "$run_suite_too" = 1 ] && targets+=("$build/01/vector_add")
+    else
+        targets+=("$build/tests/gpu/test_stage.o" "$build/$nn/regression.o" "$build/$nn/mnist.o")
+        [ "$run_suite_too" = 1 ] && targets+=("$build/$nn/regression" "$build/$nn/mnist")
+    fi
+    build_stage "${targets[@]}"
 }

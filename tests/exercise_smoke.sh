@@ -16,7 +16,8 @@
 #      exercises' commands rewritten for the copy,
 #      STUDENT.md lists them, everything else is unchanged, `make -n all` finds every file, stage 01's
 #      programs and each cut file build, and `make stage 1 exercise` there checks the student's file in
-#      place; a DIR that is not a new folder or an earlier copy is refused.
+#      place (`make stage 6 exercise` common/lt_matmul.c, with its CPU check); a DIR that is not a new
+#      folder or an earlier copy is refused.
 #
 # The skeletons of the real stage files are checked by tests/try_smoke.sh (through make stage N exercise).
 # Each check prints one line; the last line is "exercise: N passed, N failed".
@@ -275,7 +276,10 @@ while IFS= read -r line; do  # "- `NN-stage/file.cu`: names"
     f=${f%%\`*}
     stage=${f%%-*}
     base=${f##*/}
-    case $base in regression.cu | mnist.cu) targets+=("build/$stage/${base%.cu}.o") ;; esac
+    case $f in
+    common/*.c) targets+=("build/common/${base%.c}.o") ;;
+    *) case $base in regression.cu | mnist.cu) targets+=("build/$stage/${base%.cu}.o") ;; esac ;;
+    esac
 done < <(grep '^- `' "$copy/STUDENT.md")
 if "$make" --no-print-directory -C "$copy" -j4 CUDA_ARCH=75 "${targets[@]}" >"$log" 2>&1; then
     ok "student copy builds: ${targets[*]} (sm_75)"
@@ -287,6 +291,12 @@ if grep -q '^try: FAIL' "$log" && grep -q 'your file' "$log" && grep -q 'TODO(ex
     ok "student copy: make stage 1 exercise checks 01-vector-add/vector_add.cu in place, FAIL on its markers"
 else
     bad "student copy: make stage 1 exercise"
+fi
+"$make" --no-print-directory -C "$copy" stage 6 exercise EXERCISE=bias-relu-epilogue TRY_RUN=0 CUDA_ARCH=75 >"$log" 2>&1
+if grep -q '^try: FAIL' "$log" && grep -q 'common/lt_matmul.c, your file' "$log" && grep -q '^  CPU check: FAIL' "$log"; then
+    ok "student copy: make stage 6 exercise checks common/lt_matmul.c in place, its CPU check FAILs without a GPU"
+else
+    bad "student copy: make stage 6 exercise EXERCISE=bias-relu-epilogue (common/lt_matmul.c in place, the CPU check)"
 fi
 "$make" --no-print-directory -C "$copy" stage 1 exercise ANSWER=1 TRY_RUN=0 CUDA_ARCH=75 >"$log" 2>&1
 if grep -q '^error: ANSWER=1: this is a student copy' "$log"; then ok "student copy: ANSWER=1 is refused"

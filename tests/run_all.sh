@@ -3,11 +3,12 @@
 # each as it finishes (so a slow suite never hides the others' lines), and one closing tally line. A suite's whole
 # output is shown only when it fails (VERBOSE=1: always); a suite that checked nothing and skipped something (a GPU
 # suite without a GPU) says `skipped`.
-#   test:  the CPU suites, the command-line contract, citations, history, README words, the bench tables, the profile summary, and
-#          the GPU suites (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU
-#          suites run one after another, beside the others;
-#   check: the slow smoke suites of the tools: try, prompts, loop rounds, exercises, student copies, sanitize's verdicts, the mutants; one at
-#          a time, since several of them build into BUILD.
+#   test:  the CPU suites (and the exercises' CPU checks, tests/exercise/), the command-line contract, citations,
+#          history, README words, TEACHING's exercise names, the bench tables, the profile summary, and the GPU suites
+#          (each stage's and the kernel ladders' LADDER_TESTS), which skip without a GPU; the GPU suites run one after
+#          another, beside the others;
+#   check: the slow smoke suites of the tools: try, grading, prompts, loop rounds, exercises, student copies, sanitize's
+#          verdicts, the mutants; one at a time, since several of them build into BUILD.
 set -u
 mode=$1 build=$2 stages=$3 ladder_tests=${4:-}
 last_stage=${stages##* }
@@ -112,10 +113,24 @@ report_finished() {
 if [ "$mode" = test ]; then
     gpu_suites "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done) $ladder_tests
     suite "CPU suites (common/)" criterion "$build/tests/test_cpu"
+    # the CPU checks of the exercises in common/ (tests/exercise/): in a student copy, only once the student's
+    # file has no TODO(exercise) marker left (until then `make stage N exercise` says what is left)
+    for t in "$build"/tests/exercise/test_*; do
+        [ -x "$t" ] || continue
+        file=common/${t##*/test_}.c
+        if [ -f STUDENT.md ] && grep -q '// TODO(exercise)' "$file" 2>/dev/null; then
+            printf '%-7s %-62s\n' skipped "exercise CPU check: $file"
+            echo "        not checked: $file is an exercise of this copy, not written yet"
+            skipped=$((skipped + 1))
+            continue
+        fi
+        suite "exercise CPU check: $file" criterion "$t"
+    done
     suite "command-line contract (stage $last_stage)" cli bash tests/cli_smoke.sh "$build/$last_stage"
     suite "citations (every path a comment or README cites exists)" citations bash tests/citations.sh
     suite "prose describes the code as it is (no issue numbers, no change log)" history bash tests/history_smoke.sh
     suite "READMEs short enough to read (words of prose)" words bash tests/readme_words.sh
+    suite "TEACHING.md names exercises by region or title, each one there" teaching bash tests/teaching_refs.sh
     if command -v python3 >/dev/null; then
         suite "bench table generator (Python, stdlib only)" unittest python3 -m unittest discover -s tests/bench
     else
@@ -124,6 +139,7 @@ if [ "$mode" = test ]; then
     suite "profile summary (ncu raw CSV, real H100 exports)" profile bash tests/profile_summary.sh
 else
     suite "try and exercises (CPU side)" try bash tests/try_smoke.sh
+    suite "make grade on a folder of fixtures (CPU side)" grade bash tests/grade_smoke.sh
     suite "prompts: size, sections, checklists from the code" prompt bash tests/prompt_smoke.sh
     suite "loop rounds: prompts, records, refusals (fixtures)" loop bash tests/loop_smoke.sh
     suite "exercise regions: the cutter and make student" exercise bash tests/exercise_smoke.sh

@@ -13,7 +13,8 @@
 #      copy's full `make test` and `make check` build every stage (minutes) and are not run here;
 #   4. UPTO that is not a stage is refused: one "error:" line, exit 2, no copy.
 #
-# An answer line is a line between a region's markers in a stage file, trimmed, unless it is trivial: no
+# An answer line is a line between a region's markers in a stage file or a file of common/ (its stage: the
+# first to use it), trimmed, unless it is trivial: no
 # letter or digit (braces), a kernel's launch-geometry idiom (an index from blockIdx, blockDim and
 # threadIdx, a bounds check that returns, the warp and lane split, a __syncthreads, a shuffle loop's
 # header), or a line the student
@@ -51,13 +52,24 @@ answers() {
         }' "$1"
 }
 
+# owner[common/<name>.c]: the stage whose exercise a region of common/ is (the first stage to use the file, as
+# common/exercise.sh --list says)
+declare -A owner=()
+for d in [0-9][0-9]-*/; do
+    d=${d%/}
+    while read -r f _; do
+        case $f in common/*) owner[$f]=${d%%-*} ;; esac
+    done < <(TRY_STAGE_DIR=$d bash common/exercise.sh "${d%%-*}" --list 2>/dev/null)
+done
+
 # leaks COPY: "REGION<TAB>PATH<TAB>line" for each answer line found in COPY (PATH relative to it), for every
-# region of the stage files that COPY ships, read from the repository's own files
+# region of the stage files that COPY ships and of common/'s files, read from the repository's own files
 leaks() {
     local copy=$1 f s d name line given hit
-    for f in [0-9][0-9]-*/*.cu; do
+    for f in [0-9][0-9]-*/*.cu "${!owner[@]}"; do
         if [ ! -f "$copy/$f" ] || ! grep -q '^[[:space:]]*// EXERCISE(' "$f"; then continue; fi
         s=${f%%-*}
+        [ -z "${owner[$f]:-}" ] || s=${owner[$f]}
         given=("$copy/$f" "$copy/common")
         for d in "$copy"/[0-9][0-9]-*/; do d=${d%/}; [[ ${d##*/} < $s ]] && given+=("$d"); done
         while IFS=$'\t' read -r name line; do

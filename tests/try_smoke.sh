@@ -3,7 +3,8 @@
 #
 #     bash tests/try_smoke.sh          CPU side, no GPU needed (CI): every bad candidate is refused with one
 #                                      "error:" line; every skeleton `make stage N exercise` cuts from a
-#                                      stage file (each region alone, and all of a file's regions) compiles,
+#                                      stage file or from a file of common/ the stage is the first to use
+#                                      (each region alone, and all of a file's regions) compiles,
 #                                      links, FAILs on its TODO(exercise) markers and is the stage file
 #                                      outside its regions, byte for byte (tests/exercise_paste.awk puts the
 #                                      answers back); the stage files pass the same checks; without a GPU
@@ -93,6 +94,11 @@ for answer in 0[2-7]-*/assistant/*.answer.md; do
     n=${answer:0:2}
     expect_verdict "assistant answer $answer: passes the CPU-side checks" "NOT RUN" stage "${n#0}" try FILE="$answer" TRY_RUN=0
 done
+
+printf 'int x;\n' >"$work/elsewhere.c"
+expect_refused "try on a C file that replaces none of common/" "replaces none of common/" stage 5 try FILE=$work/elsewhere.c
+cp common/staging.c "$work/staging.c"
+expect_refused "try on a common/ file as a stage 01 candidate" "stage 01 uses no file of common/" stage 1 try FILE=$work/staging.c
 
 printf 'int broken = ;\n' >"$work/broken.cu"
 expect_refused "try on a file that does not compile" "does not compile \(see the compiler output above\)" \
@@ -227,6 +233,36 @@ for stage_dir in 0[1-9]-*; do
         fi
         exercises="$exercises $n:$file:ALL $n:$file:ANSWER"
     done
+    # the .c files of common/ whose regions are the stage's (the first stage to use them: common/exercise.sh --list)
+    for path in $(TRY_STAGE_DIR=$stage_dir bash common/exercise.sh "$nn" --list 2>/dev/null | awk '$1 ~ /^common\// && !seen[$1]++ { print $1 }'); do
+        file=${path##*/}
+        stage_has=1
+        if [ $student_copy = 1 ]; then
+            expect_verdict "student copy, stage $n $path: compiles, links, FAILs on its markers" FAIL \
+                stage "$n" exercise EXERCISE="$file" TRY_RUN=0
+            expect_refused "student copy, stage $n $path: ANSWER=1 is refused" "student copy" \
+                stage "$n" exercise EXERCISE="$file" ANSWER=1 TRY_RUN=0
+            continue
+        fi
+        names=$(awk -v list=1 -f common/exercise_cut.awk "$path")
+        count=$(wc -l <<<"$names")
+        regions_found=$((regions_found + count))
+        for name in $names; do
+            expect_verdict "stage $n skeleton $name ($path, sm_75): compiles, links, FAILs on its marker" FAIL \
+                stage "$n" exercise EXERCISE="$name" TRY_RUN=0 "${one_arch[@]}"
+            grep -q "^  1 TODO(exercise) marker left" "$log" || bad "stage $n skeleton $name: the verdict does not count its one marker"
+            skeleton_is_cut "stage $n skeleton $name: $path outside the region, byte for byte" \
+                "$path" "build/smoke-sm75/exercise/$nn/$file" "$name"
+            exercises="$exercises $n:$file:$name"
+        done
+        expect_verdict "stage $n skeleton of $path ($count region(s) cut): compiles, links, FAILs on its markers" FAIL \
+            stage "$n" exercise EXERCISE="$file" TRY_RUN=0
+        skeleton_is_cut "stage $n skeleton of $path: $path outside its regions, byte for byte" \
+            "$path" "build/exercise/$nn/$file" all
+        expect_verdict "stage $n answer $path: compiles, links, no markers" "NOT RUN" \
+            stage "$n" exercise EXERCISE="$file" ANSWER=1 TRY_RUN=0
+        exercises="$exercises $n:$file:ALL $n:$file:ANSWER"
+    done
     if [ $stage_has = 0 ]; then
         expect_refused "stage $n has no exercise region: one line says so" "no exercise region" stage "$n" exercise
     fi
@@ -286,7 +322,7 @@ if [ $gpu = 1 ]; then
             cp "$log" "$work/stage$n-${file%.cu}-skeleton.log" ;;
         *)  # the suite itself must fail, not only the marker count
             expect_verdict "GPU: stage $n skeleton $name ($file) FAILs" FAIL stage "$n" exercise EXERCISE="$name"
-            grep -q "correctness: FAIL" "$log" ||
+            grep -q "correctness: FAIL\|CPU check: FAIL" "$log" ||
                 bad "GPU: stage $n skeleton $name passes the suite: the tests do not see what the region does"
             cp "$log" "$work/stage$n-$name-skeleton.log" ;;
         esac
