@@ -116,6 +116,8 @@ __global__ void forward_loss_backward_kernel(double *loss_sum, double *grad_sum,
 // the same arguments, for every epoch.
 __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_sum, double *loss_log, float *param_log,
                                   const int *log_slots, int *epoch, float lr, int64_t n) {
+    // EXERCISE(epoch-counter) begin: this epoch's log slot is log_slots at the device's epoch counter; advance the
+    //: counter; then stage 05's bookkeeping and update (log a logged epoch, step w and b, zero the sums)
     int log_slot = log_slots[*epoch];
     *epoch += 1;
     if (log_slot >= 0) {
@@ -129,6 +131,7 @@ __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_
     *loss_sum = 0.0;
     grad_sum[0] = 0.0;
     grad_sum[1] = 0.0;
+    // EXERCISE end
 }
 
 // ----------------------------------------------------------------------------
