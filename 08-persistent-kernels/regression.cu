@@ -202,34 +202,34 @@ __device__ DoubleSums warp_double_sums(DoubleSums s) {
 }
 
 // The block's sums, in every lane of warp 0 (the other warps get their own warp's): warps, then warp 0 over them
-__device__ DoubleSums block_double_sums(DoubleSums s, DoubleSums *warp_partials) {
+__device__ DoubleSums block_double_sums(DoubleSums s, DoubleSums *warp_sums_of) {
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     s = warp_double_sums(s);
-    if (lane == 0) warp_partials[warp] = s;
+    if (lane == 0) warp_sums_of[warp] = s;
     __syncthreads();
     DoubleSums none = {0.0, 0.0, 0.0};
-    if (warp == 0) s = warp_double_sums(lane < PERSISTENT_WARPS ? warp_partials[lane] : none);
+    if (warp == 0) s = warp_double_sums(lane < PERSISTENT_WARPS ? warp_sums_of[lane] : none);
     return s;
 }
 
 // After the barrier, in every block: the sums of all blocks, in warp 0. Thread t reads block t's sums (all the
 // reads at once: one trip to L2, not one per block), then the block adds them as it added its points' sums.
 // __ldcg and __stcg keep the sums in L2: another SM wrote them, and L1 is not coherent.
-__device__ DoubleSums grid_double_sums(const DoubleSums *partial, DoubleSums *warp_partials) {
+__device__ DoubleSums grid_double_sums(const DoubleSums *partial, DoubleSums *warp_sums_of) {
     DoubleSums mine = {0.0, 0.0, 0.0};
     for (int g = threadIdx.x; g < gridDim.x; g += PERSISTENT_THREADS) {
         mine.r2 += __ldcg(&partial[g].r2);
         mine.rx += __ldcg(&partial[g].rx);
         mine.r += __ldcg(&partial[g].r);
     }
-    return block_double_sums(mine, warp_partials);
+    return block_double_sums(mine, warp_sums_of);
 }
 
 // for (epoch = 0; epoch < epochs; epoch++) { the sums of forward_loss_backward_kernel; the update of
 // sgd_update_kernel }, in one cooperative launch of a.blocks x PERSISTENT_THREADS
 __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_kernel(PersistentArgs a) {
     extern __shared__ float x_chip[];                       // (on_chip,) x of my chunk's first points
-    __shared__ DoubleSums warp_partials[PERSISTENT_WARPS];  // block_double_sums' scratch
+    __shared__ DoubleSums warp_sums_of[PERSISTENT_WARPS];  // block_double_sums' scratch
     __shared__ float next_params[2];                        // the update, from thread 0 to the block
     cg::grid_group grid = cg::this_grid();
     int64_t first = (int64_t)blockIdx.x * a.chunk, count = a.n - first < a.chunk ? a.n - first : a.chunk;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_k
             if (k < rows) add_point(&mine, x_chip[k * PERSISTENT_THREADS + threadIdx.x], y_chip[k], w, b);
         DoubleSums s = {mine.r2, mine.rx, mine.r};
         add_global_points(&s, a.x, a.y, first + rows * PERSISTENT_THREADS, first + count, w, b);
-        s = block_double_sums(s, warp_partials);
+        s = block_double_sums(s, warp_sums_of);
         // EXERCISE(epoch-barrier) begin: thread 0 stores the block's sums s in this epoch's half of a.partial, past
         //: L1; every block waits for all the others; the block adds every block's sums (grid_double_sums); thread 0
         //: writes the update to next_params, and in block 0 at a logged epoch the loss sum and w, b to the logs.
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, 1) regression_persistent_k
             __stcg(&partial[blockIdx.x].r, s.r);
         }
         grid.sync();  // every block's sums of this epoch are in partial (the barrier orders the memory, too)
-        DoubleSums all = grid_double_sums(partial, warp_partials);
+        DoubleSums all = grid_double_sums(partial, warp_sums_of);
         if (threadIdx.x == 0) {
             int log_slot = a.log_slots[epoch];
             if (blockIdx.x == 0 && log_slot >= 0) {
