@@ -216,9 +216,8 @@ $(BUILD)/common/provenance.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"' -DGIT_
 $(BUILD)/common/provenance.o: $(BUILD)/.commit $(BUILD)/.dirty
 
 # The visible GPU's name as results/ file names spell it, for recipes (a command substitution):
-# 'NVIDIA H100 80GB HBM3' -> nvidia-h100-80gb-hbm3, as bench/results_csv.py's gpu_slug spells it.
-GPU_SLUG = $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | \
-    tr 'A-Z' 'a-z' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$$//')
+# 'NVIDIA H100 80GB HBM3' -> nvidia-h100-80gb-hbm3, by bench/results_csv.py's gpu_slug, the one spelling.
+GPU_SLUG = $$($(PYTHON) bench/report_rows.py gpu-slug)
 
 # What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
 commit-info:

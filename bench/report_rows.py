@@ -5,6 +5,8 @@
     try-speed NN STAGE_CSV CAND_CSV    make stage N try: both runs, the relative speed, "try: PASS"
     try-results NN FILE...             make stage N prompt: stage NN's newest rows per file and configuration
     column NAME FILE                   the NAME field of FILE's first row (common/loop.sh: its rows' device)
+    gpu-slug [NAME]                    NAME as results/ file names spell it (results_csv.gpu_slug), by default the
+                                       visible GPU's (nvidia-smi; none: unknown-gpu): the Makefile's GPU_SLUG
 
 Standard library only. An error is one "error:" line on stderr and exit 2 (try-speed without rows: 1).
 """
@@ -16,6 +18,7 @@ import operator
 import re
 import signal
 import statistics
+import subprocess
 import sys
 
 import results_csv as rc
@@ -254,8 +257,21 @@ def column(name, path):
     return 0
 
 
+def gpu_slug(name=None):
+    if name is None:  # nvidia-smi's first GPU; a failing nvidia-smi prints its complaint on stdout: not a name
+        try:
+            found = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                   text=True, timeout=30)
+            name = found.stdout if found.returncode == 0 else ""
+        except (OSError, subprocess.SubprocessError):
+            name = ""
+    print(rc.gpu_slug(name.split("\n")[0]))
+    return 0
+
+
 COMMANDS = {"compare": (compare, 1, 1), "profile": (profile, 1, 1), "try-speed": (try_speed, 3, 3),
-            "try-results": (try_results, 2, None), "column": (column, 2, 2)}  # (report, fewest, most arguments)
+            "try-results": (try_results, 2, None), "column": (column, 2, 2),
+            "gpu-slug": (gpu_slug, 0, 1)}  # (report, fewest, most arguments)
 
 
 def main(argv):

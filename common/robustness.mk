@@ -115,9 +115,8 @@ sanitize stage-sanitize:
 	} >$(SAN_DIR)/summary.txt
 	@echo; cat $(SAN_DIR)/summary.txt
 	@if [ -n "$(SAN_RESULT)" ]; then \
-	    gpu=$(GPU_SLUG); \
-	    mkdir -p results; cp $(SAN_DIR)/summary.txt results/$${gpu:-unknown-gpu}-$(SAN_RESULT).txt; \
-	    echo "sanitize: summary recorded in results/$${gpu:-unknown-gpu}-$(SAN_RESULT).txt"; \
+	    record=results/$(GPU_SLUG)-$(SAN_RESULT).txt; \
+	    mkdir -p results; cp $(SAN_DIR)/summary.txt $$record; echo "sanitize: summary recorded in $$record"; \
 	fi
 	@tail -n 1 $(SAN_DIR)/summary.txt | grep -q "all .* runs clean"
 

@@ -493,6 +493,8 @@ class RunBenchTest(unittest.TestCase):
     def test_gpu_slug(self):
         self.assertEqual(rc.gpu_slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3")
         self.assertEqual(rc.gpu_slug("FIXTURE-GPU"), "fixture-gpu")
+        # the Makefile's GPU_SLUG and common/loop.sh spell it through report_rows.py
+        self.assertEqual(report("gpu-slug", "NVIDIA H100 80GB HBM3"), (0, "nvidia-h100-80gb-hbm3\n"))
 
     def test_plans_name_only_known_modes(self):
         for plan in run_bench.PLANS.values():
