@@ -1027,22 +1027,31 @@ class ProvenanceTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, self.tmp)
 
+    @staticmethod
+    def with_makefile(tree):
+        """tree with a copy of the Makefile, untracked (the tree stays clean), which works the commit out."""
+        os.makedirs(tree, exist_ok=True)
+        shutil.copy(os.path.join(ROOT, "Makefile"), tree)
+        return tree
+
     def test_git_only_at_the_top_of_a_work_tree(self):
         head = git_repo(self.tmp)
-        self.assertEqual(provenance.git_state(self.tmp), (head, "0"))
-        copy = os.path.join(self.tmp, "copy")  # a copy of the tree inside another repository
-        os.makedirs(copy)
-        self.assertEqual(provenance.git_state(copy), (None, ""))
+        self.with_makefile(self.tmp)
+        self.assertEqual(provenance.make_answer(self.tmp), (head, "0"))
+        self.assertEqual(provenance.build_record(self.tmp), (head, "0"))  # what make recorded
+        copy = self.with_makefile(os.path.join(self.tmp, "copy"))  # a copy of the tree inside another repository
+        self.assertEqual(provenance.make_answer(copy), (None, ""))
         self.assertEqual(provenance.resolve_commit(copy, environ={}), ("unknown", "", "unknown"))
         write(os.path.join(copy, "build", ".commit"), "c0ffee123456\n")
         write(os.path.join(copy, "build", ".dirty"), "0\n")
         self.assertEqual(provenance.resolve_commit(copy, environ={}), ("c0ffee123456", "0", "build/.commit"))
         write(os.path.join(self.tmp, "a.txt"), "changed\n")
-        self.assertEqual(provenance.git_state(self.tmp), (head, "1"))
+        self.assertEqual(provenance.make_answer(self.tmp), (head, "1"))
 
     def test_order_of_preference(self):
         head = git_repo(self.tmp)
-        self.assertEqual(provenance.resolve_commit(self.tmp, environ={}), (head, "0", "git"))
+        self.with_makefile(self.tmp)
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ={}), (head, "0", "make"))
         write(os.path.join(self.tmp, "build", ".commit"), "feed00000001\n")
         self.assertEqual(provenance.resolve_commit(self.tmp, environ={})[:1], ("feed00000001",))
         env = {"GIT_COMMIT_ID": "beef00000002", "GIT_DIRTY": "1"}
