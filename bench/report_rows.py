@@ -4,6 +4,8 @@
     profile FILE                       make stage N profile: per kernel, from ncu's raw CSV export (docs/PROFILING.md)
     try-speed NN STAGE_CSV CAND_CSV    make stage N try: both runs, the relative speed, "try: PASS"
     try-results NN FILE...             make stage N prompt: stage NN's newest rows per file and configuration
+    sanitize TOOLS DIR FILE            make sanitize: FILE's runs (common/sanitize_run.sh's lines, sorted), a row
+                                       per stage x trainer (x variant), a column per tool; notes; totals (logs: DIR)
     column NAME FILE                   the NAME field of FILE's first row (common/loop.sh: its rows' device)
     gpu-slug [NAME]                    NAME as results/ file names spell it (results_csv.gpu_slug), by default the
                                        visible GPU's (nvidia-smi; none: unknown-gpu): the Makefile's GPU_SLUG
@@ -250,6 +252,35 @@ def try_results(stage, *paths):
     return 0
 
 
+# make sanitize: its summary, which results/<gpu>-sanitize.txt records and bench/make_tables.py reads back
+
+LIBRARY_NOTE = ("(library): every report of that run is inside a closed library kernel (cuBLASLt, cuDNN), none in this "
+                "repository's kernels")
+KILLED_NOTE = ("KILLED: most often the host's out-of-memory killer (dmesg says): racecheck of the bf16 GEMMs takes "
+               "tens of GB each; lower SAN_JOBS")
+
+
+def sanitize(tools, logs, path):
+    tools, cells, verdicts = tools.split(), {}, []
+    with open(path) as f:
+        for line in f:  # "STAGE LABEL TOOL SECONDS VERDICT..."
+            fields = line.split()
+            stage, label, tool, secs = (fields + [""] * 4)[:4]
+            verdicts.append(" ".join(fields[4:]))
+            cells.setdefault("%-5s  %-24s" % (stage, label), {})[tool] = f"{verdicts[-1]} {secs}s"
+    print("%-5s  %-24s" % ("stage", "trainer") + "".join("  %-24s" % t for t in tools))
+    for row, cell in cells.items():
+        print(row + "".join("  %-24s" % cell.get(t, "-") for t in tools))
+    if any("(library)" in v for v in verdicts):
+        print(LIBRARY_NOTE)
+    if any(v.startswith("KILLED") for v in verdicts):
+        print(KILLED_NOTE)
+    bad = sum(v != "clean" for v in verdicts)
+    print(f"sanitize: {bad} of {len(verdicts)} runs not clean: logs in {logs}/logs/" if bad else
+          f"sanitize: all {len(verdicts)} runs clean")
+    return 0
+
+
 def column(name, path):
     header, rows = rc.read_rows(path)
     if name in header and rows:
@@ -270,7 +301,7 @@ def gpu_slug(name=None):
 
 
 COMMANDS = {"compare": (compare, 1, 1), "profile": (profile, 1, 1), "try-speed": (try_speed, 3, 3),
-            "try-results": (try_results, 2, None), "column": (column, 2, 2),
+            "try-results": (try_results, 2, None), "sanitize": (sanitize, 3, 3), "column": (column, 2, 2),
             "gpu-slug": (gpu_slug, 0, 1)}  # (report, fewest, most arguments)
 
 

@@ -111,7 +111,7 @@ sanitize stage-sanitize:
 	{ echo "compute-sanitizer $$("$(COMPUTE_SANITIZER)" --version 2>/dev/null | sed -n 's/.*Version //p' | head -n 1)" \
 	       "on $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), commit $(GIT_COMMIT_ID)," \
 	       "$(SAN_JOBS) runs at a time, $$(($$(date +%s) - start)) s in all"; \
-	  sort -k1,1 -k2,2 $(SAN_DIR)/results | awk -v tools="$(SAN_TOOLS)" -v dir="$(SAN_DIR)" -f common/sanitize_table.awk; \
+	  sort -k1,1 -k2,2 $(SAN_DIR)/results | $(PYTHON) bench/report_rows.py sanitize "$(SAN_TOOLS)" $(SAN_DIR) /dev/stdin; \
 	} >$(SAN_DIR)/summary.txt
 	@echo; cat $(SAN_DIR)/summary.txt
 	@if [ -n "$(SAN_RESULT)" ]; then \

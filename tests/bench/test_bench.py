@@ -1597,6 +1597,24 @@ class ReportRowsTest(unittest.TestCase):
                                    r"\| 9 \| .* \| acc 97.12% \|$")
 
 
+    def test_sanitize(self):
+        """make sanitize's summary: a row per stage x trainer, a column per tool, the notes and the totals."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "results")
+            write(path, "06 mnist memcheck 3 clean\n06 mnist racecheck 9 2 errors (library)\n06 regression memcheck 1 "
+                        "KILLED (exit 9)\n")
+            status, out = report("sanitize", "memcheck racecheck", "build/san", path)
+            write(path, "01 vector_add memcheck 2 clean\n")
+            self.assertEqual(report("sanitize", "memcheck", "build/san", path)[1].splitlines()[-1],
+                             "sanitize: all 1 runs clean")
+        lines = out.splitlines()
+        self.assertEqual((status, lines[0].split()), (0, ["stage", "trainer", "memcheck", "racecheck"]))
+        self.assertEqual(lines[1], "%-5s  %-24s  %-24s  %-24s" % ("06", "mnist", "clean 3s", "2 errors (library) 9s"))
+        self.assertEqual(lines[2].split(), ["06", "regression", "KILLED", "(exit", "9)", "1s", "-"])
+        self.assertTrue(lines[3].startswith("(library): ") and lines[4].startswith("KILLED: "))
+        self.assertEqual(lines[5], "sanitize: 2 of 3 runs not clean: logs in build/san/logs/")
+
+
 class ProfileExcerptTest(unittest.TestCase):
     """The profile:stageNN blocks: lines quoted from results/<gpu>-profile-NN.txt, or a note that none is
     recorded. tests/bench/fixtures/fixture-gpu-profile-06.txt is a summary file as `make stage 6 profile
