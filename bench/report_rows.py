@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 
+import make_tables
 import results_csv as rc
 from results_csv import as_float as number, report_ms as ms, report_num as num
 
@@ -222,15 +223,14 @@ def try_speed(stage, stage_csv, candidate_csv):
     return 0
 
 
-def results_line(row):
+def results_cells(row):
     trainer = row["trainer"]
     config = (f"{row['points']} points" if trainer == "regression" else
               f"hidden {row['hidden']}, batch {row['batch']}" if trainer == "mnist" else f"n {row['points']}")
     epochs = f", {row['epochs']} epochs" if row["epochs"] else ""
-    last = outcome(row, trainer, "w {}, b {}", "acc %.2f%%")
-    return (f"| {row['device']} | {trainer} | {row['variant']} | {config}{epochs} | {row['precision']} | "
-            f"{ms(row['e2e_ms'])} | {ms(row['loop_ms'])} | {ms(row['ms_per_epoch'])} | {num(row['test_loss'])} "
-            f"| {last} |")
+    return (row["device"], trainer, row["variant"], config + epochs, row["precision"], ms(row["e2e_ms"]),
+            ms(row["loop_ms"]), ms(row["ms_per_epoch"]), num(row["test_loss"]),
+            outcome(row, trainer, "w {}, b {}", "acc %.2f%%"))
 
 
 CONFIGURATION = ("trainer", "variant", "points", "hidden", "batch", "epochs", "precision")
@@ -242,13 +242,12 @@ def try_results(stage, *paths):
         for row in row_file(path):
             if row["stage"] == stage:
                 key = (path,) + tuple(row[c] for c in CONFIGURATION)
-                newest[key] = results_line(row)  # a key keeps its first place
+                newest[key] = results_cells(row)  # a key keeps its first place
     if not newest:
         print(f"None for stage {stage} yet (`make bench` on a GPU machine writes them).")
         return 0
-    print("| device | trainer | variant | configuration | precision | e2e ms | loop ms | ms/epoch | test loss "
-          "| result |\n|---|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(newest.values()))
+    print(make_tables.markdown_table(("device", "trainer", "variant", "configuration", "precision", "e2e ms",
+                                      "loop ms", "ms/epoch", "test loss", "result"), "lllllrrrrl", newest.values()))
     return 0
 
 
