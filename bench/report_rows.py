@@ -20,10 +20,10 @@ import operator
 import re
 import signal
 import statistics
-import subprocess
 import sys
 
 import make_tables
+import provenance
 import results_csv as rc
 from results_csv import as_float as number, report_ms as ms, report_num as num
 
@@ -252,28 +252,23 @@ def try_results(stage, *paths):
 
 
 # make sanitize: its summary, which results/<gpu>-sanitize.txt records and bench/make_tables.py reads back
-
-LIBRARY_NOTE = ("(library): every report of that run is inside a closed library kernel (cuBLASLt, cuDNN), none in this "
-                "repository's kernels")
-KILLED_NOTE = ("KILLED: most often the host's out-of-memory killer (dmesg says): racecheck of the bf16 GEMMs takes "
-               "tens of GB each; lower SAN_JOBS")
+SANITIZE_NOTES = {r"\(library\)": "(library): every report of that run is inside a closed library kernel (cuBLASLt, "
+                  "cuDNN), none in this repository's kernels", "^KILLED": "KILLED: most often the host's out-of-memory "
+                  "killer (dmesg says): racecheck of the bf16 GEMMs takes tens of GB each; lower SAN_JOBS"}
 
 
 def sanitize(tools, logs, path):
     tools, cells, verdicts = tools.split(), {}, []
     with open(path) as f:
-        for line in f:  # "STAGE LABEL TOOL SECONDS VERDICT..."
-            fields = line.split()
+        for fields in map(str.split, f):  # STAGE LABEL TOOL SECONDS VERDICT...
             stage, label, tool, secs = (fields + [""] * 4)[:4]
             verdicts.append(" ".join(fields[4:]))
             cells.setdefault("%-5s  %-24s" % (stage, label), {})[tool] = f"{verdicts[-1]} {secs}s"
-    print("%-5s  %-24s" % ("stage", "trainer") + "".join("  %-24s" % t for t in tools))
-    for row, cell in cells.items():
-        print(row + "".join("  %-24s" % cell.get(t, "-") for t in tools))
-    if any("(library)" in v for v in verdicts):
-        print(LIBRARY_NOTE)
-    if any(v.startswith("KILLED") for v in verdicts):
-        print(KILLED_NOTE)
+    for row, cell in [("%-5s  %-24s" % ("stage", "trainer"), dict(zip(tools, tools)))] + list(cells.items()):
+        print(row + "".join("  %-24s" % cell.get(t, "-") for t in tools))  # the header first: each tool's name
+    for mark, note in SANITIZE_NOTES.items():
+        if any(re.search(mark, v) for v in verdicts):
+            print(note)
     bad = sum(v != "clean" for v in verdicts)
     print(f"sanitize: {bad} of {len(verdicts)} runs not clean: logs in {logs}/logs/" if bad else
           f"sanitize: all {len(verdicts)} runs clean")
@@ -288,14 +283,9 @@ def column(name, path):
 
 
 def gpu_slug(name=None):
-    if name is None:  # nvidia-smi's first GPU; a failing nvidia-smi prints its complaint on stdout: not a name
-        try:
-            found = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                   text=True, timeout=30)
-            name = found.stdout if found.returncode == 0 else ""
-        except (OSError, subprocess.SubprocessError):
-            name = ""
-    print(rc.gpu_slug(name.split("\n")[0]))
+    # nvidia-smi's first GPU (output_of: none where it fails, as its complaint goes to stdout)
+    print(rc.gpu_slug((provenance.output_of(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]) or ""
+                       if name is None else name).split("\n")[0]))
     return 0
 
 

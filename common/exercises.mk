@@ -34,8 +34,7 @@ $(foreach v,ROUND FROM MODE,$(eval loop: export LOOP_$(v) = $$($(v))))
 loop:
 	+@bash common/loop.sh
 
-# DIR and UPTO travel in the environment, never through a shell command line; so do the commit and dirty flag
-# STUDENT.md names, the Makefile's
+# DIR and UPTO travel in the environment, never through a shell command line; so do the Makefile's commit and flag
 student: export STUDENT_DIR = $(or $(DIR),$(BUILD)/student)
 student: export STUDENT_UPTO = $(UPTO)
 student: export STUDENT_COMMIT = $(GIT_COMMIT_ID)
