@@ -196,14 +196,16 @@ $(BUILD)/common/%.o: common/%.c $(COMMON_HEADERS) | $(ARCH_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-# Result rows name the commit they were built at and whether tracked files had uncommitted changes
-# (common/provenance.c). In order of preference:
+# Result rows name the commit they were built at and whether tracked files had uncommitted changes. This is the one
+# place that works them out; it records them in build/.commit and build/.dirty, which provenance.o is compiled
+# from (common/provenance.c) and bench/provenance.py reads (asking `make commit-info` where there is no record).
+# In order of preference:
 #   1. make GIT_COMMIT_ID=3f2a9c1b0d4e GIT_DIRTY=0   (or the same in the environment): what a copy of the
 #      tree without .git (a GPU machine's) is told by whoever copied it;
 #   2. git, but only when this folder is the top of a git work tree (a copy inside some other
 #      repository would otherwise get that repository's HEAD);
-#   3. build/.commit and build/.dirty, which every build writes (the builder's record travels with build/);
-#   4. unknown.
+#   3. build/.commit and build/.dirty, the last make's record (the builder's record travels with build/);
+#   4. unknown (dirty empty: unknown).
 # A new commit or flag rewrites build/.commit / build/.dirty and rebuilds provenance.o.
 GIT_AT_TOP := $(shell [ "$$(git rev-parse --show-toplevel 2>/dev/null)" -ef . ] && echo yes)
 ifeq ($(GIT_AT_TOP) $(strip $(GIT_COMMIT_ID)),yes )
@@ -214,7 +216,7 @@ ifeq ($(strip $(GIT_COMMIT_ID)),)
 override GIT_COMMIT_ID := $(or $(shell cat $(BUILD)/.commit 2>/dev/null),unknown)
 override GIT_DIRTY := $(if $(filter unknown,$(GIT_COMMIT_ID)),,$(shell cat $(BUILD)/.dirty 2>/dev/null))
 endif
-override GIT_COMMIT_ID := $(firstword $(subst ', ,$(subst ",,$(GIT_COMMIT_ID))))
+override GIT_COMMIT_ID := $(or $(firstword $(subst ', ,$(subst ",,$(GIT_COMMIT_ID)))),unknown)
 override GIT_DIRTY := $(filter 0 1,$(GIT_DIRTY))
 $(shell mkdir -p $(BUILD); [ "$$(cat $(BUILD)/.commit 2>/dev/null)" = "$(GIT_COMMIT_ID)" ] || echo $(GIT_COMMIT_ID) > $(BUILD)/.commit; \
         [ -f $(BUILD)/.dirty ] && [ "$$(cat $(BUILD)/.dirty)" = "$(GIT_DIRTY)" ] || echo $(GIT_DIRTY) > $(BUILD)/.dirty)
@@ -222,9 +224,8 @@ $(BUILD)/common/provenance.o: CFLAGS += -DGIT_COMMIT='"$(GIT_COMMIT_ID)"' -DGIT_
 $(BUILD)/common/provenance.o: $(BUILD)/.commit $(BUILD)/.dirty
 
 # The visible GPU's name as results/ file names spell it, for recipes (a command substitution):
-# 'NVIDIA H100 80GB HBM3' -> nvidia-h100-80gb-hbm3, as bench/results_csv.py's gpu_slug spells it.
-GPU_SLUG = $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | \
-    tr 'A-Z' 'a-z' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$$//')
+# 'NVIDIA H100 80GB HBM3' -> nvidia-h100-80gb-hbm3, by bench/results_csv.py's gpu_slug, the one spelling.
+GPU_SLUG = $$($(PYTHON) bench/report_rows.py gpu-slug)
 
 # What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
 commit-info:

@@ -35,13 +35,13 @@ unwritable --csv file; 4 no GPU, not enough GPU memory, or any CUDA error.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime.h>
 #include <curand.h>
 #include "check.h"
 #include "device.h"
 #include "flags.h"
+#include "host.h"
 #include "ladder.h"
 #include "report.h"
 
@@ -225,19 +225,13 @@ static void require_free_device_memory(size_t bytes, const char *what) {
 // ----------------------------------------------------------------------------
 // version 1: the CPU loop (wall clock; there is nothing to transfer, so both times are the loop)
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 static VersionTiming version_cpu(const Problem *p) {
     double *loop_ms = alloc_times(p->repeats);
     for (int run = -WARMUP_RUNS; run < p->repeats; run++) {
         poison_host(p->c, p->n);
-        double start = now_ms();
+        double start = host_ms();
         add_on_cpu(p->a, p->b, p->c, p->n);
-        if (run >= 0) loop_ms[run] = now_ms() - start;
+        if (run >= 0) loop_ms[run] = host_ms() - start;
     }
     double ms = median(loop_ms, p->repeats);
     free(loop_ms);

@@ -13,7 +13,7 @@
 #   make bench GIT_COMMIT_ID=3f2a9c1b0d4e GIT_DIRTY=0
 #                              on a copy of the tree without .git (a GPU machine's): the commit every row
 #                              names, for the build and for bench/run_bench.py (--commit, --dirty); without
-#                              them the build's record (build/.commit) or git at the top of this tree
+#                              them the top Makefile's record of the build (build/.commit)
 #
 # What is measured, in which order and how often: bench/run_bench.py (PLANS, with each phase's
 # estimated seconds). Needs python3 with PyTorch and matplotlib for the baselines and the figures; the

@@ -1,11 +1,13 @@
 """bench/provenance.py: where a row bench/ writes comes from, as common/provenance.c says it for the C rows:
-commit and dirty (resolve_commit), run_id (CUDA_STAGES_RUN_ID, else one per process) and utc.
+commit and dirty (resolve_commit: what it is told, else the Makefile's record or answer; the Makefile alone
+works them out), run_id (CUDA_STAGES_RUN_ID, else one per process) and utc.
 
 Standard library only (run_bench.py and the tests use it without PyTorch).
 """
 
 import functools
 import os
+import re
 import subprocess
 import time
 
@@ -51,39 +53,44 @@ def _read(path):
 
 
 def build_record(root=REPO_ROOT):
-    """(commit, dirty) of build/.commit and build/.dirty, or (None, "") without a build record."""
+    """(commit, dirty) of build/.commit and build/.dirty (the Makefile's record of the last make, which the C
+    programs were compiled with), or (None, "") without a record."""
     commit = _read(os.path.join(root, "build", ".commit"))
     if not commit or commit == UNKNOWN:
         return None, ""
     return commit, _clean_dirty(_read(os.path.join(root, "build", ".dirty")))
 
 
-def output_of(command, cwd=None):
+def output_of(command, cwd=None, env=None):
     """command's output, stripped; None when it cannot run, fails or takes over 30 s."""
     try:
-        out = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=30)
+        out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_state(root=REPO_ROOT):
-    """(commit, dirty) from git when root is the top of a git work tree, else (None, "")."""
-    top = output_of(["git", "rev-parse", "--show-toplevel"], root)
-    if not top or not os.path.exists(top) or not os.path.samefile(top, root):
+# What the make asked below must not inherit: a parent make's command-line variables (MAKEFLAGS), the commit
+# resolve_commit was not given (GIT_COMMIT_ID, GIT_DIRTY) and SANITIZE (its record is build-asan/'s).
+NOT_FOR_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GIT_COMMIT_ID", "GIT_DIRTY", "SANITIZE")
+
+
+def make_answer(root=REPO_ROOT):
+    """(commit, dirty) as `make commit-info` works them out in root (from git at the top of a git work tree; it
+    writes its record too), or (None, "") where it cannot say (no make, no Makefile, or unknown)."""
+    env = {k: v for k, v in os.environ.items() if k not in NOT_FOR_MAKE}
+    said = re.fullmatch(r"commit (\S+) dirty ?(\S*)",
+                        output_of(["make", "-s", "--no-print-directory", "commit-info"], root, env) or "")
+    if not said or said.group(1) == UNKNOWN:
         return None, ""
-    commit = output_of(["git", "rev-parse", "--short=12", "HEAD"], root)
-    if not commit:
-        return None, ""
-    status = output_of(["git", "status", "--porcelain", "--untracked-files=no"], root)
-    return commit, "" if status is None else ("1" if status else "0")
+    return said.group(1), _clean_dirty(said.group(2))
 
 
 def resolve_commit(root=REPO_ROOT, commit=None, dirty=None, environ=None):
     """(commit, dirty ("0", "1", "" unknown), where it came from), in order of preference: 'given' (the arguments,
     which run_bench.py passes on in CUDA_STAGES_COMMIT / CUDA_STAGES_DIRTY; or GIT_COMMIT_ID / GIT_DIRTY, as for
-    make); 'build/.commit' (the commit the C programs carry); 'git', only at the top of a git work tree (a copy
-    inside another repository would get that one's HEAD); 'unknown'."""
+    make); 'build/.commit' (the Makefile's record: the commit the C programs carry); 'make' (no record yet: what
+    `make commit-info` works out, git only at the top of a git work tree); 'unknown'."""
     environ = os.environ if environ is None else environ
     for given, given_dirty in ((commit, dirty), (environ.get(COMMIT_ENV), environ.get(DIRTY_ENV)),
                                (environ.get("GIT_COMMIT_ID"), environ.get("GIT_DIRTY"))):
@@ -92,9 +99,9 @@ def resolve_commit(root=REPO_ROOT, commit=None, dirty=None, environ=None):
     recorded, recorded_dirty = build_record(root)
     if recorded:
         return recorded, recorded_dirty, "build/.commit"
-    found, found_dirty = git_state(root)
+    found, found_dirty = make_answer(root)
     if found:
-        return found, found_dirty, "git"
+        return found, found_dirty, "make"
     return UNKNOWN, "", UNKNOWN
 
 

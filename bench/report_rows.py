@@ -4,7 +4,11 @@
     profile FILE                       make stage N profile: per kernel, from ncu's raw CSV export (docs/PROFILING.md)
     try-speed NN STAGE_CSV CAND_CSV    make stage N try: both runs, the relative speed, "try: PASS"
     try-results NN FILE...             make stage N prompt: stage NN's newest rows per file and configuration
+    sanitize TOOLS DIR FILE            make sanitize: FILE's runs (common/sanitize_run.sh's lines, sorted), a row
+                                       per stage x trainer (x variant), a column per tool; notes; totals (logs: DIR)
     column NAME FILE                   the NAME field of FILE's first row (common/loop.sh: its rows' device)
+    gpu-slug [NAME]                    NAME as results/ file names spell it (results_csv.gpu_slug), by default the
+                                       visible GPU's (nvidia-smi; none: unknown-gpu): the Makefile's GPU_SLUG
 
 Standard library only. An error is one "error:" line on stderr and exit 2 (try-speed without rows: 1).
 """
@@ -18,6 +22,8 @@ import signal
 import statistics
 import sys
 
+import make_tables
+import provenance
 import results_csv as rc
 from results_csv import as_float as number, report_ms as ms, report_num as num
 
@@ -217,15 +223,14 @@ def try_speed(stage, stage_csv, candidate_csv):
     return 0
 
 
-def results_line(row):
+def results_cells(row):
     trainer = row["trainer"]
     config = (f"{row['points']} points" if trainer == "regression" else
               f"hidden {row['hidden']}, batch {row['batch']}" if trainer == "mnist" else f"n {row['points']}")
     epochs = f", {row['epochs']} epochs" if row["epochs"] else ""
-    last = outcome(row, trainer, "w {}, b {}", "acc %.2f%%")
-    return (f"| {row['device']} | {trainer} | {row['variant']} | {config}{epochs} | {row['precision']} | "
-            f"{ms(row['e2e_ms'])} | {ms(row['loop_ms'])} | {ms(row['ms_per_epoch'])} | {num(row['test_loss'])} "
-            f"| {last} |")
+    return (row["device"], trainer, row["variant"], config + epochs, row["precision"], ms(row["e2e_ms"]),
+            ms(row["loop_ms"]), ms(row["ms_per_epoch"]), num(row["test_loss"]),
+            outcome(row, trainer, "w {}, b {}", "acc %.2f%%"))
 
 
 CONFIGURATION = ("trainer", "variant", "points", "hidden", "batch", "epochs", "precision")
@@ -237,13 +242,36 @@ def try_results(stage, *paths):
         for row in row_file(path):
             if row["stage"] == stage:
                 key = (path,) + tuple(row[c] for c in CONFIGURATION)
-                newest[key] = results_line(row)  # a key keeps its first place
+                newest[key] = results_cells(row)  # a key keeps its first place
     if not newest:
         print(f"None for stage {stage} yet (`make bench` on a GPU machine writes them).")
         return 0
-    print("| device | trainer | variant | configuration | precision | e2e ms | loop ms | ms/epoch | test loss "
-          "| result |\n|---|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(newest.values()))
+    print(make_tables.markdown_table(("device", "trainer", "variant", "configuration", "precision", "e2e ms",
+                                      "loop ms", "ms/epoch", "test loss", "result"), "lllllrrrrl", newest.values()))
+    return 0
+
+
+# make sanitize: its summary, which results/<gpu>-sanitize.txt records and bench/make_tables.py reads back
+SANITIZE_NOTES = {r"\(library\)": "(library): every report of that run is inside a closed library kernel (cuBLASLt, "
+                  "cuDNN), none in this repository's kernels", "^KILLED": "KILLED: most often the host's out-of-memory "
+                  "killer (dmesg says): racecheck of the bf16 GEMMs takes tens of GB each; lower SAN_JOBS"}
+
+
+def sanitize(tools, logs, path):
+    tools, cells, verdicts = tools.split(), {}, []
+    with open(path) as f:
+        for fields in map(str.split, f):  # STAGE LABEL TOOL SECONDS VERDICT...
+            stage, label, tool, secs = (fields + [""] * 4)[:4]
+            verdicts.append(" ".join(fields[4:]))
+            cells.setdefault("%-5s  %-24s" % (stage, label), {})[tool] = f"{verdicts[-1]} {secs}s"
+    for row, cell in [("%-5s  %-24s" % ("stage", "trainer"), dict(zip(tools, tools)))] + list(cells.items()):
+        print(row + "".join("  %-24s" % cell.get(t, "-") for t in tools))  # the header first: each tool's name
+    for mark, note in SANITIZE_NOTES.items():
+        if any(re.search(mark, v) for v in verdicts):
+            print(note)
+    bad = sum(v != "clean" for v in verdicts)
+    print(f"sanitize: {bad} of {len(verdicts)} runs not clean: logs in {logs}/logs/" if bad else
+          f"sanitize: all {len(verdicts)} runs clean")
     return 0
 
 
@@ -254,8 +282,16 @@ def column(name, path):
     return 0
 
 
+def gpu_slug(name=None):
+    # nvidia-smi's first GPU (output_of: none where it fails, as its complaint goes to stdout)
+    print(rc.gpu_slug((provenance.output_of(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]) or ""
+                       if name is None else name).split("\n")[0]))
+    return 0
+
+
 COMMANDS = {"compare": (compare, 1, 1), "profile": (profile, 1, 1), "try-speed": (try_speed, 3, 3),
-            "try-results": (try_results, 2, None), "column": (column, 2, 2)}  # (report, fewest, most arguments)
+            "try-results": (try_results, 2, None), "sanitize": (sanitize, 3, 3), "column": (column, 2, 2),
+            "gpu-slug": (gpu_slug, 0, 1)}  # (report, fewest, most arguments)
 
 
 def main(argv):

@@ -552,9 +552,9 @@ def main(argv=None):
     parser.add_argument("--budget-s", metavar="S", help="wall-clock budget in seconds (default: BENCH_BUDGET_S, "
                         + ", ".join(f"else {p.budget_s} s for {n}" for n, p in sorted(PLANS.items())) + ")")
     parser.add_argument("--commit", help="the commit every row names (default: GIT_COMMIT_ID, else build/.commit, "
-                        "else git at the top of this tree); give it on a copy of the tree without .git")
+                        "else what make commit-info says); give it on a copy of the tree without .git")
     parser.add_argument("--dirty", choices=("0", "1"), help="whether that tree had uncommitted changes "
-                        "(default: GIT_DIRTY, else build/.dirty, else git)")
+                        "(default: GIT_DIRTY, else build/.dirty, else make commit-info)")
     args = parser.parse_args(argv)
     plan = PLANS[args.bench]
     try:

@@ -43,8 +43,10 @@ grade: export GRADE_STAGES = $(ALL_STAGES)
 grade:
 	+@bash common/grade.sh
 
-# DIR and UPTO travel in the environment, never through a shell command line
+# DIR and UPTO travel in the environment, never through a shell command line; so do the Makefile's commit and flag
 student: export STUDENT_DIR = $(or $(DIR),$(BUILD)/student)
 student: export STUDENT_UPTO = $(UPTO)
+student: export STUDENT_COMMIT = $(GIT_COMMIT_ID)
+student: export STUDENT_DIRTY = $(GIT_DIRTY)
 student:
 	@bash common/student.sh

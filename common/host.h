@@ -9,7 +9,8 @@
 extern "C" {
 #endif
 
-// Milliseconds on CLOCK_MONOTONIC: for what CUDA events cannot time (setup on the host).
+// Milliseconds on CLOCK_MONOTONIC, the one host clock: for what CUDA events cannot time (setup on the host,
+// the CPU reference, stage 01's CPU loop).
 double host_ms(void);
 // malloc, or "error: out of host memory for <what> (<bytes> bytes)" and exit(EXIT_HOST_MEMORY).
 void *host_malloc(size_t bytes, const char *what);

@@ -124,13 +124,13 @@ gpu_profile() {  # the profile recipe on the candidate's build (none when it did
     cat "$work/profile.txt"
 }
 
-# append_rows CSV: its data rows at the end of $results/<gpu>.csv (named after their device column as the
-# Makefile's GPU_SLUG spells it), a header first where the file is new; a file of another header is refused
+# append_rows CSV: its data rows at the end of $results/<gpu>.csv (named after their device column, spelt by
+# report_rows gpu-slug), a header first where the file is new; a file of another header is refused
 append_rows() {
     local rows=$1 results=${LOOP_RESULTS_DIR:-results/loop} device slug out
     device=$(report_rows column device "$rows")
     [ -n "$device" ] || return 0
-    slug=$(tr 'A-Z' 'a-z' <<<"$device" | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$//')
+    slug=$(report_rows gpu-slug "$device")
     out=$results/$slug.csv
     mkdir -p "$results"
     if [ -s "$out" ]; then

@@ -1,8 +1,8 @@
 // common/provenance.c: the commit, dirty flag, run id and time stamp of result rows (provenance.h).
-// Built into build/common/libcommon.a with -DGIT_COMMIT and -DGIT_DIRTY from the Makefile.
+// Built into build/common/libcommon.a with -DGIT_COMMIT and -DGIT_DIRTY: the Makefile's record (build/.commit,
+// build/.dirty), a commit never empty and a flag that is 0, 1 or empty.
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,12 +23,9 @@ static void utc_now(char *out, size_t len, const char *format) {
     if (t == (time_t)-1 || !gmtime_r(&t, &utc) || strftime(out, len, format, &utc) == 0) out[0] = '\0';
 }
 
-const char *provenance_commit(void) { return GIT_COMMIT[0] ? GIT_COMMIT : "unknown"; }
+const char *provenance_commit(void) { return GIT_COMMIT; }
 
-const char *provenance_dirty(void) {
-    // only "0" and "1" mean something; anything else the build passed is "unknown"
-    return strcmp(GIT_DIRTY, "0") == 0 || strcmp(GIT_DIRTY, "1") == 0 ? GIT_DIRTY : "";
-}
+const char *provenance_dirty(void) { return GIT_DIRTY; }
 
 const char *provenance_run_id(void) {
     static char run_id[48];

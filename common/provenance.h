@@ -1,7 +1,8 @@
 // common/provenance.h: what every result row says about where it comes from (DESIGN.md, "Result
-// rows"): the commit the program was built at (compiled in as -DGIT_COMMIT and -DGIT_DIRTY: see the
-// Makefile) and whether the tree had uncommitted changes, the run it belongs to (bench/run_bench.py sets
-// CUDA_STAGES_RUN_ID for every row of a `make bench`; else one per process), and when it was written.
+// rows"): the commit the program was built at and whether the tree had uncommitted changes (compiled in
+// as -DGIT_COMMIT and -DGIT_DIRTY from the Makefile's record, build/.commit and build/.dirty), the run it
+// belongs to (bench/run_bench.py sets CUDA_STAGES_RUN_ID for every row of a `make bench`; else one per
+// process), and when it was written.
 #ifndef PROVENANCE_H
 #define PROVENANCE_H
 

@@ -14,20 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "divergence.h"
 #include "exit_codes.h"
+#include "host.h"
 #include "reference.h"
 
 // ----------------------------------------------------------------------------
 // helpers
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 static void *xmalloc(size_t bytes, const char *what) {
     void *p = malloc(bytes);
@@ -55,7 +49,7 @@ typedef struct {
 } Progress;
 
 static void progress_start(Progress *p) {
-    p->start_ms = now_ms();
+    p->start_ms = host_ms();
     p->next_ms = p->start_ms + progress_every_ms;
 }
 
@@ -71,7 +65,7 @@ static const char *fmt_duration(double ms, char *buf, size_t len) {
 // epoch (1-based) of epochs is under way, done (0..1) of the whole run finished.
 static void progress_update(Progress *p, const char *trainer, int epoch, int epochs, double done) {
     if (!progress_out) return;
-    double now = now_ms();
+    double now = host_ms();
     if (now < p->next_ms) return;
     p->next_ms = now + progress_every_ms;
     double elapsed = now - p->start_ms;
@@ -126,7 +120,7 @@ static double mse(const float *x, const float *y, int64_t n, double w, double b)
 }
 
 void reference_train_regression(const RegressionConfig *cfg, const RegressionData *data, RegressionResult *out) {
-    double start_ms = now_ms();
+    double start_ms = host_ms();
     double w = data->w_init, b = data->b_init, lr = cfg->lr;
     double n = (double)data->n_train;
     double first_loss = NAN;
@@ -134,7 +128,7 @@ void reference_train_regression(const RegressionConfig *cfg, const RegressionDat
     Progress progress;
     progress_start(&progress);
     for (int e = 0; e < cfg->epochs; e++) {
-        double epoch_start_ms = now_ms();
+        double epoch_start_ms = host_ms();
         ResidualSums sums = residual_sums(data->x_train, data->y_train, data->n_train, w, b);
         if (regression_epoch_logged(e, cfg->epochs, cfg->log_every)) {
             double loss = sums.r2 / n;
@@ -146,13 +140,13 @@ void reference_train_regression(const RegressionConfig *cfg, const RegressionDat
         }
         w -= lr * (2.0 / n * sums.rx);
         b -= lr * (2.0 / n * sums.r);
-        out->timing.epoch_ms[e] = now_ms() - epoch_start_ms;
+        out->timing.epoch_ms[e] = host_ms() - epoch_start_ms;
         progress_update(&progress, "regression", e + 1, cfg->epochs, (double)(e + 1) / cfg->epochs);
     }
     out->final_test_loss = (float)mse(data->x_test, data->y_test, data->n_test, w, b);
     out->w = (float)w;
     out->b = (float)b;
-    set_host_timing(&out->timing, now_ms() - start_ms);
+    set_host_timing(&out->timing, host_ms() - start_ms);
 }
 
 // ----------------------------------------------------------------------------
@@ -393,7 +387,7 @@ static void mlp_evaluate(const MnistConfig *cfg, const double *params, const flo
 // MNIST trainer: minibatch SGD in the shared batch order
 
 void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out, int max_steps) {
-    double start_ms = now_ms();
+    double start_ms = host_ms();
     int64_t n_params = mnist_param_count(cfg);
     int pixels = cfg->sizes[0], batch = cfg->batch;
     int steps = mnist_steps_per_epoch(cfg, data->n_train);
@@ -413,7 +407,7 @@ void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistR
     Progress progress;
     progress_start(&progress);
     for (int e = 0; e < cfg->epochs && !diverged; e++) {
-        double epoch_start_ms = now_ms();
+        double epoch_start_ms = host_ms();
         int s = 0;
         for (; s < steps && (max_steps < 0 || steps_done < max_steps) && !diverged; s++) {
             const int32_t *rows = data->batch_order + (int64_t)e * data->n_train + (int64_t)s * batch;
@@ -434,7 +428,7 @@ void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistR
         if (s < steps) break;  // max_steps reached (or a diverged loss) inside this epoch: no test metrics
         mlp_evaluate(cfg, params, data->test_images, data->test_labels, data->n_test, &ws, &out->test_loss[e],
                      &out->test_acc[e]);
-        out->timing.epoch_ms[e] = now_ms() - epoch_start_ms;
+        out->timing.epoch_ms[e] = host_ms() - epoch_start_ms;
     }
     for (int64_t p = 0; p < n_params; p++) out->params[p] = (float)params[p];
     workspace_free(&ws, cfg);
@@ -442,5 +436,5 @@ void reference_train_mnist(const MnistConfig *cfg, const MnistData *data, MnistR
     free(grad);
     free(batch_images);
     free(batch_labels);
-    set_host_timing(&out->timing, now_ms() - start_ms);
+    set_host_timing(&out->timing, host_ms() - start_ms);
 }

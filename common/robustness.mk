@@ -111,13 +111,12 @@ sanitize stage-sanitize:
 	{ echo "compute-sanitizer $$("$(COMPUTE_SANITIZER)" --version 2>/dev/null | sed -n 's/.*Version //p' | head -n 1)" \
 	       "on $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), commit $(GIT_COMMIT_ID)," \
 	       "$(SAN_JOBS) runs at a time, $$(($$(date +%s) - start)) s in all"; \
-	  sort -k1,1 -k2,2 $(SAN_DIR)/results | awk -v tools="$(SAN_TOOLS)" -v dir="$(SAN_DIR)" -f common/sanitize_table.awk; \
+	  sort -k1,1 -k2,2 $(SAN_DIR)/results | $(PYTHON) bench/report_rows.py sanitize "$(SAN_TOOLS)" $(SAN_DIR) /dev/stdin; \
 	} >$(SAN_DIR)/summary.txt
 	@echo; cat $(SAN_DIR)/summary.txt
 	@if [ -n "$(SAN_RESULT)" ]; then \
-	    gpu=$(GPU_SLUG); \
-	    mkdir -p results; cp $(SAN_DIR)/summary.txt results/$${gpu:-unknown-gpu}-$(SAN_RESULT).txt; \
-	    echo "sanitize: summary recorded in results/$${gpu:-unknown-gpu}-$(SAN_RESULT).txt"; \
+	    record=results/$(GPU_SLUG)-$(SAN_RESULT).txt; \
+	    mkdir -p results; cp $(SAN_DIR)/summary.txt $$record; echo "sanitize: summary recorded in $$record"; \
 	fi
 	@tail -n 1 $(SAN_DIR)/summary.txt | grep -q "all .* runs clean"
 

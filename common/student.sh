@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # common/student.sh: the work behind `make student [DIR=path] [UPTO=N]` (common/exercises.mk hands DIR and
-# UPTO over as STUDENT_DIR and STUDENT_UPTO). Writes a copy of the repository without the answers, for a
+# UPTO over as STUDENT_DIR and STUDENT_UPTO, the Makefile's commit and dirty flag as STUDENT_COMMIT and
+# STUDENT_DIRTY). Writes a copy of the repository without the answers, for a
 # class, in STUDENT_DIR (default build/student): the files git knows as they are in the work tree (no .git,
 # build/ or data/), less what holds answers, each listed in STUDENT.md:
 #   - the stage folders after UPTO (default: the last stage), so that a copy for stage N's week holds
@@ -161,9 +162,8 @@ bullets() {  # the lines of stdin, each a "- `path`" item; blank ones dropped
     local l
     while IFS= read -r l; do [ -z "$l" ] || printf -- "- \`%s\`\n" "$l"; done
 }
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-state="commit $commit"
-[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || state="$state with uncommitted changes"
+state="commit ${STUDENT_COMMIT:-unknown}"
+[ "${STUDENT_DIRTY:-}" != 1 ] || state="$state with uncommitted changes"
 {
     echo "# A student copy of cuda-stages"
     echo

@@ -493,6 +493,8 @@ class RunBenchTest(unittest.TestCase):
     def test_gpu_slug(self):
         self.assertEqual(rc.gpu_slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3")
         self.assertEqual(rc.gpu_slug("FIXTURE-GPU"), "fixture-gpu")
+        # the Makefile's GPU_SLUG and common/loop.sh spell it through report_rows.py
+        self.assertEqual(report("gpu-slug", "NVIDIA H100 80GB HBM3"), (0, "nvidia-h100-80gb-hbm3\n"))
 
     def test_plans_name_only_known_modes(self):
         for plan in run_bench.PLANS.values():
@@ -1025,22 +1027,31 @@ class ProvenanceTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, self.tmp)
 
+    @staticmethod
+    def with_makefile(tree):
+        """tree with a copy of the Makefile, untracked (the tree stays clean), which works the commit out."""
+        os.makedirs(tree, exist_ok=True)
+        shutil.copy(os.path.join(ROOT, "Makefile"), tree)
+        return tree
+
     def test_git_only_at_the_top_of_a_work_tree(self):
         head = git_repo(self.tmp)
-        self.assertEqual(provenance.git_state(self.tmp), (head, "0"))
-        copy = os.path.join(self.tmp, "copy")  # a copy of the tree inside another repository
-        os.makedirs(copy)
-        self.assertEqual(provenance.git_state(copy), (None, ""))
+        self.with_makefile(self.tmp)
+        self.assertEqual(provenance.make_answer(self.tmp), (head, "0"))
+        self.assertEqual(provenance.build_record(self.tmp), (head, "0"))  # what make recorded
+        copy = self.with_makefile(os.path.join(self.tmp, "copy"))  # a copy of the tree inside another repository
+        self.assertEqual(provenance.make_answer(copy), (None, ""))
         self.assertEqual(provenance.resolve_commit(copy, environ={}), ("unknown", "", "unknown"))
         write(os.path.join(copy, "build", ".commit"), "c0ffee123456\n")
         write(os.path.join(copy, "build", ".dirty"), "0\n")
         self.assertEqual(provenance.resolve_commit(copy, environ={}), ("c0ffee123456", "0", "build/.commit"))
         write(os.path.join(self.tmp, "a.txt"), "changed\n")
-        self.assertEqual(provenance.git_state(self.tmp), (head, "1"))
+        self.assertEqual(provenance.make_answer(self.tmp), (head, "1"))
 
     def test_order_of_preference(self):
         head = git_repo(self.tmp)
-        self.assertEqual(provenance.resolve_commit(self.tmp, environ={}), (head, "0", "git"))
+        self.with_makefile(self.tmp)
+        self.assertEqual(provenance.resolve_commit(self.tmp, environ={}), (head, "0", "make"))
         write(os.path.join(self.tmp, "build", ".commit"), "feed00000001\n")
         self.assertEqual(provenance.resolve_commit(self.tmp, environ={})[:1], ("feed00000001",))
         env = {"GIT_COMMIT_ID": "beef00000002", "GIT_DIRTY": "1"}
@@ -1584,6 +1595,24 @@ class ReportRowsTest(unittest.TestCase):
         self.assertEqual((status, len(lines)), (0, 3))
         self.assertRegex(lines[2], r"^\| .* \| mnist \| default \| hidden 128, batch 128, 10 epochs \| fp32 \| 200 \| 195 "
                                    r"\| 9 \| .* \| acc 97.12% \|$")
+
+
+    def test_sanitize(self):
+        """make sanitize's summary: a row per stage x trainer, a column per tool, the notes and the totals."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "results")
+            write(path, "06 mnist memcheck 3 clean\n06 mnist racecheck 9 2 errors (library)\n06 regression memcheck 1 "
+                        "KILLED (exit 9)\n")
+            status, out = report("sanitize", "memcheck racecheck", "build/san", path)
+            write(path, "01 vector_add memcheck 2 clean\n")
+            self.assertEqual(report("sanitize", "memcheck", "build/san", path)[1].splitlines()[-1],
+                             "sanitize: all 1 runs clean")
+        lines = out.splitlines()
+        self.assertEqual((status, lines[0].split()), (0, ["stage", "trainer", "memcheck", "racecheck"]))
+        self.assertEqual(lines[1], "%-5s  %-24s  %-24s  %-24s" % ("06", "mnist", "clean 3s", "2 errors (library) 9s"))
+        self.assertEqual(lines[2].split(), ["06", "regression", "KILLED", "(exit", "9)", "1s", "-"])
+        self.assertTrue(lines[3].startswith("(library): ") and lines[4].startswith("KILLED: "))
+        self.assertEqual(lines[5], "sanitize: 2 of 3 runs not clean: logs in build/san/logs/")
 
 
 class ProfileExcerptTest(unittest.TestCase):
