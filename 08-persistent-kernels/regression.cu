@@ -141,7 +141,7 @@ __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_
 // memory and y into registers (thread t holds points k * PERSISTENT_THREADS + t), and reads the rest of its chunk,
 // if any, from global memory every epoch. An epoch: every block sums its points and stores the block's sums; one
 // grid barrier; then every block adds all the blocks' sums in the same fixed order, so each one computes the same
-// update, bit for bit, and the next epoch starts without a second barrier (picture.svg).
+// update, bit for bit, and the next epoch starts without a second barrier (regression.svg).
 
 // A block fills an SM's register file: 512 threads of 128 registers, half of them this thread's y values (with
 // 1,024 threads of 64 registers, 32 y values leave too few for the rest, and the compiler spills).
@@ -374,9 +374,12 @@ static int persistent_layout(const RegressionConfig *cfg, int64_t n, PersistentA
 
 // every epoch: a cooperative launch, refused (an error) unless all of a->blocks can be resident at once
 static void persistent_run(PersistentArgs *a, cudaStream_t stream) {
+    // EXERCISE(cooperative-launch) begin: launch regression_persistent_kernel on stream, cooperatively: a->blocks
+    //: blocks of PERSISTENT_THREADS threads, a->shared_bytes of dynamic shared memory, *a its one argument
     void *kernel_args[] = {a};
     cudaCheck(cudaLaunchCooperativeKernel((const void *)regression_persistent_kernel, a->blocks, PERSISTENT_THREADS,
                                           kernel_args, a->shared_bytes, stream));
+    // EXERCISE end
 }
 
 // ----------------------------------------------------------------------------
