@@ -261,7 +261,7 @@ check "make: stage 4 diff shows its trainers and nothing of common/" \
 # the kernel ladders (NN-*/NAME_ladder.cu -> build/NN/NAME_ladder): bad flags exit 2 before any CUDA call
 
 ladders=""
-for source in 0[1-7]-*/*_ladder.cu; do
+for source in 0[1-8]-*/*_ladder.cu; do
     [ -e "$source" ] || continue
     ladder=${stage_build%/*}/${source%%-*}/$(basename "$source" .cu)
     if [ -x "$ladder" ]; then ladders="$ladders $ladder"
@@ -271,7 +271,8 @@ for ladder in $ladders; do
     expect "$ladder: unknown flag"      2 "unknown flag"     -- "$ladder" --frobnicate
     expect "$ladder: unknown version"   2 "version wants"    -- "$ladder" --version 99
     expect "$ladder: repeat 0"          2 "repeat wants"     -- "$ladder" --repeat 0
-    expect "$ladder: size with exponent" 2 "wants a whole"   -- "$ladder" --n 1e6
+    size_flag=--n; case $ladder in */persistent_ladder) size_flag=--steps ;; esac  # its sizes: --hidden --steps ...
+    expect "$ladder: size with exponent" 2 "wants a whole"   -- "$ladder" $size_flag 1e6
     expect "$ladder: missing value"     2 "missing value"    -- "$ladder" --version
     expect "$ladder: unwritable --csv"  2 "append rows"      -- "$ladder" --csv /nonexistent/ladders.csv
     expect "$ladder: --help"            0 ""                 -- "$ladder" --help
