@@ -137,9 +137,9 @@ __global__ void sgd_update_kernel(float *params, double *loss_sum, double *grad_
 // ----------------------------------------------------------------------------
 // the persistent run: every epoch in one cooperative launch, the training set on chip
 //
-// Block g owns the points [g * chunk, g * chunk + chunk). It loads the first on_chip of them once, x into shared
-// memory and y into registers (thread t holds points k * PERSISTENT_THREADS + t), and reads the rest of its chunk,
-// if any, from global memory every epoch. An epoch: every block sums its points and stores the block's sums; one
+// Block g owns the points [g * chunk, g * chunk + chunk). It loads its whole rows of PERSISTENT_THREADS points, up
+// to on_chip, once: x into shared memory, y into registers (thread t holds points k * PERSISTENT_THREADS + t). The
+// rest of its chunk, if any, it reads from global memory every epoch. An epoch: every block sums its points and stores the block's sums; one
 // grid barrier; then every block adds all the blocks' sums in the same fixed order, so each one computes the same
 // update, bit for bit, and the next epoch starts without a second barrier (regression.svg).
 
