@@ -36,6 +36,9 @@ BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
 STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-9]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-9]-*/mnist.cu))))
 STAGES := $(foreach d,$(STAGE_DIRS),$(firstword $(subst -, ,$(d))))
 ALL_STAGES := 01 $(STAGES)
+# A stage folder with kernel ladders and no trainers yet runs its ladders only (make stage N ladder).
+LADDER_ONLY_DIRS := $(filter-out $(STAGE_DIRS),$(sort $(patsubst %/,%,$(dir $(wildcard 0[2-9]-*/*_ladder.cu)))))
+LADDER_ONLY_STAGES := $(foreach d,$(LADDER_ONLY_DIRS),$(firstword $(subst -, ,$(d))))
 
 # What every object depends on besides its source: the shared headers, C and CUDA alike
 COMMON_HEADERS := $(wildcard common/*.h common/*.cuh)
@@ -43,7 +46,7 @@ COMMON_SRC := $(filter-out common/%_main.c,$(wildcard common/*.c))
 COMMON_OBJ := $(patsubst common/%.c,$(BUILD)/common/%.o,$(COMMON_SRC))
 COMMON_LIB := $(BUILD)/common/libcommon.a
 
-stage_dir = $(filter $(1)-%,$(STAGE_DIRS) 01-vector-add)
+stage_dir = $(filter $(1)-%,$(STAGE_DIRS) $(LADDER_ONLY_DIRS) 01-vector-add)
 STAGE_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist)
 
 # A changed GENCODE or compiler rebuilds everything.
@@ -59,6 +62,7 @@ ARCH_STAMP := $(BUILD)/.arch-$(shell echo '$(GENCODE) $(NVCC)' | cksum | cut -d'
 
 empty :=
 space := $(empty) $(empty)
+comma := ,
 SAFE_WORD_CHARS := a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 . _ -
 SAFE_PATH_CHARS := $(SAFE_WORD_CHARS) / + , = @ :
 # $(call without_chars,TEXT,CHARS): TEXT with every one of CHARS removed
@@ -93,11 +97,11 @@ ifeq ($(firstword $(MAKECMDGOALS)),stage)
 STAGE_WORD := $(word 2,$(MAKECMDGOALS))
 VERB := $(or $(word 3,$(MAKECMDGOALS)),run)
 # (override: the stage word decides, even over an NN= on the command line)
-override NN := $(if $(filter 1 2 3 4 5 6 7 8,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
+override NN := $(if $(filter 1 2 3 4 5 6 7 8 9,$(STAGE_WORD)),0$(STAGE_WORD),$(STAGE_WORD))
 VERBS := run compare diff test profile sanitize try exercise prompt ladder
 
-ifeq ($(filter $(NN),$(ALL_STAGES)),)
-$(error unknown stage '$(STAGE_WORD)'; valid stages: $(ALL_STAGES:0%=%) (e.g. make stage 2 run))
+ifeq ($(filter $(NN),$(ALL_STAGES) $(LADDER_ONLY_STAGES)),)
+$(error unknown stage '$(STAGE_WORD)'; valid stages: $(ALL_STAGES:0%=%) (e.g. make stage 2 run)$(if $(LADDER_ONLY_STAGES),; ladders only: $(LADDER_ONLY_STAGES:0%=%)))
 endif
 ifneq ($(filter-out $(VERBS),$(wordlist 3,99,$(MAKECMDGOALS)))$(word 4,$(MAKECMDGOALS)),)
 $(error unknown verb '$(wordlist 3,99,$(MAKECMDGOALS))'; valid verbs: $(VERBS))
@@ -113,10 +117,12 @@ INSTEAD_ladder = read the ladder tables in $(STAGE_README)
 INSTEAD_profile = read $(or $(wildcard results/*-profile-$(NN).txt),the worked examples of docs/PROFILING.md)
 INSTEAD_sanitize = read the recorded verdicts in $(or $(wildcard results/*-sanitize.txt),docs/RESULTS.md)
 ifeq ($(VERB)$(wildcard $(call stage_dir,$(NN))/*_ladder.cu),ladder)
-REFUSAL := 2 stage $(NN:0%=%) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-8]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f))))))
+REFUSAL := 2 stage $(NN:0%=%) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-9]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f))))))
+else ifneq ($(and $(filter $(NN),$(LADDER_ONLY_STAGES)),$(filter-out ladder,$(VERB))),)
+REFUSAL := 2 stage $(NN:0%=%) has no trainers: its folder holds kernel ladders only (make stage $(NN:0%=%) ladder)
 else ifeq ($(DETECTED_ARCH)$(filter $(GPU_VERBS),$(VERB)),$(VERB))
-REFUSAL := 4 make stage $(NN:0%=%) $(VERB) needs an NVIDIA GPU and nvidia-smi lists none here: $(INSTEAD_$(VERB)), \
-    or run stage $(NN:0%=%) on the CPU with make stage $(NN:0%=%) run
+REFUSAL := 4 make stage $(NN:0%=%) $(VERB) needs an NVIDIA GPU and nvidia-smi lists none here: $(INSTEAD_$(VERB))$(if \
+    $(filter $(NN),$(LADDER_ONLY_STAGES)),,$(comma) or run stage $(NN:0%=%) on the CPU with make stage $(NN:0%=%) run)
 endif
 
 # The verb runs in a sub-make whose own "make[1]: *** [...] Error N" lines are dropped from its stderr (through a
@@ -166,7 +172,7 @@ help:
 	@echo "  make loop TRAINER=mnist ROUND=1   write build/loop/TRAINER/round-1.md: a prompt to make stage 02 faster"
 	@echo "                         [GPU] ROUND=k FROM=answer.md [MODE=open|guided]: try, time (against 02 and 08) and profile round"
 	@echo "                         k-1's answer, record it in 02-llm-baseline/loop/, write round k's prompt (LOOP_ROUNDS=8)"
-	@echo "  make stage N ladder    [GPU] build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6, 8): each"
+	@echo "  make stage N ladder    [GPU] build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6, 8, 9): each"
 	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
 	@echo "  make test              the quick suites: CPU suites always, GPU suites when a GPU is visible"
 	@echo "  make check             the slow smoke suites of the tools: try, grade, prompts, exercises, student copies, sanitize, mutants"

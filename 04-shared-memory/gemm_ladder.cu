@@ -203,6 +203,19 @@ void sgemm_row_major(cublasHandle_t cublas, float *out, const float *in, const f
     cublasCheck(cublasSgemm(cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, weight, n, in, k, &zero, out, n));
 }
 
+// out (m, n) = max(out + bias (n), 0), one thread per element: the epilogue after sgemm_row_major for the
+// ladders that include this file and race cuBLAS's product plus a kernel (stages 06 and 09).
+__global__ void bias_relu_kernel(float *out, const float *bias, int m, int n) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)m * n) return;
+    out[idx] = fmaxf(out[idx] + bias[idx % n], 0.0f);
+}
+
+void launch_bias_relu(float *out, const float *bias, int m, int n) {
+    bias_relu_kernel<<<(unsigned int)(((int64_t)m * n + 255) / 256), 256>>>(out, bias, m, n);
+    launchCheck();
+}
+
 #ifndef GEMM_LADDER_KERNELS_ONLY
 // ----------------------------------------------------------------------------
 // the versions, in the order the ladder climbs

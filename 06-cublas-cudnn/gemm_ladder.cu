@@ -25,7 +25,7 @@ precision (common/ladder.h, ladder_gemm_tolerance: tf32 and bf16 add the roundin
 Exit codes: 0 ok; 1 a wrong result; 2 an invalid flag or an unwritable --csv file; 3 out of host memory;
 4 no GPU or any CUDA, cuBLAS or cuBLASLt error.
 */
-#define GEMM_LADDER_KERNELS_ONLY  // version 1's kernel and sgemm_row_major, not the stage-04 program
+#define GEMM_LADDER_KERNELS_ONLY  // version 1's kernel, sgemm_row_major and bias_relu, not the stage-04 program
 #include "../04-shared-memory/gemm_ladder.cu"
 
 #include <cuda_bf16.h>
@@ -42,13 +42,6 @@ Exit codes: 0 ok; 1 a wrong result; 2 an invalid flag or an unwritable --csv fil
 
 // ----------------------------------------------------------------------------
 // kernels
-
-// Version 2's epilogue: for i < m, j < n: out[i][j] = max(out[i][j] + bias[j], 0), one thread per element.
-__global__ void bias_relu_kernel(float *out, const float *bias, int m, int n) {
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)m * n) return;
-    out[idx] = fmaxf(out[idx] + bias[idx % n], 0.0f);
-}
 
 // Version 6: for i < count: out[i] = in[i] rounded to the nearest bf16 (ties to even), grid-stride.
 __global__ void to_bf16_kernel(__nv_bfloat16 *out, const float *in, int64_t count) {
@@ -134,8 +127,7 @@ static void call_version(const Problem *p, const Version *v, const LtPlan *plan)
         launch_prefetch<16, 1>(p->out, p->in, p->weight, p->bias, p->m, p->k, p->n);
     } else if (v->kind == KIND_SGEMM) {
         sgemm_row_major(p->cublas, p->out, p->in, p->weight, p->m, p->k, p->n);
-        bias_relu_kernel<<<blocks_for((int64_t)p->m * p->n), 256>>>(p->out, p->bias, p->m, p->n);
-        launchCheck();
+        launch_bias_relu(p->out, p->bias, p->m, p->n);
     } else {
         if (v->input_type == CUDA_R_16BF) cast_inputs(p);
         lt_matmul(p, v, plan);

@@ -4,7 +4,7 @@
 #   build/NN/test_NAME_ladder   every version on odd sizes against the CPU (tests/gpu/test_NAME_ladder.c;
 #                               make test runs them, and they report themselves skipped without a GPU)
 #
-#   make stage N ladder                 build and run every ladder of stage N (stages 4, 5, 6 and 8)
+#   make stage N ladder                 build and run every ladder of stage N (stages 4, 5, 6, 8 and 9)
 #   make stage N ladder LADDER=gemm     one of them; ARGS="--repeat 50" passes flags to each one run
 #   make stage N ladder RECORD=1        also append their rows to results/<gpu>-ladders.csv, where
 #                                       bench/make_tables.py finds them for the stage README's tables
@@ -13,7 +13,7 @@
 # may include another stage's ladder (06's GEMM ladder starts from 04's kernels) or its own stage's trainer (08's
 # regression ladder includes regression.cu): each depends on every ladder source and every .cu of its stage folder.
 
-LADDER_SRCS := $(sort $(wildcard 0[1-8]-*/*_ladder.cu))
+LADDER_SRCS := $(sort $(wildcard 0[1-9]-*/*_ladder.cu))
 ladder_stage = $(firstword $(subst -, ,$(1)))
 ladder_name = $(basename $(notdir $(1)))
 LADDER_BINS := $(foreach f,$(LADDER_SRCS),$(BUILD)/$(call ladder_stage,$(f))/$(call ladder_name,$(f)))

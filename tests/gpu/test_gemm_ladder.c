@@ -1,14 +1,16 @@
 // tests/gpu/test_gemm_ladder.c: every version of a GEMM ladder, out = relu(in @ W + bias), against the
-// CPU in double precision. The Makefile links it twice: with 04-shared-memory/gemm_ladder.cu into
-// build/04/test_gemm_ladder and with 06-cublas-cudnn/gemm_ladder.cu into build/06/test_gemm_ladder (both
-// export the four functions below), each compiled with -DLADDER_NO_MAIN.
+// CPU in double precision. The Makefile links it three times, each with a ladder compiled with -DLADDER_NO_MAIN
+// (all three export the four functions below): 04-shared-memory/gemm_ladder.cu into build/04/test_gemm_ladder,
+// 06-cublas-cudnn/gemm_ladder.cu into build/06/test_gemm_ladder, and, through tests/gpu/test_mma_ladder.c,
+// 09-tensor-cores/mma_ladder.cu into build/09/test_mma_ladder.
 //
 //     make test        (or: make build/04/test_gemm_ladder && build/04/test_gemm_ladder --verbose)
 //
-// The shapes are no multiples of the tiles (16, 32, 64), of the K slice (32) or of 4, except the
-// trainer's own 128 x 784 x 10; K = 785 leaves a last slice of one element. out is poisoned (NaN) first,
-// so an output no thread writes fails; the bound is ladder_gemm_tolerance's (common/ladder.h), which
-// grows with k and with the rounding of tf32 and bf16 inputs. About 5% of the outputs are negative
+// Most shapes are no multiples of the tiles (16, 32, 64), of the K slice (32) or of 4; K = 785 leaves a last
+// slice of one element. 33 x 100 x 36 has k and n multiples of 4 but not of the tiles (stage 09's 16-byte
+// copies, zero-filled past the edges); 128 x 784 x 10 and 784 x 128 x 128 are the trainer's. out is poisoned
+// (NaN) first, so an output no thread writes fails; the bound is ladder_gemm_tolerance's (common/ladder.h),
+// which grows with k and with the rounding of tf32 and bf16 inputs. About 5% of the outputs are negative
 // before ReLU, so ReLU is exercised without hiding most errors. Without a GPU every test is skipped.
 #include <math.h>
 #include <stdint.h>
@@ -32,7 +34,8 @@ double gemm_ladder_input_rounding(int index);
 const char *gemm_ladder_run(int index, const float *in, const float *weight, const float *bias, float *out, int m,
                             int k, int n);
 
-static const int SHAPES[][3] = {{1, 1, 1}, {2, 3, 5}, {17, 33, 65}, {127, 785, 129}, {128, 784, 10}, {67, 250, 1030}};
+static const int SHAPES[][3] = {{1, 1, 1},       {2, 3, 5},      {17, 33, 65},    {127, 785, 129},
+                                {33, 100, 36},   {128, 784, 10}, {784, 128, 128}, {67, 250, 1030}};
 #define SHAPE_COUNT ((int)(sizeof(SHAPES) / sizeof(SHAPES[0])))
 
 typedef struct {
