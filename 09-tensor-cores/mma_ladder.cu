@@ -85,49 +85,54 @@ static __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4],
 }
 
 // ----------------------------------------------------------------------------
-// copying a slice into shared memory: in (MMA_TILE_M, MMA_TILE_K) at (row0, k0) and W (MMA_TILE_K, MMA_TILE_N)
-// at (k0, col0), each row of the copy `stride` floats long; zeros past the edges of the matrices
+// copying a slice into shared memory: the ROWS x COLS tile of a row-major matrix (rows, cols) at (row0, col0)
+// to `to`, whose rows are `stride` floats apart; zeros past the matrix's edges. A slice is two such tiles:
+// in (MMA_TILE_M, MMA_TILE_K) at (row0, k0) and W (MMA_TILE_K, MMA_TILE_N) at (k0, col0).
 
-// Versions 2 and 3: plain loads and stores, 8 floats of each slice a thread, neighbouring threads on
-// neighbouring addresses (coalesced); the block waits for every load before its first product.
-static __device__ void copy_slices(float *in_slice, float *w_slice, int in_stride, int w_stride, const float *in,
-                                   const float *weight, int m, int k, int n, int row0, int col0, int k0) {
-    for (int e = threadIdx.x; e < MMA_TILE_M * MMA_TILE_K; e += MMA_THREADS) {
-        int r = e / MMA_TILE_K, c = e % MMA_TILE_K;
-        in_slice[r * in_stride + c] = row0 + r < m && k0 + c < k ? in[(size_t)(row0 + r) * k + k0 + c] : 0.0f;
-    }
-    for (int e = threadIdx.x; e < MMA_TILE_K * MMA_TILE_N; e += MMA_THREADS) {
-        int r = e / MMA_TILE_N, c = e % MMA_TILE_N;
-        w_slice[r * w_stride + c] = k0 + r < k && col0 + c < n ? weight[(size_t)(k0 + r) * n + col0 + c] : 0.0f;
+// Versions 2 and 3: plain loads and stores, neighbouring threads on neighbouring addresses (coalesced).
+template <int ROWS, int COLS>
+static __device__ __forceinline__ void copy_tile(float *to, int stride, const float *from, int rows, int cols,
+                                                 int row0, int col0) {
+#pragma unroll
+    for (int e = threadIdx.x; e < ROWS * COLS; e += MMA_THREADS) {
+        int r = e / COLS, c = e % COLS;
+        to[r * stride + c] = row0 + r < rows && col0 + c < cols ? from[(size_t)(row0 + r) * cols + col0 + c] : 0.0f;
     }
 }
 
-// Copies `width` floats of a row (1 or 4) to shared memory by cp.async, `valid` of them read from `from` and
-// the rest zero-filled (valid <= 0: none read; `from` only has to be a real address).
-static __device__ __forceinline__ void copy_async(float *to, const float *from, int width, int valid) {
-    int zeros = 4 * (width - min(max(valid, 0), width));
-    if (width == 4) __pipeline_memcpy_async(to, from, 16, zeros);
-    else __pipeline_memcpy_async(to, from, 4, zeros);
-}
-
-// Versions 4 and 5: the same slices issued as cp.async copies, which land in shared memory without passing
-// through registers while the thread goes on; 16 bytes a copy where a matrix's rows are whole float4s (k or
-// n a multiple of 4: then every copy's source is 16-byte aligned), else 4.
-static __device__ void copy_slices_async(float *in_slice, float *w_slice, int in_stride, int w_stride,
-                                         const float *in, const float *weight, int m, int k, int n, int row0,
-                                         int col0, int k0) {
-    int in_width = k % 4 == 0 ? 4 : 1, w_width = n % 4 == 0 ? 4 : 1;
-    for (int e = threadIdx.x * in_width; e < MMA_TILE_M * MMA_TILE_K; e += MMA_THREADS * in_width) {
-        int r = e / MMA_TILE_K, c = e % MMA_TILE_K;
-        int valid = row0 + r < m ? k - (k0 + c) : 0;
-        const float *from = valid > 0 ? in + (size_t)(row0 + r) * k + k0 + c : in;
-        copy_async(in_slice + r * in_stride + c, from, in_width, valid);
-    }
-    for (int e = threadIdx.x * w_width; e < MMA_TILE_K * MMA_TILE_N; e += MMA_THREADS * w_width) {
-        int r = e / MMA_TILE_N, c = e % MMA_TILE_N;
-        int valid = k0 + r < k ? n - (col0 + c) : 0;
-        const float *from = valid > 0 ? weight + (size_t)(k0 + r) * n + col0 + c : weight;
-        copy_async(w_slice + r * w_stride + c, from, w_width, valid);
+// Versions 4 and 5: the same tile by cp.async, which lands in shared memory without passing through registers
+// while the thread goes on. 16 bytes a copy where the matrix's rows are whole float4s (cols a multiple of 4:
+// every source then 16-byte aligned), else 4; a copy that would cross an edge becomes floats, and the floats
+// past it plain stores of zero. The common case is one cp.async and two compares: the warps issue every
+// instruction of this for every slice, and with 4 warps an SM has few to spare.
+template <int ROWS, int COLS>
+static __device__ __forceinline__ void copy_tile_async(float *to, int stride, const float *from, int rows, int cols,
+                                                       int row0, int col0) {
+    if (cols % 4 == 0) {
+#pragma unroll
+        for (int e = 4 * threadIdx.x; e < ROWS * COLS; e += 4 * MMA_THREADS) {
+            int r = e / COLS, c = e % COLS;
+            int valid = row0 + r < rows ? cols - (col0 + c) : 0;  // floats of the 4 inside the matrix
+            float *dst = to + r * stride + c;
+            const float *src = from + (size_t)(row0 + r) * cols + col0 + c;
+            if (valid >= 4) {
+                __pipeline_memcpy_async(dst, src, 16);
+            } else {
+#pragma unroll
+                for (int f = 0; f < 4; f++) {
+                    if (f < valid) __pipeline_memcpy_async(dst + f, src + f, 4);
+                    else dst[f] = 0.0f;
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = threadIdx.x; e < ROWS * COLS; e += MMA_THREADS) {
+            int r = e / COLS, c = e % COLS;
+            if (row0 + r < rows && col0 + c < cols)
+                __pipeline_memcpy_async(to + r * stride + c, from + (size_t)(row0 + r) * cols + col0 + c, 4);
+            else to[r * stride + c] = 0.0f;
+        }
     }
 }
 
@@ -199,8 +204,9 @@ __global__ void __launch_bounds__(MMA_THREADS)
 
     if (STAGES == 1) {
         for (int s = 0; s < slices; s++) {
-            copy_slices(in_slices[0], w_slices[0], IN_STRIDE, W_STRIDE, in, weight, m, k, n, row0, col0,
-                        s * MMA_TILE_K);
+            int k0 = s * MMA_TILE_K;
+            copy_tile<MMA_TILE_M, MMA_TILE_K>(in_slices[0], IN_STRIDE, in, m, k, row0, k0);
+            copy_tile<MMA_TILE_K, MMA_TILE_N>(w_slices[0], W_STRIDE, weight, k, n, k0, col0);
             __syncthreads();  // the slices are complete
             multiply_slice<PRODUCTS>(acc, in_slices[0], w_slices[0], IN_STRIDE, W_STRIDE);
             __syncthreads();  // everyone is done with them before the next copy overwrites them
@@ -209,16 +215,19 @@ __global__ void __launch_bounds__(MMA_THREADS)
         // slice s goes to buffer s % STAGES, one commit group a slice (empty past the last slice, so that
         // "all but the newest STAGES - 1 groups" always means "slice s")
         for (int s = 0; s < STAGES - 1; s++) {
-            if (s < slices)
-                copy_slices_async(in_slices[s], w_slices[s], IN_STRIDE, W_STRIDE, in, weight, m, k, n, row0, col0,
-                                  s * MMA_TILE_K);
+            if (s < slices) {
+                copy_tile_async<MMA_TILE_M, MMA_TILE_K>(in_slices[s], IN_STRIDE, in, m, k, row0, s * MMA_TILE_K);
+                copy_tile_async<MMA_TILE_K, MMA_TILE_N>(w_slices[s], W_STRIDE, weight, k, n, s * MMA_TILE_K, col0);
+            }
             __pipeline_commit();
         }
         for (int s = 0; s < slices; s++) {
             int ahead = s + STAGES - 1;  // into the buffer the warps finished reading at slice s - 1
-            if (ahead < slices)
-                copy_slices_async(in_slices[ahead % STAGES], w_slices[ahead % STAGES], IN_STRIDE, W_STRIDE, in,
-                                  weight, m, k, n, row0, col0, ahead * MMA_TILE_K);
+            if (ahead < slices) {
+                int k0 = ahead * MMA_TILE_K, b = ahead % STAGES;
+                copy_tile_async<MMA_TILE_M, MMA_TILE_K>(in_slices[b], IN_STRIDE, in, m, k, row0, k0);
+                copy_tile_async<MMA_TILE_K, MMA_TILE_N>(w_slices[b], W_STRIDE, weight, k, n, k0, col0);
+            }
             __pipeline_commit();
             __pipeline_wait_prior(STAGES - 1);  // my copies of slice s have landed,
             __syncthreads();                    // and everyone's
