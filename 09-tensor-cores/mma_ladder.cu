@@ -5,11 +5,11 @@ warp-wide instruction mma.sync, one idea per version, at the MNIST trainer's pro
 gradient, x^T (784, 128) @ dH (128, 128)) and 128 x 1024 x 1024 (a hidden layer of --hidden 1024,1024).
 
     1 fma-tile        stage 04's tiled kernel on the CUDA cores (04-shared-memory/gemm_ladder.cu, version 4)
-    2 mma-tf32        a block of 4 warps owns a 32 x 32 tile of out; per slice of K it copies in (32, 32) and
-                      W (32, 32) into shared memory, then each warp multiplies its 16 x 16 corner with
-                      mma.sync.m16n8k8 on tf32 inputs (10 mantissa bits), accumulating in fp32
+    2 mma-tf32        a block of 4 warps owns a 32 x 16 tile of out; per slice of 64 along K it copies in
+                      (32, 64) and W (64, 16) into shared memory, then each warp multiplies its 16 x 8 corner
+                      with mma.sync.m16n8k8 on tf32 inputs (10 mantissa bits), accumulating in fp32
     3 mma-padded      2 with every shared row 4 (in) or 8 (W) floats longer: a warp's fragment loads then hit
-                      32 different banks instead of 8 or 4
+                      32 different banks instead of 4 (in: 8 lanes a bank) or 16 (W: 2 lanes a bank)
     4 mma-async       3 with the slices copied by cp.async into two buffers: the next slice travels while the
                       warps multiply this one
     5 mma-3xtf32      4 at fp32 accuracy: each input split into a tf32 high part and a tf32 low part, three
@@ -39,13 +39,13 @@ Exit codes: 0 ok; 1 a wrong result; 2 an invalid flag or an unwritable --csv fil
 
 #define CALLS_PER_RUN 10
 #define MMA_TILE_M 32    // rows of out a block owns
-#define MMA_TILE_N 32    // columns of out a block owns
-#define MMA_TILE_K 32    // the slice of K a block stages in shared memory per step
+#define MMA_TILE_N 16    // columns of out a block owns
+#define MMA_TILE_K 64    // the slice of K a block stages in shared memory per step
 #define MMA_THREADS 128  // 4 warps, 2 x 2, each owning a quarter of the tile
-#define WARP_TILE_M (MMA_TILE_M / 2)  // a warp's corner of the tile: 16 x 16,
+#define WARP_TILE_M (MMA_TILE_M / 2)  // a warp's corner of the tile: 16 x 8,
 #define WARP_TILE_N (MMA_TILE_N / 2)
 #define M_FRAGS (WARP_TILE_M / 16)    // one m16 product high
-#define N_FRAGS (WARP_TILE_N / 8)     // and two n8 products wide
+#define N_FRAGS (WARP_TILE_N / 8)     // and one n8 product wide
 #define TF32_ROUNDING 9.765625e-4       // 2^-10: an input rounded to tf32 (10 mantissa bits), with room to spare
 #define THREE_TF32_ROUNDING 4.76837158203125e-7  // 2^-21: hi + lo misses an input by ~2^-22, and lo lo is dropped
 
