@@ -245,7 +245,13 @@ expect "regression: --export into a file"  2 "not a directory" -- "$stage_build/
 # when the binaries under test are the build-asan/ ones, so that it finds them built)
 sanitize=; case $stage_build in build-asan/*) sanitize=SANITIZE=1 ;; esac
 submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory $sanitize "$@"; }
-expect "make: unknown stage"               2 "unknown stage"    -- submake stage 9
+expect "make: unknown stage"               2 "unknown stage"    -- submake stage 12
+for dir in 0[2-9]-*/; do  # a stage folder of kernel ladders only: every verb but ladder is refused
+    dir=${dir%/}; n=${dir%%-*}; n=${n#0}
+    [ -f "$dir/mnist.cu" ] || ! compgen -G "$dir/*_ladder.cu" >/dev/null ||
+        expect_lines "make: stage $n, ladders only, refuses run" 2 "^error: stage $n has no trainers: " \
+            "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 2$" -- submake stage "$n" run
+done
 expect "make: unknown verb"                2 "unknown verb"     -- submake stage 2 frobnicate
 # a verb the stage cannot do: one error: line, before anything is built, and make's own line with the exit code
 expect_lines "make: a stage without ladders" 2 "^error: stage 2 has no kernel ladders; stages with one: " \
