@@ -102,9 +102,9 @@ static __device__ __forceinline__ void copy_tile(float *to, int stride, const fl
 
 // Versions 4 and 5: the same tile by cp.async, which lands in shared memory without passing through registers
 // while the thread goes on. 16 bytes a copy where the matrix's rows are whole float4s (cols a multiple of 4:
-// every source then 16-byte aligned), else 4; a copy that would cross an edge becomes floats, and the floats
-// past it plain stores of zero. The common case is one cp.async and two compares: the warps issue every
-// instruction of this for every slice, and with 4 warps an SM has few to spare.
+// every source is then 16-byte aligned, and a float4 is either inside the matrix or wholly past its edge),
+// else 4; what lies past an edge is plain stores of zero. The common case is one cp.async and two compares:
+// the warps issue every instruction of this for every slice, and 4 warps a block hide little.
 template <int ROWS, int COLS>
 static __device__ __forceinline__ void copy_tile_async(float *to, int stride, const float *from, int rows, int cols,
                                                        int row0, int col0) {
@@ -112,18 +112,10 @@ static __device__ __forceinline__ void copy_tile_async(float *to, int stride, co
 #pragma unroll
         for (int e = 4 * threadIdx.x; e < ROWS * COLS; e += 4 * MMA_THREADS) {
             int r = e / COLS, c = e % COLS;
-            int valid = row0 + r < rows ? cols - (col0 + c) : 0;  // floats of the 4 inside the matrix
             float *dst = to + r * stride + c;
-            const float *src = from + (size_t)(row0 + r) * cols + col0 + c;
-            if (valid >= 4) {
-                __pipeline_memcpy_async(dst, src, 16);
-            } else {
-#pragma unroll
-                for (int f = 0; f < 4; f++) {
-                    if (f < valid) __pipeline_memcpy_async(dst + f, src + f, 4);
-                    else dst[f] = 0.0f;
-                }
-            }
+            if (row0 + r < rows && col0 + c < cols)
+                __pipeline_memcpy_async(dst, from + (size_t)(row0 + r) * cols + col0 + c, 16);
+            else *(float4 *)dst = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     } else {
 #pragma unroll

@@ -3,7 +3,8 @@
 # deliberate bug; it is applied to one trainer file of stage NN, the suite is linked against the broken
 # trainer, and it must FAIL, in every precision the stage offers for an MNIST bug (TEST_PRECISION), or in
 # those its `# precisions:` line names (a bug in code that only they run). A `# stages:` line limits a bug to
-# the stages that have its code.
+# the stages that have its code. A bug in a kernel ladder (`# file: NAME_ladder.cu`) is linked, compiled with
+# -DLADDER_NO_MAIN, into the ladder's own test, tests/gpu/test_NAME_ladder.c, which must FAIL.
 #   --compile-only  (make test, no GPU needed): every mutant still applies (changes its file) and the
 #                   broken file compiles; nothing is run
 # Environment from make: NVCC, NVCCFLAGS, LDFLAGS, LDLIBS, CRITERION_LIBS. Exit 0 only when every mutant
@@ -20,6 +21,7 @@ for mutant in tests/mutants/*.sed; do
     # a bug in code that only some stages have (stage 08's persistent kernel) names them
     stages=$(sed -n 's/^# stages: *//p' "$mutant")
     case " ${stages:-$nn} " in *" $nn "*) ;; *) echo "skipped  $name: stage $nn has no such code (# stages: $stages)"; continue ;; esac
+    [ -f "$stage_dir/$file" ] || { echo "skipped  $name: stage $nn has no $file"; continue; }
     dir=$build/mutants/$nn/$name
     mkdir -p "$dir"
     sed -f "$mutant" "$stage_dir/$file" >"$dir/$file"
@@ -27,8 +29,10 @@ for mutant in tests/mutants/*.sed; do
         echo "BROKEN   $name: no longer applies to $stage_dir/$file (update the .sed to the file's code)"
         broken=$((broken + 1)); continue
     fi
+    ladder=; case $file in *_ladder.cu) ladder=-DLADDER_NO_MAIN ;; esac
     if [ "$mode" = --compile-only ]; then
-        if "$NVCC" -std=c++17 -Icommon -arch=sm_90 -c "$dir/$file" -o "$dir/${file%.cu}.o" 2>"$dir/compile.log"; then
+        if "$NVCC" -std=c++17 -Icommon -I"$stage_dir" $ladder -arch=sm_90 -c "$dir/$file" -o "$dir/${file%.cu}.o" \
+            2>"$dir/compile.log"; then
             compiled=$((compiled + 1)); echo "compiles $name: $what"
         else
             broken=$((broken + 1)); echo "BROKEN   $name: does not compile ($dir/compile.log)"
@@ -36,8 +40,10 @@ for mutant in tests/mutants/*.sed; do
         continue
     fi
     other=regression; [ "$file" = regression.cu ] && other=mnist
-    if ! "$NVCC" $NVCCFLAGS -c "$dir/$file" -o "$dir/${file%.cu}.o" 2>"$dir/compile.log" ||
-       ! "$NVCC" "$build/tests/gpu/test_stage.o" "$dir/${file%.cu}.o" "$build/$nn/$other.o" "$build/common/libcommon.a" \
+    if [ -n "$ladder" ]; then suite="$build/tests/gpu/test_${file%.cu}.o"; others=
+    else suite="$build/tests/gpu/test_stage.o"; others="$build/$nn/$other.o"; fi
+    if ! "$NVCC" $NVCCFLAGS -I"$stage_dir" $ladder -c "$dir/$file" -o "$dir/${file%.cu}.o" 2>"$dir/compile.log" ||
+       ! "$NVCC" "$suite" "$dir/${file%.cu}.o" $others "$build/common/libcommon.a" \
             -o "$dir/test_gpu" $LDFLAGS $CRITERION_LIBS $LDLIBS 2>>"$dir/compile.log"; then
         broken=$((broken + 1)); echo "BROKEN   $name: does not build ($dir/compile.log)"; continue
     fi

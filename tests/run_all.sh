@@ -148,6 +148,11 @@ else
     # the deliberate bugs of tests/mutants/ still apply and compile (make test-mutants runs them on a GPU)
     suite "mutants apply and compile (stage $last_stage)" mutants \
         env NVCC="${NVCC:-nvcc}" bash tests/mutants.sh "$build" "$last_stage" --compile-only
+    for dir in 0[2-9]-*/; do  # and those of a stage of kernel ladders only (its ladder's bugs)
+        dir=${dir%/}; [ -f "$dir/mnist.cu" ] || ! compgen -G "$dir/*_ladder.cu" >/dev/null && continue
+        suite "mutants apply and compile (stage ${dir%%-*})" mutants \
+            env NVCC="${NVCC:-nvcc}" bash tests/mutants.sh "$build" "${dir%%-*}" --compile-only
+    done
 fi
 # the GPU suites' job finishes only with its last suite: poll, so that each line comes when its suite is done
 while [ "$(running_jobs)" -gt 0 ]; do report_finished; sleep 0.2; done
