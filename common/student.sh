@@ -8,12 +8,14 @@
 #     nothing of what stage N+1 gives away;
 #   - the assistants' answers (the .answer.md files of the stages' assistant/ folders: complete stage
 #     files) and TEACHING.md (the instructor's kit: its answer key and what each stage's numbers show);
+#   - the benchmark measurements in results/ (the CSVs, the plots drawn from them, the profiles);
 #   - each deliberate bug of tests/mutants/ that no longer applies to the copy's last stage (its pattern
 #     is code that was cut);
 # every exercise region cut by common/exercise_cut.awk, leaving its // TODO(exercise) marker; in a later
 # stage's file, the code it carries word for word from an earlier stage's region cut as well, with that
 # region's marker (common/exercise_carry.awk); the exercises' commands that need the full repository
-# (a skeleton under build/exercise/, ANSWER=1) rewritten for the copy; STUDENT.md on top, saying what was
+# (a skeleton under build/exercise/, ANSWER=1) rewritten for the copy; the READMEs' measured tables and the
+# <!-- measured --> passages that read them withheld, since the exercises ask for them as predictions; STUDENT.md on top, saying what was
 # cut and how a student checks the work (`make stage N exercise`, in place there).
 #
 # STUDENT_DIR must be new, empty, or an earlier student copy (it holds STUDENT.md): that one is replaced.
@@ -67,7 +69,11 @@ trap 'rm -rf -- "$work"' EXIT
 # 1. the files git knows, as they are in the work tree (a tracked file deleted here is not copied), less the
 # stage folders after UPTO, the assistants' answers and TEACHING.md: listed in STUDENT.md below
 answers='[0-9][0-9]-*/assistant/*.answer.md'
+# the measurements the READMEs' timing tables are made from (step 5): the benchmark CSVs, the plots drawn from
+# them and the profiles; results/loop/ (the prompt loop's rounds) and the sanitizer and try logs stay
+measured_files=(':(glob)results/*.csv' ':(glob)results/*.csv.gz' ':(glob)results/*.png' ':(glob)results/*-profile-*.txt')
 excluded=(":!:$answers" ":!:TEACHING.md")
+for m in "${measured_files[@]}"; do excluded+=(":(exclude,${m#:(}"); done
 for s in "${later[@]}"; do excluded+=(":!:$s/"); done
 list=$work/.files
 git ls-files -z --cached --others --exclude-standard -- . "${excluded[@]}" |
@@ -75,6 +81,7 @@ git ls-files -z --cached --others --exclude-standard -- . "${excluded[@]}" |
         if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
     done | sort -zu >"$list" || die "git ls-files failed"
 left_out=$(git ls-files --cached --others --exclude-standard -- "$answers" | sort -u)
+measured_out=$(git ls-files --cached --others --exclude-standard -- "${measured_files[@]}" | sort -u)
 mkdir "$work/copy"
 tar --null --no-recursion -T "$list" -cf - | tar -xf - -C "$work/copy" || die "copying the files into $work/copy failed"
 files=$(tr -cd '\0' <"$list" | wc -c)
@@ -157,7 +164,63 @@ for s in "${stages[@]}"; do
         die "rewriting $s/exercises.md for the copy failed"
 done
 
-# 5. STUDENT.md
+# 5. the measured figures, which the exercises ask the student to predict before measuring: in every .md file, each
+# timing table of bench/make_tables.py (the blocks results:, steps:, outcome:, ladder:, sweep:, profile:, each
+# between its <!-- NAME begin --> and <!-- NAME end --> markers) and each hand-written <!-- measured begin --> ...
+# <!-- measured end --> passage that reads them becomes one line saying how to measure them, between
+# <!-- withheld:NAME begin --> and <!-- withheld:NAME end -->. Without its own markers make_tables leaves that
+# place alone, so the copy's `make_tables --check` holds; the predictions tables and the sanitizer and
+# prompt-loop blocks stay.
+withheld=0
+withhold='
+function measure(name,    what) {  # the command that measures the block: the stage verb, or make bench
+    if (n == "" || name ~ /^sweep:/) return "`make bench`"
+    if (name ~ /^ladder:/) { what = name; sub(/^ladder:/, "", what); return "`make stage " n " ladder LADDER=" what "`" }
+    if (name ~ /^profile:/) return "`make stage " n " profile`"
+    return "`make stage " n (n <= 2 ? " run`" : " compare`")
+}
+function withheld(    how) {  # the block that was between the markers of name, as one line between the withheld ones
+    how = cmds == "" ? measure(name) : cmds
+    if (how == "`make bench`") how = how "."
+    else how = how ", or every table with `make bench`."
+    print "<!-- withheld:" name " begin -->"
+    print "*Withheld from the student copy: " (name == "measured" ? "what was measured here, and what it showed." : "a measured table.") \
+        " The exercises ask you to predict these figures: measure them on a GPU with " how "*"
+    print "<!-- withheld:" name " end -->"
+    count++
+}
+skip != "" {
+    if ($0 == skip) { withheld(); skip = "" }
+    else if ($0 ~ /^<!-- (results|steps|outcome|ladder|sweep|profile):[^>]* begin -->$/) {  # a table the passage shows
+        inner = substr($0, 6, length($0) - 15)
+        if (index(" " cmds, " " measure(inner)) == 0 && measure(inner) != "`make bench`") cmds = cmds (cmds == "" ? "" : ", ") measure(inner)
+    }
+    next
+}
+/^<!-- (results|steps|outcome|ladder|sweep|profile):[^>]* begin -->$|^<!-- measured begin -->$/ {
+    name = substr($0, 6, length($0) - 15)
+    skip = "<!-- " name " end -->"
+    cmds = ""
+    next
+}
+{ print }
+END {
+    if (skip != "") { print FILENAME ": \"" skip "\" missing" > "/dev/stderr"; exit 1 }
+    print count + 0 > counted
+}'
+while IFS= read -r -d '' f; do
+    case $f in *.md) ;; *) continue ;; esac
+    if [ ! -f "$work/copy/$f" ] || [ -L "$work/copy/$f" ]; then continue; fi
+    n=
+    case $f in [0-9][0-9]-*/*) n=$((10#${f%%-*})) ;; esac
+    awk -v n="$n" -v counted="$work/counted" "$withhold" "$work/copy/$f" >"$work/withheld" ||
+        die "withholding the measured figures of $f failed"
+    cmp -s "$work/withheld" "$work/copy/$f" || mv "$work/withheld" "$work/copy/$f" ||
+        die "withholding the measured figures of $f failed"
+    withheld=$((withheld + $(cat "$work/counted")))
+done <"$list"
+
+# 6. STUDENT.md
 bullets() {  # the lines of stdin, each a "- `path`" item; blank ones dropped
     local l
     while IFS= read -r l; do [ -z "$l" ] || printf -- "- \`%s\`\n" "$l"; done
@@ -186,12 +249,21 @@ state="commit ${STUDENT_COMMIT:-unknown}"
     echo
     if [ -n "$cut_list" ]; then printf '%s' "$cut_list"; else echo "None: no stage file marked an exercise region."; fi
     echo
+    echo "## Measurements withheld"
+    echo
+    echo "The exercises ask you to predict a figure, then measure it. So the READMEs' measured tables, the"
+    echo "passages that read them and the results/ files they were made from are not in this copy: each of the"
+    echo "$withheld places is one line between \`<!-- withheld:NAME begin -->\` and \`<!-- withheld:NAME end -->\`"
+    echo "that says which command measures it on a GPU (\`make stage N compare\`, \`make stage N ladder\`,"
+    echo "\`make stage N profile\`, or \`make bench\` for every table). The predictions tables are there: compare"
+    echo "yours with them, then with what you measure."
+    echo
     echo "## Left out"
     echo
     echo "What holds answers. Citations of these paths do not resolve here."
     echo
     for s in "${later[@]}"; do echo "- \`$s/\`"; done
-    printf '%s\n%s\n' "$left_out" "$mutants_out" | bullets
+    printf '%s\n%s\n%s\n' "$left_out" "$mutants_out" "$measured_out" | bullets
     [ ! -f TEACHING.md ] || echo "- \`TEACHING.md\`"
 } >"$work/copy/STUDENT.md"
 

@@ -163,6 +163,9 @@ left_out_of_copy() {  # left_out_of_copy PATH: PATH is, or is inside, a path STU
         case $1 in "$p" | "${p%/}" | "${p%/}"/*) return 0 ;; esac
         # a wildcard over the stage folders that matches nothing here: the copy left out its stages
         case $p in [0-9][0-9]-*/) case $1 in "[0-9][0-9]-*/"*) return 0 ;; esac ;; esac
+        # a wildcard that matches a left-out file (results/*.csv: the copy left out the measurements)
+        # shellcheck disable=SC2254  # $1 is the pattern
+        case $1 in *[*?[]*) case $p in $1) return 0 ;; esac ;; esac
     done
     return 1
 }

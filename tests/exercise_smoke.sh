@@ -11,7 +11,8 @@
 #      used twice, a malformed marker, an unknown or invalid EXERCISE; and through common/exercise.sh, a stage
 #      without a region and a name used in both of a stage's files;
 #   4. make student: the copy has every file git knows but the assistants' answers (NN-*/assistant/
-#      *.answer.md), TEACHING.md and the mutants whose code was cut (absent and listed in STUDENT.md), each
+#      *.answer.md), TEACHING.md, the mutants whose code was cut and the measurements of results/ (absent and
+#      listed in STUDENT.md; a README's measured figures withheld: tests/student_smoke.sh), each
 #      region cut (a later stage's file may have an earlier answer cut too: tests/student_smoke.sh), the
 #      exercises' commands rewritten for the copy,
 #      STUDENT.md lists them, everything else is unchanged, `make -n all` finds every file, stage 01's
@@ -227,12 +228,14 @@ while IFS= read -r -d '' f; do
     esac
     if [ ! -e "$copy/$f" ] && [ ! -L "$copy/$f" ]; then
         # a deliberate bug whose pattern was cut is left out, and said so (tests/student_smoke.sh: no answer left)
-        case $f in tests/mutants/*) grep -qxF -- "- \`$f\`" "$copy/STUDENT.md" && continue ;; esac
+        case $f in tests/mutants/* | results/*) grep -qxF -- "- \`$f\`" "$copy/STUDENT.md" && continue ;; esac
         missing=$((missing + 1)); echo "missing: $f" >>"$work/student-diff"; continue
     fi
     case $f in [0-9][0-9]-*/exercises.md) continue ;; esac  # its commands rewritten for the copy (student_smoke.sh)
     if [ ! -f "$f" ] || [ -L "$f" ]; then continue; fi
     case $f in *.cu | *.cuh | *.c | *.h | *.cc | *.cpp) ;; *)
+        # a README whose measured figures were withheld (tests/student_smoke.sh checks that none is left)
+        case $f in *.md) grep -q '^<!-- withheld:[^>]* begin -->$' "$copy/$f" && continue ;; esac
         cmp -s "$f" "$copy/$f" || { changed=$((changed + 1)); echo "changed: $f" >>"$work/student-diff"; }
         continue ;;
     esac

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # tests/readme_words.sh: the READMEs stay short enough to read: the top README at most 1,500 words of prose, each
 # stage README at most 1,800. Prose: every line outside fenced code and outside the generated blocks (<!-- name
-# begin --> ... <!-- name end -->, bench/make_tables.py writes them). One marked block counts all the same:
-# <!-- predictions begin --> ... <!-- predictions end -->, the table the stage's author writes by hand (its two
-# marker lines do not count). READMEs named in PENDING are reported, not failed: they are still to be cut. Last
-# line: "words: N passed, N failed, N skipped".
+# begin --> ... <!-- name end -->, bench/make_tables.py writes them; a student copy's withheld ones). Two kinds of
+# marked block count all the same, being written by hand: <!-- predictions begin --> ... <!-- predictions end -->
+# (the stage's predictions table) and <!-- measured begin --> ... <!-- measured end --> (prose on measured figures,
+# which a student copy withholds); their marker lines do not count. READMEs named in PENDING are reported, not
+# failed: they are still to be cut. Last line: "words: N passed, N failed, N skipped".
 set -u
 PENDING=""
 passed=0 failed=0 skipped=0
 
 prose_words() {
     awk '/^```/ { fence = !fence; next }
-         /<!-- predictions (begin|end) -->/ { next }
+         /<!-- (predictions|measured) (begin|end) -->/ { next }
          /<!-- .* begin -->/ { gen = 1 }
          !gen && !fence { print }
          /<!-- .* end -->/ { gen = 0 }' "$1" | wc -w

@@ -3,11 +3,15 @@
 #
 #     bash tests/student_smoke.sh          (make check runs it)
 #
-#   1. the leak search bites: a copy with a later stage's file put back uncut leaks the answers it carries;
+#   1. the leak search bites: a copy with a later stage's file put back uncut leaks the answers it carries, one
+#      with a stage README put back whole and a results CSV shows the measured figures;
 #   2. for every UPTO (1 .. the last stage), `make student UPTO=N`: the stage folders after N are absent
 #      and listed in STUDENT.md; no answer line of any region of the stages shipped is anywhere in the copy
-#      (below); every command of the exercises works there (no skeleton under build/exercise/, no
-#      ANSWER=1, no git); its citations check passes;
+#      (below); no measured figure the exercises ask to predict is anywhere in it either (no line with a figure
+#      of the READMEs' timing tables or <!-- measured --> passages, in any file or in what bench/make_tables.py
+#      --print makes of the copy's results/; each such place withheld, the results/ files left out); every
+#      command of the exercises works there (no skeleton under build/exercise/, no ANSWER=1, no git, no path
+#      the copy left out); its citations check passes;
 #   3. the whole copy (every stage): its quick suites pass in it (citations, prose history, README
 #      words, the bench tables and their generator's unit tests) and `make -n all` finds every source; the
 #      copy's full `make test` and `make check` build every stage (minutes) and are not run here;
@@ -79,6 +83,35 @@ leaks() {
     done
 }
 
+# figures FILE...: the lines of the FILEs' measured blocks (bench/make_tables.py's timing tables, results: steps:
+# outcome: ladder: sweep: profile:, and the <!-- measured --> passages that read them) that hold a figure, trimmed:
+# a table row or a profile line (three decimals or more), or a number with a unit of time, speed or ratio. These
+# are the figures the exercises ask to predict, which make student withholds
+withheld_kinds='^<!-- (results|steps|outcome|ladder|sweep|profile):[^>]* begin -->$|^<!-- measured begin -->$'
+figures() {
+    awk -v kinds="$withheld_kinds" '
+        function trim(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
+        skip != "" {
+            if ($0 == skip) { skip = ""; next }
+            l = trim($0)
+            if (length(l) < 20 || l ~ /^<!-- /) next
+            if (l ~ /^\|.*[0-9]/ || gsub(/[0-9]\.[0-9]/, "&", l) >= 3 || l ~ /[0-9] ?(×|µs|ms|%|[GT]B\/s|[GT]FLOP\/s)/) print l
+            next
+        }
+        $0 ~ kinds { skip = "<!-- " substr($0, 6, length($0) - 15) " end -->" }' "$@"
+}
+
+# shown COPY: "PATH<TAB>line" for each withheld figure line found in COPY, from the .md files COPY ships (read from
+# the repository's own), then from what bench/make_tables.py --print makes of the copy's own results/
+shown() {
+    local copy=$1 f md=()
+    while IFS= read -r f; do [ -f "$copy/$f" ] && md+=("$f"); done < <(git ls-files '*.md')
+    figures "${md[@]}" | sort -u >"$work/figures"
+    [ -s "$work/figures" ] || return 0
+    grep -rnoFf "$work/figures" "$copy" | sed -E 's/^([^:]*):[0-9]+:/\1\t/' | sed "s|^$copy/||"
+    (cd "$copy" && python3 bench/make_tables.py --print 2>/dev/null) | grep -oFf "$work/figures" | sed 's/^/make_tables --print\t/'
+}
+
 allowed() {  # allowed REGION PATH: excused by tests/student_leaks.allow
     sed 's/#.*//' "$allow_file" | awk -v r="$1" -v p="$2" '$1 == r && $2 == p { hit = 1 } END { exit !hit }'
 }
@@ -99,6 +132,19 @@ if "$make" --no-print-directory student DIR="$broken" >"$log" 2>&1 && [ -f 06-cu
     fi
 else
     bad "make student for the leak search's self-test"
+fi
+
+# the figures' search bites too: a stage README put back whole shows its tables and passages, and a results CSV
+# put back lets make_tables --print write them again
+if [ -d "$broken" ]; then
+    cp 03-fused-kernels/README.md "$broken/03-fused-kernels/README.md"
+    cp "$(git ls-files ':(glob)results/*.csv' | grep -vE -- '-(breakdown|ladders)\.csv$' | head -n1)" "$broken/results/"
+    found=$(shown "$broken" | cut -f1 | sort -u | tr '\n' ' ')
+    if [[ $found == *"03-fused-kernels/README.md "* && $found == *"make_tables --print "* ]]; then
+        ok "the figures' search finds a README put back whole and the tables a results CSV put back would write"
+    else
+        echo "found: $found" >"$log"; bad "the figures' search misses a README put back whole or a results CSV"
+    fi
 fi
 
 # ----------------------------------------------------------------------------
@@ -136,6 +182,28 @@ for stage in "${stages[@]}"; do
         bad "UPTO=$n: answers leak into the copy ($(wc -l <"$log") line(s); the first ones:)"
     fi
 
+    # no measured figure that an exercise asks to predict: the tables and passages withheld, each place one line
+    # that says how to measure it; the results/ files they come from left out and listed
+    : >"$log"
+    excused=
+    while IFS=$'\t' read -r path line; do
+        if allowed measured "$path"; then excused_used["measured $path"]=1; excused="$excused $path"; continue; fi
+        printf '%s holds "%s"\n' "$path" "$line" >>"$log"
+    done < <(shown "$copy")
+    markers=$(grep -rlE --include='*.md' "$withheld_kinds" "$copy" | sed "s|^$copy/||" | tr '\n' ' ')
+    places=$(grep -rhE --include='*.md' '^<!-- withheld:[^>]* begin -->$' "$copy" | wc -l)
+    missing=
+    while IFS= read -r f; do
+        [ ! -e "$copy/$f" ] && grep -qxF -- "- \`$f\`" "$copy/STUDENT.md" || missing="$missing $f"
+    done < <(git ls-files ':(glob)results/*.csv' ':(glob)results/*.csv.gz' ':(glob)results/*.png' ':(glob)results/*-profile-*.txt')
+    if [ ! -s "$log" ] && [ -z "$markers" ] && [ -z "$missing" ] && [ "${places:-0}" -gt 0 ]; then
+        ok "UPTO=$n: no measured figure an exercise asks to predict is in the copy ($(wc -l <"$work/figures") lines searched; $places places withheld, the results/ files left out$(
+            [ -z "$excused" ] || echo "; $(tr ' ' '\n' <<<"$excused" | sort -u | grep -c .) test fixture(s) excused by $allow_file"))"
+    else
+        echo "markers left:${markers:- none}; results/ files shipped or not listed:${missing:- none}" >>"$log"
+        bad "UPTO=$n: measured figures in the copy ($(wc -l <"$log") line(s))"
+    fi
+
     # every command of the exercises works in the copy
     : >"$log"
     for ex in "$copy"/[0-9][0-9]-*/exercises.md; do
@@ -148,8 +216,12 @@ for stage in "${stages[@]}"; do
                 done
             fi
         done < <(grep -E "^    (make|mkdir|cp|git) |\`(git|cp) [^\`]*\`" "$ex")
+        # nor does it send the student to what the copy left out
+        while IFS= read -r gone; do
+            grep -qF -- "$gone" "$ex" && echo "${ex#"$copy"/}: cites $gone, which the copy left out" >>"$log"
+        done < <(sed -n "/^## Left out/,/^## /s/^- \`\\([^\`]*\\)\`\$/\\1/p" "$copy/STUDENT.md")
     done
-    if [ ! -s "$log" ]; then ok "UPTO=$n: every command of the exercises works in the copy (no build/exercise/ skeleton, ANSWER=1 or git)"
+    if [ ! -s "$log" ]; then ok "UPTO=$n: every command of the exercises works in the copy (no build/exercise/ skeleton, ANSWER=1, git or path left out)"
     else bad "UPTO=$n: exercise commands that do not work in the copy"; fi
 
     if (cd "$copy" && bash tests/citations.sh) >"$log" 2>&1; then ok "UPTO=$n: the copy's citations check passes: $(tail -n1 "$log")"

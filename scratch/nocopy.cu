@@ -1,0 +1,440 @@
+/*
+Kernel ladder, stage 09: the product out = relu(in @ W + bias) on tensor cores, written by hand with the
+warp-wide instruction mma.sync, one idea per version, at the MNIST trainer's product shapes (m x k x n):
+128 x 784 x 128 (the first layer forward at --hidden 128), 784 x 128 x 128 (the size of that layer's weight
+gradient, x^T (784, 128) @ dH (128, 128)) and 128 x 1024 x 1024 (a hidden layer of --hidden 1024,1024).
+
+    1 fma-tile        stage 04's tiled kernel on the CUDA cores (04-shared-memory/gemm_ladder.cu, version 4)
+    2 mma-tf32        a block of 4 warps owns a 32 x 16 tile of out; per slice of 64 along K it copies in
+                      (32, 64) and W (64, 16) into shared memory, then each warp multiplies its 16 x 8 corner
+                      with mma.sync.m16n8k8 on tf32 inputs (10 mantissa bits), accumulating in fp32
+    3 mma-padded      2 with every shared row 4 (in) or 8 (W) floats longer: a warp's fragment loads then hit
+                      32 different banks instead of 4 (in: 8 lanes a bank) or 16 (W: 2 lanes a bank)
+    4 mma-async       3 with the slices copied by cp.async into two buffers: the next slice travels while the
+                      warps multiply this one
+    5 mma-3xtf32      4 at fp32 accuracy: each input split into a tf32 high part and a tf32 low part, three
+                      products (hi hi, hi lo, lo hi) instead of one
+    6 cublas-tf32     cuBLAS's own tf32 tensor-core product (CUBLAS_TF32_TENSOR_OP_MATH), then the bias and
+                      ReLU: the library to race for versions 2 to 4
+
+    make stage 9 ladder
+    build/09/mma_ladder --m 128 --k 1024 --n 1024 --version mma-3xtf32 --repeat 50 --csv ladders.csv
+
+A timed run is 10 calls back to back (ms per call), median of --repeat runs after 3 warm-ups, min-max as the
+spread; GFLOP/s = 2 m n k / time. The ceiling is cublasSgemm in fp32 on the CUDA cores, the product alone, in
+the same run: version 5 must beat it at the same accuracy. Every out is poisoned first and checked against
+the CPU in double precision (common/ladder.h, ladder_gemm_tolerance, with the rounding of each version's
+inputs). Versions 2 to 6 need tensor-core tf32 (compute capability 8.0) and a build that carries it; below
+that they are skipped with the reason.
+
+Exit codes: 0 ok; 1 a wrong result; 2 an invalid flag or an unwritable --csv file; 3 out of host memory;
+4 no GPU or any CUDA or cuBLAS error.
+*/
+#define GEMM_LADDER_KERNELS_ONLY  // version 1's kernel, sgemm_row_major and bias_relu, not the stage-04 program
+#include "../04-shared-memory/gemm_ladder.cu"
+
+#include <cuda_pipeline_primitives.h>
+
+#include "gates.h"
+
+#define CALLS_PER_RUN 10
+#define MMA_TILE_M 32    // rows of out a block owns
+#define MMA_TILE_N 16    // columns of out a block owns
+#define MMA_TILE_K 64    // the slice of K a block stages in shared memory per step
+#define MMA_THREADS 128  // 4 warps, 2 x 2, each owning a quarter of the tile
+#define WARP_TILE_M (MMA_TILE_M / 2)  // a warp's corner of the tile: 16 x 8,
+#define WARP_TILE_N (MMA_TILE_N / 2)
+#define M_FRAGS (WARP_TILE_M / 16)    // one m16 product high
+#define N_FRAGS (WARP_TILE_N / 8)     // and one n8 product wide
+#define TF32_ROUNDING 9.765625e-4       // 2^-10: an input rounded to tf32 (10 mantissa bits), with room to spare
+#define THREE_TF32_ROUNDING 4.76837158203125e-7  // 2^-21: hi + lo misses an input by ~2^-22, and lo lo is dropped
+
+// ----------------------------------------------------------------------------
+// one tensor-core product, as the PTX ISA defines mma.m16n8k8 with .tf32 inputs (compute capability 8.0)
+//
+// A warp multiplies A (16 x 8, row-major) by B (8 x 8, column-major) and adds C (16 x 8, fp32). Every lane
+// holds a fixed part of each: with g = lane / 4 (its group) and t = lane % 4 (its place in the group),
+//     A: a[0] = A[g][t]   a[1] = A[g + 8][t]   a[2] = A[g][t + 4]   a[3] = A[g + 8][t + 4]
+//     B: b[0] = B[t][g]   b[1] = B[t + 4][g]
+//     C: c[0] = C[g][2t]  c[1] = C[g][2t + 1]  c[2] = C[g + 8][2t]  c[3] = C[g + 8][2t + 1]
+// so a lane loads a column pair of A, a column of B and writes two neighbours in each of two rows of C.
+
+// x rounded to the nearest tf32 (ties away from zero), in an fp32 register's bits.
+static __device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t bits;
+#if __CUDA_ARCH__ >= 800
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(x));
+#else
+    bits = __float_as_uint(x);
+    __trap();  // a build without compute_80 code: the host checks feature_available and never launches this
+#endif
+    return bits;
+}
+
+// c += a @ b, one m16n8k8 tf32 product of the warp (every lane calls it with its own fragments).
+static __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)c, (void)a, (void)b;
+    __trap();
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// copying a slice into shared memory: the ROWS x COLS tile of a row-major matrix (rows, cols) at (row0, col0)
+// to `to`, whose rows are `stride` floats apart; zeros past the matrix's edges. A slice is two such tiles:
+// in (MMA_TILE_M, MMA_TILE_K) at (row0, k0) and W (MMA_TILE_K, MMA_TILE_N) at (k0, col0).
+
+// Versions 2 and 3: plain loads and stores, neighbouring threads on neighbouring addresses (coalesced).
+template <int ROWS, int COLS>
+static __device__ __forceinline__ void copy_tile(float *to, int stride, const float *from, int rows, int cols,
+                                                 int row0, int col0) {
+#pragma unroll
+    for (int e = threadIdx.x; e < ROWS * COLS; e += MMA_THREADS) {
+        int r = e / COLS, c = e % COLS;
+        to[r * stride + c] = row0 + r < rows && col0 + c < cols ? from[(size_t)(row0 + r) * cols + col0 + c] : 0.0f;
+    }
+}
+
+// Versions 4 and 5: the same tile by cp.async, which lands in shared memory without passing through registers
+// while the thread goes on. 16 bytes a copy where the matrix's rows are whole float4s (cols a multiple of 4:
+// every source then 16-byte aligned), else 4; a copy that would cross an edge becomes floats, and the floats
+// past it plain stores of zero. The common case is one cp.async and two compares: the warps issue every
+// instruction of this for every slice, and with 4 warps an SM has few to spare.
+template <int ROWS, int COLS>
+static __device__ __forceinline__ void copy_tile_async(float *to, int stride, const float *from, int rows, int cols,
+                                                       int row0, int col0) {
+    if (cols % 4 == 0) {
+#pragma unroll
+        for (int e = 4 * threadIdx.x; e < ROWS * COLS; e += 4 * MMA_THREADS) {
+            int r = e / COLS, c = e % COLS;
+            int valid = row0 + r < rows ? cols - (col0 + c) : 0;  // floats of the 4 inside the matrix
+            float *dst = to + r * stride + c;
+            const float *src = from + (size_t)(row0 + r) * cols + col0 + c;
+            if (valid >= 4) {
+                __pipeline_memcpy_async(dst, src, 16);
+            } else {
+#pragma unroll
+                for (int f = 0; f < 4; f++) {
+                    if (f < valid) __pipeline_memcpy_async(dst + f, src + f, 4);
+                    else dst[f] = 0.0f;
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = threadIdx.x; e < ROWS * COLS; e += MMA_THREADS) {
+            int r = e / COLS, c = e % COLS;
+            if (row0 + r < rows && col0 + c < cols)
+                __pipeline_memcpy_async(to + r * stride + c, from + (size_t)(row0 + r) * cols + col0 + c, 4);
+            else to[r * stride + c] = 0.0f;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the kernel of versions 2 to 5
+
+// The warp's products on one staged slice: MMA_TILE_K / 8 steps along K; per step the A fragments of its
+// WARP_TILE_M rows (M_FRAGS of 16) and the B fragments of its WARP_TILE_N columns (N_FRAGS of 8), read from
+// shared memory where the layout above puts them, rounded to tf32 (PRODUCTS 1) or split into tf32 high and
+// low parts (PRODUCTS 3). acc[i][j]: the C fragment of the warp's row block i and column block j.
+template <int PRODUCTS>
+static __device__ __forceinline__ void multiply_slice(float acc[M_FRAGS][N_FRAGS][4], const float *in_slice,
+                                                      const float *w_slice, int in_stride, int w_stride) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const float *a_rows = in_slice + (warp / 2) * WARP_TILE_M * in_stride;  // in (WARP_TILE_M, MMA_TILE_K)
+    const float *b_cols = w_slice + (warp % 2) * WARP_TILE_N;               // W (MMA_TILE_K, WARP_TILE_N)
+#pragma unroll
+    for (int kk = 0; kk < MMA_TILE_K; kk += 8) {
+        uint32_t a_hi[M_FRAGS][4], a_lo[M_FRAGS][4], b_hi[N_FRAGS][2], b_lo[N_FRAGS][2];
+#pragma unroll
+        for (int i = 0; i < M_FRAGS; i++) {
+            const float *a = a_rows + 16 * i * in_stride + kk;
+            float x[4] = {a[g * in_stride + t], a[(g + 8) * in_stride + t], a[g * in_stride + t + 4],
+                          a[(g + 8) * in_stride + t + 4]};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                a_hi[i][e] = to_tf32(x[e]);
+                if (PRODUCTS == 3) a_lo[i][e] = to_tf32(x[e] - __uint_as_float(a_hi[i][e]));  // what hi missed
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < N_FRAGS; j++) {
+            const float *b = b_cols + kk * w_stride + 8 * j;
+            float x[2] = {b[t * w_stride + g], b[(t + 4) * w_stride + g]};
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                b_hi[j][e] = to_tf32(x[e]);
+                if (PRODUCTS == 3) b_lo[j][e] = to_tf32(x[e] - __uint_as_float(b_hi[j][e]));
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < M_FRAGS; i++) {
+#pragma unroll
+            for (int j = 0; j < N_FRAGS; j++) {
+                if (PRODUCTS == 3) {  // the small products first, then the large one
+                    mma_tf32(acc[i][j], a_lo[i], b_hi[j]);
+                    mma_tf32(acc[i][j], a_hi[i], b_lo[j]);
+                }
+                mma_tf32(acc[i][j], a_hi[i], b_hi[j]);
+            }
+        }
+    }
+}
+
+// out (m, n) = relu(in (m, k) @ weight (k, n) + bias (n)), all row-major. Block (x, y) owns the MMA_TILE_M x
+// MMA_TILE_N tile of out at (MMA_TILE_M y, MMA_TILE_N x); warp w its corner at (WARP_TILE_M (w / 2),
+// WARP_TILE_N (w % 2)).
+// PAD_IN, PAD_W: floats added to each shared row of the in and W slices; STAGES: slice buffers (1: plain
+// copies, 2: cp.async into one buffer while the warps read the other); PRODUCTS: 1 (tf32) or 3 (3xTF32).
+template <int PAD_IN, int PAD_W, int STAGES, int PRODUCTS>
+__global__ void __launch_bounds__(MMA_THREADS)
+    gemm_mma_kernel(float *out, const float *in, const float *weight, const float *bias, int m, int k, int n) {
+    const int IN_STRIDE = MMA_TILE_K + PAD_IN, W_STRIDE = MMA_TILE_N + PAD_W;
+    __shared__ __align__(16) float in_slices[STAGES][MMA_TILE_M * IN_STRIDE];  // in (row0 + r, k0 + c) at [r][c]
+    __shared__ __align__(16) float w_slices[STAGES][MMA_TILE_K * W_STRIDE];    // W (k0 + r, col0 + c) at [r][c]
+    int row0 = blockIdx.y * MMA_TILE_M, col0 = blockIdx.x * MMA_TILE_N;
+    int slices = (k + MMA_TILE_K - 1) / MMA_TILE_K;
+    float acc[M_FRAGS][N_FRAGS][4] = {};
+
+    if (STAGES == 1) {
+        for (int s = 0; s < slices; s++) {
+            int k0 = s * MMA_TILE_K;
+            copy_tile<MMA_TILE_M, MMA_TILE_K>(in_slices[0], IN_STRIDE, in, m, k, row0, k0);
+            copy_tile<MMA_TILE_K, MMA_TILE_N>(w_slices[0], W_STRIDE, weight, k, n, k0, col0);
+            __syncthreads();  // the slices are complete
+            multiply_slice<PRODUCTS>(acc, in_slices[0], w_slices[0], IN_STRIDE, W_STRIDE);
+            __syncthreads();  // everyone is done with them before the next copy overwrites them
+        }
+    } else {
+        // slice s goes to buffer s % STAGES, one commit group a slice (empty past the last slice, so that
+        // "all but the newest STAGES - 1 groups" always means "slice s")
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < slices) {
+                copy_tile_async<MMA_TILE_M, MMA_TILE_K>(in_slices[s], IN_STRIDE, in, m, k, row0, s * MMA_TILE_K);
+                copy_tile_async<MMA_TILE_K, MMA_TILE_N>(w_slices[s], W_STRIDE, weight, k, n, s * MMA_TILE_K, col0);
+            }
+            __pipeline_commit();
+        }
+        for (int s = 0; s < slices; s++) {
+            int ahead = s + STAGES - 1;  // into the buffer the warps finished reading at slice s - 1
+            if (ahead < 0) {
+                int k0 = ahead * MMA_TILE_K, b = ahead % STAGES;
+                copy_tile_async<MMA_TILE_M, MMA_TILE_K>(in_slices[b], IN_STRIDE, in, m, k, row0, k0);
+                copy_tile_async<MMA_TILE_K, MMA_TILE_N>(w_slices[b], W_STRIDE, weight, k, n, k0, col0);
+            }
+            __pipeline_commit();
+            __pipeline_wait_prior(STAGES - 1);  // my copies of slice s have landed,
+            __syncthreads();                    // and everyone's
+            multiply_slice<PRODUCTS>(acc, in_slices[s % STAGES], w_slices[s % STAGES], IN_STRIDE, W_STRIDE);
+            __syncthreads();  // everyone is done with buffer s % STAGES before a copy overwrites it
+        }
+    }
+
+    // each lane's C fragments: rows g and g + 8, columns 2t and 2t + 1 of each of the warp's 16 x 8 blocks
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < M_FRAGS; i++) {
+#pragma unroll
+        for (int j = 0; j < N_FRAGS; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + WARP_TILE_M * (warp / 2) + 16 * i + g + 8 * (e / 2);
+                int col = col0 + WARP_TILE_N * (warp % 2) + 8 * j + 2 * t + e % 2;
+                if (row < m && col < n) out[(size_t)row * n + col] = fmaxf(acc[i][j][e] + bias[col], 0.0f);
+            }
+        }
+    }
+}
+
+template <int PAD_IN, int PAD_W, int STAGES, int PRODUCTS>
+static void launch_mma(float *out, const float *in, const float *weight, const float *bias, int m, int k, int n) {
+    dim3 grid(tiles(n, MMA_TILE_N), tiles(m, MMA_TILE_M));
+    gemm_mma_kernel<PAD_IN, PAD_W, STAGES, PRODUCTS><<<grid, MMA_THREADS>>>(out, in, weight, bias, m, k, n);
+    launchCheck();
+}
+
+// ----------------------------------------------------------------------------
+// the versions, in the order the ladder climbs
+
+// Device buffers and cuBLAS handles of one shape.
+typedef struct {
+    float *in, *weight, *bias, *out;  // (m, k), (k, n), (n,), (m, n)
+    int m, k, n;
+    cublasHandle_t cublas;       // fp32 on the CUDA cores: the ceiling
+    cublasHandle_t cublas_tf32;  // CUBLAS_TF32_TENSOR_OP_MATH: version 6
+} Problem;
+
+// Version 6: cuBLAS's tf32 product, then stage 04's bias and ReLU kernel (two launches, out written twice).
+static void call_cublas_tf32(const Problem *p) {
+    sgemm_row_major(p->cublas_tf32, p->out, p->in, p->weight, p->m, p->k, p->n);
+    launch_bias_relu(p->out, p->bias, p->m, p->n);
+}
+
+typedef struct {
+    const char *name;
+    GemmLaunchFn launch;    // NULL: version 6, cuBLAS
+    const void *kernel;     // the kernel it launches, for the check that the build carries tensor-core code
+    int tensor_cores;       // needs tf32 tensor-core math (FEATURE_TF32)
+    double input_rounding;  // relative rounding of each input before the products (the check's bound)
+} Version;
+
+static const Version VERSIONS[] = {
+    {"fma-tile", launch_prefetch<16, 1>, NULL, 0, 0.0},
+    {"mma-tf32", launch_mma<0, 0, 1, 1>, (const void *)gemm_mma_kernel<0, 0, 1, 1>, 1, TF32_ROUNDING},
+    {"mma-padded", launch_mma<4, 8, 1, 1>, (const void *)gemm_mma_kernel<4, 8, 1, 1>, 1, TF32_ROUNDING},
+    {"mma-async", launch_mma<4, 8, 2, 1>, (const void *)gemm_mma_kernel<4, 8, 2, 1>, 1, TF32_ROUNDING},
+    {"mma-3xtf32", launch_mma<4, 8, 2, 3>, (const void *)gemm_mma_kernel<4, 8, 2, 3>, 1, THREE_TF32_ROUNDING},
+    {"cublas-tf32", NULL, NULL, 1, TF32_ROUNDING},
+};
+#define VERSION_COUNT ((int)(sizeof(VERSIONS) / sizeof(VERSIONS[0])))
+
+// Why version v cannot run on this GPU or from this build, or NULL.
+static const char *version_skipped(const Version *v) {
+    static char why[200];
+    char gate[120];
+    if (!v->tensor_cores || feature_available(FEATURE_TF32, v->kernel, gate, sizeof(gate))) return NULL;
+    snprintf(why, sizeof(why), "needs %s: %s", feature_description(FEATURE_TF32), gate);
+    return why;
+}
+
+static void call_version(const Problem *p, const Version *v) {
+    if (v->launch) v->launch(p->out, p->in, p->weight, p->bias, p->m, p->k, p->n);
+    else call_cublas_tf32(p);
+}
+
+static Problem problem_upload(const float *in, const float *weight, const float *bias, int m, int k, int n) {
+    Problem p;
+    memset(&p, 0, sizeof(p));
+    p.m = m;
+    p.k = k;
+    p.n = n;
+    p.in = (float *)ladder_to_device(in, sizeof(float) * (size_t)m * k);
+    p.weight = (float *)ladder_to_device(weight, sizeof(float) * (size_t)k * n);
+    p.bias = (float *)ladder_to_device(bias, sizeof(float) * (size_t)n);
+    cudaCheck(cudaMalloc(&p.out, sizeof(float) * (size_t)m * n));
+    cublasCheck(cublasCreate(&p.cublas));
+    cublasCheck(cublasCreate(&p.cublas_tf32));
+    cublasCheck(cublasSetMathMode(p.cublas_tf32, CUBLAS_TF32_TENSOR_OP_MATH));
+    return p;
+}
+
+static void problem_free(Problem *p) {
+    cublasCheck(cublasDestroy(p->cublas));
+    cublasCheck(cublasDestroy(p->cublas_tf32));
+    cudaCheck(cudaFree(p->in));
+    cudaCheck(cudaFree(p->weight));
+    cudaCheck(cudaFree(p->bias));
+    cudaCheck(cudaFree(p->out));
+}
+
+// out poisoned with NaN (all bits set), one call, out back in host memory: an output no thread wrote fails.
+static void run_once(const Problem *p, const Version *v, float *out) {
+    cudaCheck(cudaMemset(p->out, 0xff, sizeof(float) * (size_t)p->m * p->n));
+    call_version(p, v);
+    cudaCheck(cudaMemcpy(out, p->out, sizeof(float) * (size_t)p->m * p->n, cudaMemcpyDeviceToHost));
+}
+
+// For tests/gpu/test_mma_ladder.c (tests/gpu/test_gemm_ladder.c's cases: the GEMM ladders of stages 04 and 06
+// export the same four). index counts from 0.
+extern "C" int gemm_ladder_version_count(void) { return VERSION_COUNT; }
+
+extern "C" const char *gemm_ladder_version_name(int index) { return VERSIONS[index].name; }
+
+extern "C" double gemm_ladder_input_rounding(int index) { return VERSIONS[index].input_rounding; }
+
+// out (m, n) = relu(in (m, k) @ weight (k, n) + bias (n)) by version index, on host buffers; returns why the
+// version cannot run on this GPU, or NULL.
+extern "C" const char *gemm_ladder_run(int index, const float *in, const float *weight, const float *bias, float *out,
+                                       int m, int k, int n) {
+    const char *skipped = version_skipped(&VERSIONS[index]);
+    if (skipped) return skipped;
+    Problem p = problem_upload(in, weight, bias, m, k, n);
+    run_once(&p, &VERSIONS[index], out);
+    problem_free(&p);
+    return NULL;
+}
+
+#ifndef LADDER_NO_MAIN
+// ----------------------------------------------------------------------------
+// the program: flags, the ceiling, one table per shape, the check, the CSV rows
+
+// The trainer's products (m, k, n): the first layer forward and its weight gradient at --hidden 128, batch 128;
+// a hidden layer of --hidden 1024,1024.
+static const int SHAPES[][3] = {{128, 784, 128}, {784, 128, 128}, {128, 1024, 1024}};
+#define SHAPE_COUNT ((int)(sizeof(SHAPES) / sizeof(SHAPES[0])))
+
+// What ladder_time_runs calls: one version, or cublasSgemm alone (the ceiling) when version is NULL.
+typedef struct {
+    const Problem *problem;
+    const Version *version;
+} Timed;
+
+static void call_timed(void *ctx) {
+    const Timed *t = (const Timed *)ctx;
+    const Problem *p = t->problem;
+    if (t->version) call_version(p, t->version);
+    else sgemm_row_major(p->cublas, p->out, p->in, p->weight, p->m, p->k, p->n);
+}
+
+// Every chosen version on one shape: a table, and its rows in the CSV. Exits 1 on a wrong result.
+static void run_shape(int m, int k, int n, const LadderOptions *options, const DeviceInfo *device) {
+    LadderGemm g;
+    ladder_gemm_init(&g, m, k, n);
+    Problem p = problem_upload(g.in, g.weight, g.bias, m, k, n);
+
+    LadderTable table;
+    memset(&table, 0, sizeof(table));
+    table.stage = "09";
+    table.ladder = "mma";
+    snprintf(table.shape, sizeof(table.shape), "%dx%dx%d", m, k, n);
+    table.unit = "GFLOP/s";
+    table.work = 2.0 * m * n * k;
+    table.ceiling = "cublasSgemm";
+    Timed ceiling = {&p, NULL};
+    table.ceiling_time = ladder_time_runs(NULL, call_timed, &ceiling, CALLS_PER_RUN, options->repeats);
+    table.repeats = options->repeats;
+    table.device = device;
+    table.csv_path = options->csv_path;
+    ladder_table_begin(&table);
+    for (int v = options->first; v < options->last; v++) {
+        const Version *version = &VERSIONS[v];
+        const char *skipped = version_skipped(version);
+        if (skipped) {
+            ladder_table_skip(&table, v + 1, version->name, skipped);
+            continue;
+        }
+        run_once(&p, version, g.out);
+        Timed timed = {&p, version};
+        LadderStats time = ladder_time_runs(NULL, call_timed, &timed, CALLS_PER_RUN, options->repeats);
+        ladder_table_row(&table, v + 1, version->name, time, NAN);
+    }
+    problem_free(&p);
+    ladder_gemm_free(&g);
+}
+
+int main(int argc, char **argv) {
+    LadderSize sizes[3] = LADDER_GEMM_SIZES;
+    LadderOptions options;
+    ladder_parse_args(argc, argv,
+                      LADDER_GEMM_USAGE "               Without any of them: 128 x 784 x 128, 784 x 128 x 128 and "
+                                        "128 x 1024 x 1024 (m x k x n)\n",
+                      sizes, 3, VERSION_COUNT, gemm_ladder_version_name, CALLS_PER_RUN, &options);
+    DeviceInfo device;
+    ladder_require_gpu(argv[0], &device);
+    printf("GEMM on tensor cores: out (m, n) = relu(in (m, k) @ W (k, n) + bias), shapes as m x k x n\n");
+    printf("GPU: %s (cc %s, CUDA %s, driver %s); a timed run is %d calls back to back\n", device.name, device.cc,
+           device.cuda, device.driver, CALLS_PER_RUN);
+    if (sizes[0].given || sizes[1].given || sizes[2].given) {
+        run_shape((int)sizes[0].value, (int)sizes[1].value, (int)sizes[2].value, &options, &device);
+        return EXIT_OK;
+    }
+    for (int s = 0; s < SHAPE_COUNT; s++) run_shape(SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &options, &device);
+    return EXIT_OK;
+}
+#endif  // LADDER_NO_MAIN
