@@ -137,17 +137,27 @@ left=$(cd "$work/copy" && grep -rlE --include='*.cu' --include='*.cuh' --include
     --include='*.cc' --include='*.cpp' '^[[:space:]]*// EXERCISE\(' . 2>/dev/null | head -n1)
 [ -z "$left" ] || die "the copy still holds an exercise region in ${left#./}: not written"
 
-# 3. the deliberate bugs (tests/mutants/) are checked against the copy's last stage: one whose pattern no
-# longer changes its file there matched code that was cut, and holds that answer in its pattern
-last_dir=$(printf '%s\n' "${stages[@]}" | grep "^$upto-")
+# 3. the deliberate bugs (tests/mutants/) are checked against the copy's files they apply to: the shipped stages
+# their `# stages:` line names, else the last shipped stage that has their file. One whose pattern no longer
+# changes such a file matched code that was cut, and holds that answer in its pattern
 mutants_out=
 for m in "$work"/copy/tests/mutants/*.sed; do
     [ -f "$m" ] || continue
     mfile=$(sed -n 's/^# file: *//p' "$m")
     mstages=$(sed -n 's/^# stages: *//p' "$m")
-    case " ${mstages:-$upto} " in *" $upto "*) ;; *) continue ;; esac  # skipped there: its stages are others
-    target_file=$work/copy/$last_dir/$mfile
-    if [ -f "$target_file" ] && ! sed -f "$m" "$target_file" | cmp -s - "$target_file"; then continue; fi
+    targets=()
+    for s in "${stages[@]}"; do
+        [[ ${s%%-*} > $upto ]] && continue
+        if [ -n "$mstages" ]; then case " $mstages " in *" ${s%%-*} "*) targets+=("$s") ;; esac
+        elif [ -f "$work/copy/$s/$mfile" ]; then targets=("$s"); fi
+    done
+    [ -n "$mstages" ] && [ ${#targets[@]} -eq 0 ] && continue  # skipped there: its stages are not shipped
+    applies=$((${#targets[@]} > 0))
+    for s in "${targets[@]}"; do
+        target_file=$work/copy/$s/$mfile
+        [ -f "$target_file" ] && ! sed -f "$m" "$target_file" | cmp -s - "$target_file" || applies=0
+    done
+    [ $applies = 1 ] && continue
     rm -f -- "$m"
     mutants_out="$mutants_out${m#"$work/copy/"}"$'\n'
 done

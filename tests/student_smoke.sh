@@ -250,7 +250,7 @@ else bad "whole copy: make -n all"; fi
 # ----------------------------------------------------------------------------
 # 4. refusals
 
-for upto in 9 x 0; do
+for upto in 12 x 0; do
     "$make" --no-print-directory -s student DIR="$work/refused" UPTO="$upto" >"$work/stdout" 2>"$log"
     status=$?
     if [ $status -eq 2 ] && [ "$(grep -c '^error: UPTO=' "$log")" -eq 1 ] && [ "$(grep -cvE '^error:|^make(\[[0-9]+\])?: ' "$log")" -eq 0 ] &&
