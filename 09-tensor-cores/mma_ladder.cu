@@ -44,8 +44,8 @@ Exit codes: 0 ok; 1 a wrong result; 2 an invalid flag or an unwritable --csv fil
 #define MMA_THREADS 128  // 4 warps, 2 x 2, each owning a quarter of the tile
 #define WARP_TILE_M (MMA_TILE_M / 2)  // a warp's corner of the tile: 16 x 8,
 #define WARP_TILE_N (MMA_TILE_N / 2)
-#define M_FRAGS (WARP_TILE_M / 16)    // one m16 product high
-#define N_FRAGS (WARP_TILE_N / 8)     // and one n8 product wide
+#define M_FRAGS (WARP_TILE_M / 16)    // one m16 product high and one n8 product wide (the loops over
+#define N_FRAGS (WARP_TILE_N / 8)     // them serve larger tiles: README, "The tile")
 #define TF32_ROUNDING 9.765625e-4       // 2^-10: an input rounded to tf32 (10 mantissa bits), with room to spare
 #define THREE_TF32_ROUNDING 4.76837158203125e-7  // 2^-21: hi + lo misses an input by ~2^-22, and lo lo is dropped
 
@@ -57,7 +57,8 @@ Exit codes: 0 ok; 1 a wrong result; 2 an invalid flag or an unwritable --csv fil
 //     A: a[0] = A[g][t]   a[1] = A[g + 8][t]   a[2] = A[g][t + 4]   a[3] = A[g + 8][t + 4]
 //     B: b[0] = B[t][g]   b[1] = B[t + 4][g]
 //     C: c[0] = C[g][2t]  c[1] = C[g][2t + 1]  c[2] = C[g + 8][2t]  c[3] = C[g + 8][2t + 1]
-// so a lane loads a column pair of A, a column of B and writes two neighbours in each of two rows of C.
+// so a lane loads rows g and g + 8 by columns t and t + 4 of A, two elements of column g of B, and writes two
+// neighbours in each of rows g and g + 8 of C.
 
 // x rounded to the nearest tf32 (ties away from zero), in an fp32 register's bits.
 static __device__ __forceinline__ uint32_t to_tf32(float x) {
