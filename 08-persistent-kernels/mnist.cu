@@ -301,10 +301,14 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
                                                                           first + p % slice]) : 0.0f;
         }
         __syncthreads();
+        // EXERCISE(shares-barrier) begin: end phase A: my share of every logit e = (i, j), row i of value times
+        //: column j of my_w_last (strided_dot), stored with __stcg at a.partial[e][blockIdx.x] (to L2: other blocks
+        //: read it); then the grid barrier: no block may sum a logit's shares in phase B before every block's are in
         for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS)  // logit e = (i, j); to L2: others read it
             __stcg(a.partial + (int64_t)e * blocks + blockIdx.x,
                    strided_dot(value + e / CLASSES * slice, 1, my_w_last + e % CLASSES, CLASSES, slice));
-        grid.sync();
+        grid.sync();  // every block's shares are in partial (and every block is past the last step's phase C)
+        // EXERCISE end
 
         // B: block g takes rows g, g + blocks, ... A warp a logit: its lanes add the blocks' shares (contiguous, so
         // the loads coalesce) and the warp's sum; then a warp a row: softmax, loss and dlogits
@@ -336,10 +340,14 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
             // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
             if (lane == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
         }
-        grid.sync();
+        // EXERCISE(dlogits-barrier) begin: end phase B with the grid barrier: no block may read the batch's dlogits
+        //: before every block has written its rows'; then begin phase C: copy the whole batch's dlogits, a.dlogits
+        //: (batch, CLASSES), into dlogit in shared memory, read with __ldcg (other blocks wrote them: from L2)
+        grid.sync();  // every row's dlogits are in a.dlogits (and every block has summed this step's shares)
 
-        // C: the batch's dlogits, then my gradients, every one from the weights before this step's update
+        // C: the batch's dlogits (from L2), then my gradients, every one from the weights before this step's update
         for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) dlogit[e] = __ldcg(a.dlogits + e);
+        // EXERCISE end
         __syncthreads();
         if (hidden)  // dvalue[i][f]: back through W_last and the ReLU
             for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
