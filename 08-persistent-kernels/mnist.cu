@@ -222,7 +222,8 @@ __device__ float strided_dot(const float *a, int a_step, const float *b, int b_s
     return (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
-// Byte b of a word as a float, exactly and at full rate: the low mantissa bits of 2^23, minus 2^23
+// Byte b of a word as a float, exactly: the low mantissa bits of 2^23, minus 2^23. No conversion instruction: the
+// shift, AND and OR run at 64 results a clock an SM, 4x the int-to-float conversion's 16 (cc 7.5-9.0)
 __device__ __forceinline__ float pixel_byte(uint32_t word, int b) {
     return __uint_as_float(0x4B000000u | ((word >> 8 * b) & 255)) - 8388608.0f;
 }
