@@ -412,11 +412,12 @@ static int persistent_unavailable(const MnistConfig *cfg, const char *why) {
     return 0;
 }
 
-// The launch in *a (all but the per-epoch pointers), or 0 where stage 07's graphs run: not fp32, several hidden
-// layers, or (a note) no cooperative launch or no room. Units a block: the fewest (1, 2, 4, ...) that fit at once.
+// The launch in *a (all but the per-epoch pointers), or 0 where stage 07's graphs run (with a note): not fp32,
+// several hidden layers, no cooperative launch or no room. Units a block: the fewest (1, 2, 4, ...) that fit at once.
 static int persistent_layout(const MnistConfig *cfg, int steps, EpochArgs *a) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
-    if (cfg->precision != PRECISION_FP32 || cfg->n_layers > 2) return 0;
+    if (cfg->precision != PRECISION_FP32) return persistent_unavailable(cfg, "it trains in fp32 only");
+    if (cfg->n_layers > 2) return persistent_unavailable(cfg, "it holds at most one hidden layer");
     int device, cooperative, sms, max_shared, per_sm;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
