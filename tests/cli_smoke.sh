@@ -194,7 +194,9 @@ expect "regression: CPU reference trains"  0 ""                 -- "$stage_build
 # a loss that grows past 1e6 times its first value without overflowing
 expect "regression: loss grows past the bound" 5 "loss became [0-9.e+]+ \(over 1e6 times its first value, .*\) at epoch 10" -- \
     "$stage_build/regression" --reference --lr 0.3 --epochs 30 --points 1000
-noise() { LC_ALL=C awk -v n="$1" 'BEGIN { srand(7); for (i = 0; i < n; i++) printf "%c", int(rand() * 256) }'; }
+# N bytes of noise, the same on every machine: awk's own rand() differs between awks (mawk, gawk), so a
+# generator of its own (x -> 69069 x + 1 mod 2^32, exact in awk's doubles), its top byte
+noise() { LC_ALL=C awk -v n="$1" 'BEGIN { x = 3; for (i = 0; i < n; i++) { x = (69069 * x + 1) % 4294967296; printf "%c", int(x / 16777216) } }'; }
 noisy_set="$tmp/noisy"; tiny_set "$noisy_set"
 for f in train:20 t10k:5; do
     { be32 2051; be32 "${f#*:}"; be32 28; be32 28; noise $((${f#*:} * 784)); } >"$noisy_set/${f%:*}-images-idx3-ubyte"
