@@ -248,9 +248,9 @@ expect "regression: --export into a file"  2 "not a directory" -- "$stage_build/
 sanitize=; case $stage_build in build-asan/*) sanitize=SANITIZE=1 ;; esac
 submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory $sanitize "$@"; }
 expect "make: unknown stage"               2 "unknown stage"    -- submake stage 12
-for dir in 0[2-9]-*/; do  # a stage folder of kernel ladders only: every verb but ladder is refused
-    dir=${dir%/}; n=${dir%%-*}; n=${n#0}
-    [ -f "$dir/mnist.cu" ] || ! compgen -G "$dir/*_ladder.cu" >/dev/null ||
+for ladder_dir in 0[2-9]-*/; do  # a stage folder of kernel ladders only: every verb but ladder is refused
+    ladder_dir=${ladder_dir%/}; n=${ladder_dir%%-*}; n=${n#0}
+    [ -f "$ladder_dir/mnist.cu" ] || ! compgen -G "$ladder_dir/*_ladder.cu" >/dev/null ||
         expect_lines "make: stage $n, ladders only, refuses run" 2 "^error: stage $n has no trainers: " \
             "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 2$" -- submake stage "$n" run
 done

@@ -148,10 +148,11 @@ else
     # the deliberate bugs of tests/mutants/ still apply and compile (make test-mutants runs them on a GPU)
     suite "mutants apply and compile (stage $last_stage)" mutants \
         env NVCC="${NVCC:-nvcc}" bash tests/mutants.sh "$build" "$last_stage" --compile-only
-    for dir in 0[2-9]-*/; do  # and those of a stage of kernel ladders only (its ladder's bugs)
-        dir=${dir%/}; [ -f "$dir/mnist.cu" ] || ! compgen -G "$dir/*_ladder.cu" >/dev/null && continue
-        suite "mutants apply and compile (stage ${dir%%-*})" mutants \
-            env NVCC="${NVCC:-nvcc}" bash tests/mutants.sh "$build" "${dir%%-*}" --compile-only
+    for ladder_dir in 0[2-9]-*/; do  # and those of a stage of kernel ladders only (its ladder's bugs)
+        ladder_dir=${ladder_dir%/}
+        [ -f "$ladder_dir/mnist.cu" ] || ! compgen -G "$ladder_dir/*_ladder.cu" >/dev/null && continue
+        suite "mutants apply and compile (stage ${ladder_dir%%-*})" mutants \
+            env NVCC="${NVCC:-nvcc}" bash tests/mutants.sh "$build" "${ladder_dir%%-*}" --compile-only
     done
 fi
 # the GPU suites' job finishes only with its last suite: poll, so that each line comes when its suite is done
