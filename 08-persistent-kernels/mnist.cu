@@ -1,7 +1,6 @@
 // Stage 08, MNIST: stage 07's trainer plus a persistent kernel. --variant persistent (default) runs an epoch in one
-// cooperative launch: each block keeps its slice of the weights in shared memory all epoch, reads its batch from the
-// resident pixel bytes, and the phases of a step meet at grid barriers instead of kernel boundaries. Other
-// configurations (tf32, two or more hidden layers) and --variant epoch-graph or step-graph run stage 07's graphs.
+// cooperative launch, each block's slice of the weights in shared memory all epoch, its batch read from the resident
+// pixel bytes, the phases met at grid barriers. tf32, more hidden layers and the other variants run 07's graphs.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,13 +181,9 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 }
 
 // ----------------------------------------------------------------------------
-// the persistent epoch: one launch, every step of the epoch inside it
-//
-// Block g owns the last layer's inputs [g * slice, g * slice + slice) (hidden units, or pixels without a hidden
-// layer) and every weight that touches them, in shared memory all epoch. Where stage 07 ends a kernel, the blocks
-// meet at a grid barrier, which needs every block resident at once: the cooperative launch (picture.svg).
-//     A  my features' values and my share of every logit -> partial;  B  the shares summed, softmax -> dlogits;
-//     C  the whole batch's dlogits, my weights' gradients, applied in place. Every sum has a fixed order.
+// the persistent epoch, one launch (picture.svg): block g owns features [g * slice, g * slice + slice) and every
+// weight that touches them, in shared memory all epoch; where stage 07 ends a kernel, the blocks meet at a grid
+// barrier. A: my values, my share of every logit; B: the shares summed, softmax; C: my gradients, applied.
 
 #define PERSISTENT_THREADS 1024
 #define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
@@ -222,8 +217,7 @@ __device__ float strided_dot(const float *a, int a_step, const float *b, int b_s
     return (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
-// Byte b of a word as a float, exactly: the low mantissa bits of 2^23, minus 2^23. No conversion instruction: the
-// shift, AND and OR run at 64 results a clock an SM, 4x the int-to-float conversion's 16 (cc 7.5-9.0)
+// Byte b of a word as a float, exactly and with no conversion instruction: the low mantissa bits of 2^23, minus 2^23
 __device__ __forceinline__ float pixel_byte(uint32_t word, int b) {
     return __uint_as_float(0x4B000000u | ((word >> 8 * b) & 255)) - 8388608.0f;
 }
@@ -302,9 +296,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
                                                                           first + p % slice]) : 0.0f;
         }
         __syncthreads();
-        // EXERCISE(shares-barrier) begin: end phase A: my share of every logit e = (i, j), row i of value times
-        //: column j of my_w_last (strided_dot), stored with __stcg at a.partial[e][blockIdx.x] (to L2: other blocks
-        //: read it); then the grid barrier: no block may sum a logit's shares in phase B before every block's are in
+        // EXERCISE(shares-barrier) begin: end phase A: store my share of every logit e = (i, j) (strided_dot) with
+        //: __stcg at a.partial[e][blockIdx.x]; then the grid barrier, before any block sums the shares in phase B
         for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS)  // logit e = (i, j); to L2: others read it
             __stcg(a.partial + (int64_t)e * blocks + blockIdx.x,
                    strided_dot(value + e / CLASSES * slice, 1, my_w_last + e % CLASSES, CLASSES, slice));
@@ -341,9 +334,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
             // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
             if (lane == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
         }
-        // EXERCISE(dlogits-barrier) begin: end phase B with the grid barrier: no block may read the batch's dlogits
-        //: before every block has written its rows'; then begin phase C: copy the whole batch's dlogits, a.dlogits
-        //: (batch, CLASSES), into dlogit in shared memory, read with __ldcg (other blocks wrote them: from L2)
+        // EXERCISE(dlogits-barrier) begin: the grid barrier (every block's rows of a.dlogits written); then copy the
+        //: whole batch's a.dlogits (batch, CLASSES) into dlogit in shared memory, read with __ldcg (from L2)
         grid.sync();  // every row's dlogits are in a.dlogits (and every block has summed this step's shares)
 
         // C: the batch's dlogits (from L2), then my gradients, every one from the weights before this step's update
@@ -412,8 +404,7 @@ static int persistent_unavailable(const MnistConfig *cfg, const char *why) {
     return 0;
 }
 
-// The launch in *a (all but the per-epoch pointers), or 0 where stage 07's graphs run (with a note): not fp32,
-// several hidden layers, no cooperative launch or no room. Units a block: the fewest (1, 2, 4, ...) that fit at once.
+// The launch in *a, or 0 where 07's graphs run (a note says why). Units a block: the fewest (1, 2, 4, ...) that fit.
 static int persistent_layout(const MnistConfig *cfg, int steps, EpochArgs *a) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
     if (cfg->precision != PRECISION_FP32) return persistent_unavailable(cfg, "it trains in fp32 only");
