@@ -9,7 +9,7 @@
 MUTANT_STAGE ?= $(lastword $(STAGES))
 
 $(foreach v,NVCC NVCCFLAGS LDFLAGS LDLIBS CRITERION_LIBS,$(eval test-mutants: export $(v) := $$($(v))))
-# a stage of kernel ladders only (09): its ladders' tests, which its mutants are linked into
+# a stage's kernel ladders: their tests, which its mutants are linked into
 MUTANT_LADDER_TESTS = $(foreach f,$(wildcard $(MUTANT_STAGE)-*/*_ladder.cu),$(BUILD)/tests/gpu/test_$(basename $(notdir $(f))).o)
 test-mutants: $(BUILD)/tests/gpu/test_stage.o $(COMMON_LIB) $(MUTANT_LADDER_TESTS) \
               $(if $(filter $(MUTANT_STAGE),$(STAGES)),$(BUILD)/$(MUTANT_STAGE)/regression $(BUILD)/$(MUTANT_STAGE)/mnist \

@@ -1,0 +1,931 @@
+// Stage 09, MNIST: stage 08's trainer with the first layer's products on tensor cores. In the persistent kernel a
+// block now owns 8 hidden units for 16 rows of the batch: its forward product and its units' W0 gradient are
+// mma.sync instructions (common/mma_tf32.cuh), 3xTF32 in fp32 (two tf32 parts of each weight), one product under
+// --precision tf32. Below compute capability 8.0 the products stay on the CUDA cores, as stage 08 runs them.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <cooperative_groups.h>  // stage 08: the grid barrier, grid.sync()
+#include <cuda_pipeline_primitives.h>  // stage 09: __pipeline_memcpy_async (cp.async)
+#include <cuda_runtime.h>
+#include <cublasLt.h>  // before check.h, which defines cublasCheck and cudnnCheck only for headers included
+#include <cudnn.h>
+
+#include "check.h"
+#include "host.h"
+#include "staging.h"
+#include "lt_matmul.h"
+#include "gates.h"
+#include "mma_tf32.cuh"  // stage 09: to_tf32, mma_tf32
+#include "timing.h"
+#include "trainer.h"
+
+namespace cg = cooperative_groups;
+
+const char *const MNIST_VARIANTS[] = {"persistent", "epoch-graph", "step-graph", NULL};
+#define VARIANT_PERSISTENT 0  // index of "persistent" above
+#define VARIANT_STEP_GRAPH 2  // index of "step-graph" above
+const char *const MNIST_PRECISIONS[] = {"fp32", "tf32", NULL};
+
+#define BLOCK_SIZE 256
+#define WARP_SIZE 32
+#define WARPS_PER_BLOCK (BLOCK_SIZE / WARP_SIZE)  // loss kernel: rows per block; bias kernel: partial sums per column
+
+// ----------------------------------------------------------------------------
+// pixels: the bytes go up (a quarter of the floats' bytes) and become floats on the device, once
+
+// for i < n: images[i] = mnist_pixel_value(pixels[i]), the host's own expression, so bit for bit its floats
+__global__ void scale_pixels_kernel(float *images, const uint8_t *pixels, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) images[i] = mnist_pixel_value(pixels[i]);
+}
+
+// ----------------------------------------------------------------------------
+// batch gather: the training set lives on the device; each step copies its batch's rows out of it
+
+// for i < batch, p < pixels: batch_images[i][p] = images[rows[i]][p], and batch_labels[i] = labels[rows[i]]
+// (rows: the batch order's slice for step *step = epoch * steps + s, checked on the host before the upload)
+__global__ void gather_batch_kernel(float *batch_images, uint8_t *batch_labels, const float *images,
+                                    const uint8_t *labels, const int32_t *order, const int *step, int n_train,
+                                    int steps, int batch, int pixels) {
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)batch * pixels) return;
+    int i = (int)(idx / pixels), p = (int)(idx % pixels);
+    const int32_t *rows = order + (int64_t)(*step / steps) * n_train + (int64_t)(*step % steps) * batch;
+    int64_t row = rows[i];
+    batch_images[idx] = images[row * pixels + p];
+    if (p == 0) batch_labels[i] = labels[row];
+}
+
+// ----------------------------------------------------------------------------
+// GEMMs through cuBLASLt
+//
+// cuBLAS is column-major, so it reads our row-major (R, C) matrix as its (C, R) matrix with ld = C, and
+// for our C = A @ B we ask it for C^T = B^T @ A^T, without moving a byte. A layer's three products:
+//     forward  out^T (out, rows) = W^T (out, in) @ in^T (in, rows) + b       (BIAS: b runs down out^T's rows)
+//     din      din^T (in, rows)  = op_T(W^T) (in, out) @ dout^T (out, rows)
+//     dW + SGD W^T (out, in)     = -lr * dout^T (out, rows) @ op_T(in^T) (rows, in) + W^T
+// The SGD update stays fused as in stage 03: alpha = -lr, beta = 1 and C = D = W, so dW is never stored.
+// Each GEMM is planned once in setup (plan_matmul, common/lt_matmul.c) and run with one call (run_matmul).
+
+// ----------------------------------------------------------------------------
+// loss: softmax, cross-entropy, accuracy and the gradient of the loss in one kernel, one warp per row.
+// Every row is shifted by its largest logit before exp, so exp never overflows.
+//
+// A row is 10 logits. Stage 03's one thread per row walks its row three times in series, and a batch of 128
+// rows is 128 threads of one block: one SM running a chain of dependent loads. Instead lane j of the row's
+// warp holds logits j, j + 32, ..., the max, argmax and sum of exp take 5 shuffle steps each, and a batch of
+// 128 rows is 16 blocks of 8 warps. The losses and hits of a block's rows meet in shared memory: one atomic
+// per block, not per row.
+
+// The sum over the warp's 32 lanes, in every lane. Each step adds the value of the lane `offset` away
+// (xor: a butterfly), so every lane ends with the same total.
+__device__ __forceinline__ float warp_sum(float value) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// The largest value over the warp and the lowest index that holds it, in every lane.
+__device__ __forceinline__ void warp_argmax(float *value, int *index) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
+        float other = __shfl_xor_sync(0xffffffff, *value, offset);
+        int other_index = __shfl_xor_sync(0xffffffff, *index, offset);
+        if (other > *value || (other == *value && other_index < *index)) {
+            *value = other;
+            *index = other_index;
+        }
+    }
+}
+
+// for each row i, with p = softmax(logits[i]), and loss_sum advanced by *step (if step):
+//     loss_sum += log(sum_j exp(logits[i][j])) - logits[i][label[i]]
+//     correct  += (argmax_j logits[i][j] == label[i]), ties going to the lowest index      (if correct)
+//     dlogits[i][j] = (p[j] - (j == label[i])) / rows                                       (if dlogits)
+// Training asks for dlogits, evaluation for the count. dlogits arrives holding p from cuDNN's softmax (cuDNN has
+// no cross-entropy) and becomes the gradient in place (cudnnSoftmaxBackward would divide by p, which can underflow
+// to 0). Launch BLOCK_SIZE threads a block, one warp per row.
+__global__ void softmax_cross_entropy_kernel(float *dlogits, float *loss_sum, int *correct, const float *logits,
+                                             const uint8_t *labels, int rows, int classes, const int *step) {
+    __shared__ float block_loss[WARPS_PER_BLOCK];  // [w]: the loss of warp w's row (0 past the last row)
+    __shared__ int block_hits[WARPS_PER_BLOCK];    // [w]: 1 if warp w's row was predicted right
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    int i = blockIdx.x * WARPS_PER_BLOCK + warp;
+    float loss = 0.0f;
+    int hit = 0;
+    if (i < rows) {  // the same for the whole warp, so every shuffle sees all 32 lanes
+        const float *row = logits + (size_t)i * classes;
+        int label = labels[i];
+        float max = -INFINITY;
+        int argmax = classes;  // a lane with no logit loses every comparison
+        for (int j = lane; j < classes; j += WARP_SIZE) {
+            if (row[j] > max) {
+                max = row[j];
+                argmax = j;
+            }
+        }
+        warp_argmax(&max, &argmax);
+        float sum = 0.0f;
+        for (int j = lane; j < classes; j += WARP_SIZE) sum += expf(row[j] - max);
+        sum = warp_sum(sum);
+        // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+        loss = logf(sum) - (row[label] - max);
+        hit = argmax == label;
+        if (dlogits) {
+            float *dlogits_row = dlogits + (size_t)i * classes;
+            for (int j = lane; j < classes; j += WARP_SIZE) {
+                float onehot = j == label ? 1.0f : 0.0f;
+                dlogits_row[j] = (dlogits_row[j] - onehot) / (float)rows;
+            }
+        }
+    }
+    if (lane == 0) {
+        block_loss[warp] = loss;
+        block_hits[warp] = hit;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    float block_sum = 0.0f;
+    int block_correct = 0;
+    for (int w = 0; w < WARPS_PER_BLOCK; w++) {
+        block_sum += block_loss[w];
+        block_correct += block_hits[w];
+    }
+    atomicAdd(loss_sum + (step ? *step : 0), block_sum);
+    if (correct) atomicAdd(correct, block_correct);
+}
+
+// ----------------------------------------------------------------------------
+// backward and update: for out = in @ W + b, given dout, compute din (through the ReLU), then apply
+// SGD to W and b in place. No gradient buffer: din and W's update are the cuBLASLt GEMMs; db and b's update
+// stay one kernel (the BGRADA epilogue would sum db into a buffer, and the update would need a launch of its own).
+
+// for j < dim: bias[j] -= lr * sum_i dout[i][j]; then *step += 1 (if step)
+// The thread that completes a column's sum holds the whole gradient and can apply it: with stage 02's
+// atomicAdd per element no thread knows when the sum is done (and the sum needed a zeroed buffer and a
+// second kernel). A block of 32 x 8 threads owns 32 columns: thread (x, y) sums rows y, y + 8, ... of
+// column x (a warp reads 32 neighbouring floats of a row), and thread (x, 0) adds the 8 partial sums
+// from shared memory in a fixed order, so every run sums alike. (Stage 03's one thread per column adds a
+// batch of 128 rows in series, all in one block.)
+// Layer 0's bias update is the step's last kernel, so it also advances the step counter (no one-thread kernel,
+// no graph node of its own): every kernel of the step that reads the counter runs before it, in stream order.
+__global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float lr, int rows, int dim, int *step) {
+    if (step && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *step += 1;
+    __shared__ float partial[WARPS_PER_BLOCK][WARP_SIZE];  // [y][x]: thread (x, y)'s share of its column
+    int j = blockIdx.x * WARP_SIZE + threadIdx.x;
+    float sum = 0.0f;
+    if (j < dim) {
+        for (int i = threadIdx.y; i < rows; i += WARPS_PER_BLOCK) sum += dout[(size_t)i * dim + j];
+    }
+    partial[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= dim) return;
+    for (int y = 1; y < WARPS_PER_BLOCK; y++) sum += partial[y][threadIdx.x];
+    bias[j] -= lr * sum;
+}
+
+// ----------------------------------------------------------------------------
+// the persistent epoch, one launch (picture.svg): block g owns features [g * slice, g * slice + slice) and every
+// weight that touches them, in shared memory all epoch; where stage 07 ends a kernel, the blocks meet at a grid
+// barrier. A: my values, my share of every logit; B: the shares summed, softmax; C: my gradients, applied.
+
+#define PERSISTENT_THREADS 1024
+#define PERSISTENT_WARPS (PERSISTENT_THREADS / WARP_SIZE)
+#define PIXEL_SLICE 8  // pixels a block owns without a hidden layer: 98 blocks
+#define ROW_THREADS 4  // phase A with a hidden layer: the threads that share a row, a quarter of its pixels each
+#define WORDS (PIXELS / 4)  // a row's pixels as 4-byte words
+#define PIXELS 784
+#define CLASSES 10
+#define MMA_ROWS 16   // tensor cores: the batch rows a block owns, one m16 product high
+#define MMA_UNITS 8   // tensor cores: a block's units come in n8 products
+
+typedef struct {
+    float *params;          // packed as trainer.h: read into shared memory at the start, written back at the end
+    float *partial;         // (batch, CLASSES, blocks) each block's share of every logit
+    float *dlogits;         // (batch, CLASSES) this step's dloss/dlogits
+    float *values;          // tensor cores: (batch, hidden) this step's hidden values, each row's from its row block
+    float *loss_sum;        // (steps,) this epoch's summed cross-entropy per step (zeroed)
+    const uint8_t *pixels;  // (n_train, PIXELS) the training images' bytes
+    const uint8_t *labels;  // (n_train,)
+    const int32_t *rows;    // (steps * batch,) this epoch's batch order
+    int hidden, slice, steps, batch;
+    int row_blocks;  // the blocks that share a slice, each MMA_ROWS rows of the batch (1: every block every row)
+    int products;    // the first layer's: 0 on CUDA cores (stage 08's), 1 tf32, 2 3xTF32 (fp32's accuracy)
+    float lr;
+    int blocks;           // the launch (host side): blocks of PERSISTENT_THREADS,
+    size_t shared_bytes;  // with this much dynamic shared memory each
+} EpochArgs;
+
+// sum over i < n of a[i * a_step] * b[i * b_step]: four chains, four shared-memory loads in flight at once
+__device__ float strided_dot(const float *a, int a_step, const float *b, int b_step, int n) {
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int c = 0; c < 4; c++) sum[c] = fmaf(a[(i + c) * a_step], b[(i + c) * b_step], sum[c]);
+    for (; i < n; i++) sum[0] = fmaf(a[i * a_step], b[i * b_step], sum[0]);
+    return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
+// Byte b of a word as a float, exactly and with no conversion instruction: the low mantissa bits of 2^23, minus 2^23
+__device__ __forceinline__ float pixel_byte(uint32_t word, int b) {
+    return __uint_as_float(0x4B000000u | ((word >> 8 * b) & 255)) - 8388608.0f;
+}
+
+static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
+
+// Tensor cores (common/mma_tf32.cuh has the fragment layout). A pixel byte is exact in tf32 (8 of its 10 mantissa
+// bits), so 3xTF32 needs two products, the bytes by the other operand's high part and by its low part, not three.
+
+// x[i][p] as a tf32 operand (pixel_byte: no conversion instruction, which runs at a quarter of an add's rate), 0
+// for a row past the batch
+static __device__ __forceinline__ uint32_t pixel_tf32(const uint8_t *x, int i, int p, int batch) {
+    return i < batch ? __float_as_uint(pixel_byte(x[i * PIXELS + p], 0)) : 0u;
+}
+
+// c += a @ (b0, b1): the small product (b's low parts, what tf32 rounding left out) first, with products == 2
+static __device__ __forceinline__ void mma_split(float c[4], const uint32_t a[4], float b0, float b1, int products) {
+    uint32_t hi[2] = {to_tf32(b0), to_tf32(b1)};
+    if (products == 2) {
+        uint32_t lo[2] = {to_tf32(b0 - __uint_as_float(hi[0])), to_tf32(b1 - __uint_as_float(hi[1]))};
+        mma_tf32(c, a, lo);
+    }
+    mma_tf32(c, a, hi);
+}
+
+// A on tensor cores: z (MMA_ROWS, slice) = x[row0 ..] (MMA_ROWS, PIXELS) @ my W0 columns. Warp w takes k8 steps w,
+// w + 32, ... of each n8 product and leaves its sums in warp_sums; then a thread an element adds the 32 warps' sums
+// in order. value, values (global, for phase C of the other blocks of my slice): my rows' ReLU(z / 255 + b0).
+static __device__ void mma_hidden_values(float *value, float *values, float *warp_sums, const uint8_t *x,
+                                         const float *my_w0, const float *my_b0, int row0, int batch, int slice,
+                                         int first, int owned, int hidden, int products) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, g = lane / 4, t = lane % 4;
+    int i = min(row0 + g, batch - 1), i8 = min(row0 + g + 8, batch - 1);  // rows past the batch: computed, dropped
+    for (int n0 = 0; n0 < slice; n0 += MMA_UNITS) {
+        const float *w = my_w0 + (n0 + g) * PIXELS;  // B[k][g] = W0[k][first + n0 + g], my_w0's row n0 + g
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 8 * warp; k0 < PIXELS; k0 += 8 * PERSISTENT_WARPS) {
+            uint32_t a[4] = {pixel_tf32(x, i, k0 + t, batch), pixel_tf32(x, i8, k0 + t, batch),
+                             pixel_tf32(x, i, k0 + t + 4, batch), pixel_tf32(x, i8, k0 + t + 4, batch)};
+            mma_split(c, a, w[k0 + t], w[k0 + t + 4], products);
+        }
+        float *sums = warp_sums + (n0 / MMA_UNITS * PERSISTENT_WARPS + warp) * MMA_ROWS * MMA_UNITS;  // C (16, 8)
+        for (int e = 0; e < 4; e++) sums[(g + 8 * (e / 2)) * MMA_UNITS + 2 * t + e % 2] = c[e];
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < MMA_ROWS * slice; p += PERSISTENT_THREADS) {
+        int r = p / slice, f = p % slice;
+        const float *sums = warp_sums + f / MMA_UNITS * PERSISTENT_WARPS * MMA_ROWS * MMA_UNITS + r * MMA_UNITS +
+                            f % MMA_UNITS;
+        float z = 0.0f;
+        for (int v = 0; v < PERSISTENT_WARPS; v++) z += sums[v * MMA_ROWS * MMA_UNITS];
+        z = z / 255.0f + my_b0[f];
+        if (row0 + r < batch) value[(row0 + r) * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
+        if (row0 + r < batch && f < owned) __stcg(values + (int64_t)(row0 + r) * hidden + first + f, fmaxf(z, 0.0f));
+    }
+}
+
+// C on tensor cores: my W0 columns -= lr * dW0 (PIXELS, slice) / 255, dW0 = x^T (PIXELS, batch) @ dvalue (batch,
+// slice) over every row of the batch, so every block of a slice makes the same update. Warp w takes m16 x n8 tiles
+// w, w + 32, ... of dW0, each over all k8 steps of the batch. dvalue_parts: dvalue's tf32 high parts (batch8,
+// slice), then its low parts, rows past the batch zeros (split once here, not once a tile).
+static __device__ void mma_w0_update(float *my_w0, const uint8_t *x, const uint32_t *dvalue_parts, int batch,
+                                     int slice, float lr, int products) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, g = lane / 4, t = lane % 4;
+    const uint32_t *hi = dvalue_parts, *lo = dvalue_parts + round_up(batch, 8) * slice;
+    for (int tile = warp; tile < PIXELS / 16 * (slice / MMA_UNITS); tile += PERSISTENT_WARPS) {
+        int m0 = tile % (PIXELS / 16) * 16, n0 = tile / (PIXELS / 16) * MMA_UNITS;
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+        for (int k0 = 0; k0 < batch; k0 += 8) {
+            int i = k0 + t, i4 = k0 + t + 4;  // A[m][k] = x[k0 + k][m0 + m]; B[k][n] = dvalue[k0 + k][n0 + n]
+            uint32_t a[4] = {pixel_tf32(x, i, m0 + g, batch), pixel_tf32(x, i, m0 + g + 8, batch),
+                             pixel_tf32(x, i4, m0 + g, batch), pixel_tf32(x, i4, m0 + g + 8, batch)};
+            uint32_t b_hi[2] = {hi[i * slice + n0 + g], hi[i4 * slice + n0 + g]};
+            if (products == 2) {  // the small product first
+                uint32_t b_lo[2] = {lo[i * slice + n0 + g], lo[i4 * slice + n0 + g]};
+                mma_tf32(c, a, b_lo);
+            }
+            mma_tf32(c, a, b_hi);
+        }
+        for (int e = 0; e < 4; e++)  // C[m][n]: pixel m0 + g + 8 (e / 2) of unit n0 + 2t + e % 2
+            my_w0[(n0 + 2 * t + e % 2) * PIXELS + m0 + g + 8 * (e / 2)] -= lr * (c[e] / 255.0f);
+    }
+}
+// 16 bytes of the batch's pixels, by cp.async: piece e of x is bytes 16 (e % 49) .. of the batch's row e / 49
+static __device__ __forceinline__ void copy_pixels(uint8_t *x, const uint8_t *pixels, const int32_t *batch_row, int e) {
+    __pipeline_memcpy_async(x + 16 * e, pixels + (int64_t)batch_row[e / 49] * PIXELS + e % 49 * 16, 16);
+}
+
+// The kernel's dynamic shared memory, in mlp_epoch_kernel's order.
+static size_t persistent_shared_bytes(const EpochArgs *a) {
+    size_t floats = (a->hidden ? (size_t)a->batch * WORDS : 0) + 2 * a->batch + a->slice * CLASSES + CLASSES +
+                    (size_t)a->batch * (a->slice + CLASSES);
+    if (a->hidden) floats += (size_t)a->batch * a->slice + a->slice + (size_t)a->slice * PIXELS;
+    if (a->products) floats += ((size_t)PERSISTENT_WARPS * MMA_ROWS + 2 * round_up(a->batch, 8)) * a->slice;
+    return floats * sizeof(float);
+}
+
+// One epoch of SGD as train_step's graph does it, in one cooperative launch of a.blocks x PERSISTENT_THREADS
+__global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs a) {
+    cg::grid_group grid = cg::this_grid();
+    extern __shared__ __align__(16) float shared[];
+    int hidden = a.hidden, slice = a.slice, batch = a.batch, blocks = gridDim.x;
+    // stage 09: block b owns slice b / row_blocks, and with tensor cores rows row0 .. row0 + MMA_ROWS of the batch
+    int my_slice = blockIdx.x / a.row_blocks, slices = blocks / a.row_blocks;
+    int row0 = blockIdx.x % a.row_blocks * MMA_ROWS;
+    int features = hidden ? hidden : PIXELS, first = my_slice * slice, owned = max(0, min(slice, features - first));
+    int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
+    float *w_last = a.params + (hidden ? (int64_t)PIXELS * hidden + hidden : 0);  // (features, CLASSES)
+    float *b_last = w_last + (int64_t)features * CLASSES;                         // (CLASSES,)
+    float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;              // hidden: (PIXELS, hidden), (hidden,)
+    uint8_t *x = (uint8_t *)shared;                        // hidden: (batch, PIXELS) this step's pixels
+    int32_t *batch_row = (int32_t *)(shared + (hidden ? batch * WORDS : 0));  // (batch,) this step's rows
+    int32_t *batch_label = batch_row + batch;             // (batch,) their labels
+    float *my_w_last = (float *)(batch_label + batch);    // (slice, CLASSES) W_last's rows I own
+    float *my_b_last = my_w_last + slice * CLASSES;       // (CLASSES,) my copy of b_last
+    float *value = my_b_last + CLASSES;                   // (batch, slice) my features' values
+    float *dlogit = value + batch * slice;                // (batch, CLASSES) this step's dlogits
+    float *dvalue = dlogit + batch * CLASSES;             // hidden: (batch, slice) dloss/dvalue
+    float *my_b0 = dvalue + batch * slice;                // hidden: (slice,) b0's entries I own
+    float *my_w0 = my_b0 + slice;                         // hidden: (slice, PIXELS) W0's columns I own, one a row
+    float *warp_sums = my_w0 + slice * PIXELS;            // tensor cores: (slice / 8, PERSISTENT_WARPS, 16, 8)
+    uint32_t *dvalue_parts = (uint32_t *)(warp_sums + PERSISTENT_WARPS * MMA_ROWS * slice);  // (2, batch8, slice)
+
+    // my weights into shared memory, zeros for the features past the last
+    for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)
+        my_w_last[e] = e / CLASSES < owned ? w_last[(int64_t)first * CLASSES + e] : 0.0f;
+    for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) my_b_last[j] = b_last[j];
+    if (hidden) {
+        for (int f = tid; f < slice; f += PERSISTENT_THREADS) my_b0[f] = f < owned ? b0[first + f] : 0.0f;
+        for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS)
+            my_w0[e] = e / PIXELS < owned ? w0[(int64_t)(e % PIXELS) * hidden + first + e / PIXELS] : 0.0f;
+    }
+    for (int e = tid; a.products && e < 2 * round_up(batch, 8) * slice; e += PERSISTENT_THREADS) dvalue_parts[e] = 0;
+
+    for (int step = 0; step < a.steps; step++) {
+        float *values = a.values + (a.products ? (int64_t)(step % 2) * batch * hidden : 0);  // tensor cores: phase C
+        for (int i = tid; i < batch; i += PERSISTENT_THREADS) {
+            batch_row[i] = a.rows[(int64_t)step * batch + i];
+            batch_label[i] = a.labels[batch_row[i]];  // read now, used in phase B
+        }
+        __syncthreads();
+        // the batch's pixels, 16 bytes e of x a copy (row e / 49), by cp.async: my rows first, which phase A reads
+        // (with tensor cores, MMA_ROWS of them; else all), then the rest, which travel until phase C needs them
+        int my_rows = a.products ? min(MMA_ROWS, batch - row0) : batch, pieces = hidden ? batch * PIXELS / 16 : 0;
+        for (int e = tid; e < my_rows * PIXELS / 16 && hidden; e += PERSISTENT_THREADS)
+            copy_pixels(x, a.pixels, batch_row, row0 * PIXELS / 16 + e);
+        __pipeline_commit();
+        for (int e = my_rows * PIXELS / 16 + tid; e < pieces; e += PERSISTENT_THREADS)
+            copy_pixels(x, a.pixels, batch_row, (row0 * PIXELS / 16 + e) % pieces);
+        __pipeline_commit();
+        __pipeline_wait_prior(1);  // my copies of my rows have landed,
+        __syncthreads();           // and everyone's
+
+        // A: my features' values, then my share of every logit (of my rows, on tensor cores)
+        if (hidden && a.products) {
+            mma_hidden_values(value, values, warp_sums, x, my_w0, my_b0, row0, batch, slice, first, owned, hidden,
+                              a.products);
+        } else if (hidden) {  // ROW_THREADS threads a row, a quarter of its words each; then their sum
+            // (whole warps: every lane of a warp shuffles, those past the batch on its last row, unwritten)
+            for (int t = tid; t < round_up(batch * ROW_THREADS, WARP_SIZE); t += PERSISTENT_THREADS) {
+                int i = min(t / ROW_THREADS, batch - 1), q = t % ROW_THREADS, first_word = q * (WORDS / ROW_THREADS);
+                const uint32_t *words = (const uint32_t *)(x + i * PIXELS);
+                for (int f = 0; f < slice; f++) {
+                    float z = 0.0f;
+                    for (int w = first_word; w < first_word + WORDS / ROW_THREADS; w++)
+                        for (int b = 0; b < 4; b++)
+                            z = fmaf(pixel_byte(words[w], b), my_w0[f * PIXELS + 4 * w + b], z);
+                    for (int o = ROW_THREADS / 2; o > 0; o /= 2) z += __shfl_xor_sync(0xffffffff, z, o);  // the row's
+                    z = z / 255.0f + my_b0[f];  // x = byte / 255, the 255 taken out
+                    if (q == 0 && t / ROW_THREADS < batch) value[i * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
+                }
+            }
+        } else {  // my pixels' values
+            for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS)  // value[i][f]: pixel first + f of row i
+                value[p] = p % slice < owned ? mnist_pixel_value(a.pixels[(int64_t)batch_row[p / slice] * PIXELS +
+                                                                          first + p % slice]) : 0.0f;
+        }
+        __syncthreads();
+        // EXERCISE(shares-barrier) begin: end phase A: store my share of every logit e = (i, j) (strided_dot) with
+        //: __stcg at a.partial[e][blockIdx.x]; then the grid barrier, before any block sums the shares in phase B
+        for (int e = row0 * CLASSES + tid; e < (row0 + my_rows) * CLASSES; e += PERSISTENT_THREADS)  // logit (i, j)
+            __stcg(a.partial + (int64_t)e * slices + my_slice,  // to L2: others read it
+                   strided_dot(value + e / CLASSES * slice, 1, my_w_last + e % CLASSES, CLASSES, slice));
+        grid.sync();  // every block's shares are in partial (and every block is past the last step's phase C)
+        // EXERCISE end
+
+        // B: block g takes rows g, g + blocks, ... A warp a logit: its lanes add the blocks' shares (contiguous, so
+        // the loads coalesce) and the warp's sum; then a warp a row: softmax, loss and dlogits
+        float *row_logit = dlogit;  // (my_rows, CLASSES) my rows' logits, in dlogit's room until phase C
+        my_rows = (batch - blockIdx.x + blocks - 1) / blocks;
+        for (int q = warp; q < my_rows * CLASSES; q += PERSISTENT_WARPS) {
+            int i = blockIdx.x + q / CLASSES * blocks, j = q % CLASSES;
+            const float *shares = a.partial + ((int64_t)i * CLASSES + j) * slices;
+            float sum = 0.0f;
+            // EXERCISE(share-sum) begin: the lanes add logit j's shares of row i, shares[0 .. blocks), read with
+            //: __ldcg (other blocks wrote them: past L1, from L2), then sum = the warp's sum of their sums
+#pragma unroll 4
+            for (int g = lane; g < slices; g += WARP_SIZE) sum += __ldcg(shares + g);
+            sum = warp_sum(sum);
+            // EXERCISE end
+            if (lane == 0) row_logit[q] = sum + my_b_last[j];
+        }
+        __syncthreads();
+        for (int r = warp; r < my_rows; r += PERSISTENT_WARPS) {
+            int i = blockIdx.x + r * blocks;
+            float z = lane < CLASSES ? row_logit[r * CLASSES + lane] : -INFINITY;
+            float max = z;
+            int argmax = lane;
+            warp_argmax(&max, &argmax);
+            float e = lane < CLASSES ? expf(z - max) : 0.0f, sum = warp_sum(e);
+            int label = batch_label[i];
+            float label_logit = __shfl_sync(0xffffffff, z, label);
+            if (lane < CLASSES) __stcg(a.dlogits + i * CLASSES + lane, (e / sum - (lane == label)) / (float)batch);
+            // from the logits, not from p: log of a probability that underflowed to 0 would be -inf
+            if (lane == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
+        }
+        // EXERCISE(dlogits-barrier) begin: the grid barrier (every block's rows of a.dlogits written); then copy the
+        //: whole batch's a.dlogits (batch, CLASSES) into dlogit in shared memory, read with __ldcg (from L2)
+        grid.sync();  // every row's dlogits are in a.dlogits (and every block has summed this step's shares)
+
+        // C: the batch's dlogits (from L2), then my gradients, every one from the weights before this step's update
+        for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) dlogit[e] = __ldcg(a.dlogits + e);
+        // EXERCISE end
+        // tensor cores: every row's values of my units, from the blocks of my slice (written before barrier 1; a
+        // block may reach the next step's phase A while another still reads here, so the steps alternate buffers)
+        for (int p = tid; a.products && p < batch * slice; p += PERSISTENT_THREADS)
+            value[p] = p % slice < owned ? __ldcg(values + (int64_t)(p / slice) * hidden + first + p % slice) : 0.0f;
+        __pipeline_wait_prior(0);  // the rest of the batch's pixels have landed too
+        __syncthreads();
+        if (hidden)  // dvalue[i][f]: back through W_last and the ReLU
+            for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
+                float sum = strided_dot(dlogit + p / slice * CLASSES, 1, my_w_last + p % slice * CLASSES, 1, CLASSES);
+                dvalue[p] = value[p] > 0.0f ? sum : 0.0f;
+                if (a.products) {  // tensor cores: its tf32 high and low parts
+                    uint32_t hi = to_tf32(dvalue[p]);
+                    dvalue_parts[p] = hi;
+                    dvalue_parts[round_up(batch, 8) * slice + p] = to_tf32(dvalue[p] - __uint_as_float(hi));
+                }
+            }
+        __syncthreads();  // dvalue has read W_last
+        for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)  // W_last[f][j], e = (f, j)
+            my_w_last[e] -= a.lr * strided_dot(value + e / CLASSES, slice, dlogit + e % CLASSES, CLASSES, batch);
+        if (warp < CLASSES) {  // b_last: warp j sums column j, in the same order in every block
+            float sum = 0.0f;
+            for (int i = lane; i < batch; i += WARP_SIZE) sum += dlogit[i * CLASSES + warp];
+            sum = warp_sum(sum);
+            if (lane == 0) my_b_last[warp] -= a.lr * sum;
+        }
+        if (hidden) {
+            for (int f = warp; f < slice; f += PERSISTENT_WARPS) {  // b0: warp f sums unit f's dvalues
+                float sum = 0.0f;
+                for (int i = lane; i < batch; i += WARP_SIZE) sum += dvalue[i * slice + f];
+                sum = warp_sum(sum);
+                if (lane == 0) my_b0[f] -= a.lr * sum;
+            }
+            if (a.products) mma_w0_update(my_w0, x, dvalue_parts, batch, slice, a.lr, a.products);
+            // W0: two neighbouring lanes a word (4 weights), over alternate rows, then their sums added (whole warps:
+            // every lane shuffles; those past the last word read word 0 and write nothing)
+            for (int e = tid; !a.products && e < round_up(slice * WORDS * 2, WARP_SIZE); e += PERSISTENT_THREADS) {
+                int f = min(e / (2 * WORDS), slice - 1), w = e < slice * WORDS * 2 ? e / 2 % WORDS : 0, half = e % 2;
+                float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+                for (int i = half; i < batch; i += 2) {
+                    uint32_t word = ((const uint32_t *)(x + i * PIXELS))[w];
+                    for (int b = 0; b < 4; b++) sum[b] = fmaf(pixel_byte(word, b), dvalue[i * slice + f], sum[b]);
+                }
+                for (int b = 0; b < 4; b++) sum[b] += __shfl_xor_sync(0xffffffff, sum[b], 1);
+                if (half == 0 && e < slice * WORDS * 2)
+                    for (int b = 0; b < 4; b++) my_w0[f * PIXELS + 4 * w + b] -= a.lr * (sum[b] / 255.0f);
+            }
+        }
+        __syncthreads();  // the next step overwrites batch_row, value and dlogit
+    }
+
+    // the epoch's weights go back, from one block of each slice (the others hold the same)
+    if (row0 > 0) return;
+    for (int e = tid; e < owned * CLASSES; e += PERSISTENT_THREADS) w_last[(int64_t)first * CLASSES + e] = my_w_last[e];
+    if (blockIdx.x == 0)
+        for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) b_last[j] = my_b_last[j];
+    if (hidden) {
+        for (int f = tid; f < owned; f += PERSISTENT_THREADS) b0[first + f] = my_b0[f];
+        for (int e = tid; e < owned * PIXELS; e += PERSISTENT_THREADS)
+            w0[(int64_t)(e % PIXELS) * hidden + first + e / PIXELS] = my_w0[e];  // my_w0[f][k] = W0[k][first + f]
+    }
+}
+
+// With --variant persistent named, one error line and EXIT_CUDA; else one note a process, and 0 (07's graph runs)
+static int persistent_unavailable(const MnistConfig *cfg, const char *why) {
+    static int noted = 0;
+    if (cfg->variant_given) {
+        fprintf(stderr, "error: --variant persistent cannot run here: %s; --variant epoch-graph runs here\n", why);
+        exit(EXIT_CUDA);
+    }
+    if (!noted++)
+        fprintf(stderr, "note: the persistent kernel cannot run here: %s; stage 07's epoch graph runs instead\n", why);
+    return 0;
+}
+
+// The fewest units a block (first_slice, twice that, ...) with which every block is resident at once; 0 if none fits
+static int layout_fits(EpochArgs *a, int first_slice, int sms, int max_shared) {
+    int per_sm;
+    for (a->slice = first_slice;; a->slice *= 2) {
+        a->blocks = ((a->hidden ? a->hidden : PIXELS) + a->slice - 1) / a->slice * a->row_blocks;
+        a->shared_bytes = persistent_shared_bytes(a);
+        if (a->shared_bytes > (size_t)max_shared) return 0;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mlp_epoch_kernel, PERSISTENT_THREADS,
+                                                                a->shared_bytes));
+        if (a->blocks <= sms * per_sm) return 1;
+    }
+}
+
+// The launch in *a, or 0 where 07's graphs run (a note says why). With a hidden layer and tensor cores, MMA_UNITS
+// units a block (or twice that, ...) for MMA_ROWS rows; else stage 08's split, with a note: a unit (or PIXEL_SLICE
+// pixels) a block (or twice that, ...) for the whole batch.
+static int persistent_layout(const MnistConfig *cfg, int steps, EpochArgs *a) {
+    int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
+    if (cfg->n_layers > 2) return persistent_unavailable(cfg, "it holds at most one hidden layer");
+    int device, cooperative, sms, max_shared;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+    if (!cooperative) return persistent_unavailable(cfg, "this GPU has no cooperative launches");
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    max_shared = device_shared_per_block();  // CUDA_STAGES_CC lowers it as that GPU would
+    cudaCheck(cudaFuncSetAttribute(mlp_epoch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
+    a->hidden = hidden;
+    a->steps = steps;
+    a->batch = cfg->batch;
+    a->lr = cfg->lr;
+    char why[160] = "it has no hidden layer";
+    a->products = hidden && feature_available(FEATURE_TF32, (const void *)mlp_epoch_kernel, why, sizeof(why))
+                      ? (cfg->precision == PRECISION_TF32 ? 1 : 2) : 0;
+    a->row_blocks = a->products ? (cfg->batch + MMA_ROWS - 1) / MMA_ROWS : 1;
+    if (a->products && layout_fits(a, MMA_UNITS, sms, max_shared)) return 1;
+    if (a->products) snprintf(why, sizeof(why), "a block's %d rows of a slice do not fit its shared memory", MMA_ROWS);
+    if (cfg->precision != PRECISION_FP32)
+        return persistent_unavailable(cfg, "its products run in tf32 only on tensor cores, and here they cannot");
+    a->products = 0, a->row_blocks = 1;
+    if (!layout_fits(a, hidden ? 1 : PIXEL_SLICE, sms, max_shared))
+        return persistent_unavailable(cfg, "a block's slice of the weights does not fit its shared memory");
+    static int noted = 0;
+    if (hidden && !noted++)
+        fprintf(stderr, "note: the first layer's products run on the CUDA cores, as stage 08 runs them: %s\n", why);
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+static unsigned int blocks_for(int64_t n) { return (unsigned int)((n + BLOCK_SIZE - 1) / BLOCK_SIZE); }
+
+// bias_backward_sgd_kernel: a block of WARP_SIZE x WARPS_PER_BLOCK threads per WARP_SIZE columns
+static unsigned int column_blocks(int dim) { return (unsigned int)((dim + WARP_SIZE - 1) / WARP_SIZE); }
+
+// plans[l]: layer l's forward GEMM, bound to its parameters and activations (bias and ReLU in its epilogue)
+static void mlp_forward(const MnistConfig *cfg, cublasLtHandle_t lt, const MatmulPlan *plans, cudaStream_t stream) {
+    for (int l = 0; l < cfg->n_layers; l++) run_matmul(lt, &plans[l], stream);
+}
+
+// dact[l]: (rows, sizes[l]) for l >= 1, dact[n_layers] holds dlogits. Updates params in place, yet every
+// gradient comes from the pre-update params, as in the reference: layer l's din (which needs W_l) runs before
+// W_l's update, and the layers below l never read W_l. One stream runs launches in order: that is the guarantee.
+// input_plans[l] (l >= 1) and weight_plans[l]: layer l's din and SGD GEMMs.
+// The last launch, layer 0's bias update, also advances the device step counter (unless step is NULL).
+static void mlp_backward_sgd(const MnistConfig *cfg, cublasLtHandle_t lt, const MatmulPlan *input_plans,
+                             const MatmulPlan *weight_plans, float *params, float *const *dact, int *step, int rows,
+                             cudaStream_t stream) {
+    for (int l = cfg->n_layers - 1; l >= 0; l--) {
+        int out_dim = cfg->sizes[l + 1];
+        if (l > 0) run_matmul(lt, &input_plans[l], stream);  // the images need no gradient
+        run_matmul(lt, &weight_plans[l], stream);
+        bias_backward_sgd_kernel<<<column_blocks(out_dim), dim3(WARP_SIZE, WARPS_PER_BLOCK), 0, stream>>>(
+            params + mnist_bias_offset(cfg, l), dact[l + 1], cfg->lr, rows, out_dim, l == 0 ? step : NULL);
+        launchCheck();
+    }
+}
+
+// Everything a training step launches on, fixed for the whole run: a graph replays its kernels with the very
+// arguments they were captured with.
+typedef struct {
+    const MnistConfig *cfg;
+    cublasLtHandle_t lt;
+    cudnnHandle_t cudnn;
+    cudnnTensorDescriptor_t logits_desc;
+    const MatmulPlan *forward_plans, *input_plans, *weight_plans;
+    float *params, *const *act, *const *dact;
+    uint8_t *labels;
+    const float *train_images;
+    const uint8_t *train_labels;
+    const int32_t *order;
+    float *loss_sum;  // (epochs, steps)
+    int *step;        // (1,) the device step counter
+    int n_train, steps;
+} TrainStep;
+
+// One training step on stream, every launch the same for every step (the step comes from t->step). Called in
+// the capture, or directly with --breakdown, whose phase timers synchronize (not allowed while capturing).
+static void train_step(const TrainStep *t, TrainClock *clock, cudaStream_t stream) {
+    const MnistConfig *cfg = t->cfg;
+    int n_layers = cfg->n_layers, batch = cfg->batch, pixels = cfg->sizes[0], classes = cfg->sizes[n_layers];
+    const float one = 1.0f, zero = 0.0f;  // cuDNN's alpha and beta, read when the launch is made
+
+    // gather the batch's rows on the device (reported as h2d: it replaces the per-batch copy)
+    TIMED_PHASE(clock, PHASE_H2D, stream) {
+        gather_batch_kernel<<<blocks_for((int64_t)batch * pixels), BLOCK_SIZE, 0, stream>>>(
+            t->act[0], t->labels, t->train_images, t->train_labels, t->order, t->step, t->n_train, t->steps, batch,
+            pixels);
+        launchCheck();
+    }
+
+    TIMED_PHASE(clock, PHASE_FORWARD, stream) mlp_forward(cfg, t->lt, t->forward_plans, stream);
+
+    TIMED_PHASE(clock, PHASE_LOSS, stream) {
+        cudnnCheck(cudnnSoftmaxForward(t->cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one,
+                                       t->logits_desc, t->act[n_layers], &zero, t->logits_desc, t->dact[n_layers]));
+        softmax_cross_entropy_kernel<<<blocks_for((int64_t)batch * WARP_SIZE), BLOCK_SIZE, 0, stream>>>(
+            t->dact[n_layers], t->loss_sum, NULL, t->act[n_layers], t->labels, batch, classes, t->step);
+        launchCheck();
+    }
+
+    // the update is fused into the backward pass: its time is reported as backward
+    TIMED_PHASE(clock, PHASE_BACKWARD, stream)
+        mlp_backward_sgd(cfg, t->lt, t->input_plans, t->weight_plans, t->params, t->dact, t->step, batch, stream);
+}
+
+// ----------------------------------------------------------------------------
+// training
+
+int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out) {
+    int n_layers = cfg->n_layers, batch = cfg->batch, classes = cfg->sizes[n_layers];
+    int pixels = cfg->sizes[0], n_train = data->n_train, n_test = data->n_test;
+    int steps = mnist_steps_per_epoch(cfg, n_train);
+    int64_t n_params = mnist_param_count(cfg), n_steps = (int64_t)cfg->epochs * steps;
+
+    // every row a batch will gather must exist: checked once here, so that the gather kernel can trust it
+    for (int epoch = 0; epoch < cfg->epochs; epoch++) {
+        for (int s = 0; s < steps * batch; s++) {
+            int32_t row = data->batch_order[(int64_t)epoch * n_train + s];
+            if (row < 0 || row >= n_train) {
+                fprintf(stderr, "error: batch order entry %d of epoch %d is %d, outside 0..%d\n", s, epoch, row,
+                        n_train - 1);
+                exit(EXIT_DATA);
+            }
+        }
+    }
+
+    // setup (not timed): device buffers, streams, events and the pinned staging buffers
+    double setup_start_ms = host_ms();
+    float *d_params;                          // (n_params,) packed as trainer.h
+    float *d_snapshot;                        // (n_params,) the parameters an evaluation reads while training goes on
+    uint8_t *d_pixels;                        // (n_train + n_test, pixels) the images' bytes, uploaded once
+    float *d_train_images;                    // (n_train, pixels) the whole training set, scaled from d_pixels
+    uint8_t *d_train_labels;                  // (n_train,)
+    int32_t *d_order;                         // (epochs, n_train) data->batch_order
+    float *d_act[MNIST_MAX_LAYERS + 1];       // [l]: (batch, sizes[l]); [0] the batch images, [n_layers] the logits
+    float *d_dact[MNIST_MAX_LAYERS + 1];      // [l], l >= 1: (batch, sizes[l]) dloss/dact[l]; [n_layers] dlogits
+    uint8_t *d_relu_mask[MNIST_MAX_LAYERS];   // [l], 1 <= l < n_layers: (batch, relu_mask_ld(sizes[l]) / 8) bytes,
+                                              // bit i of column b: act[l][b][i] > 0 (RELU_AUX_BIAS -> DRELU)
+    uint8_t *d_labels;                        // (batch,)
+    float *d_test_act[MNIST_MAX_LAYERS + 1];  // [l]: (n_test, sizes[l]); [0] the test images
+    uint8_t *d_test_labels;                   // (n_test,)
+    float *d_loss_sum;                        // (epochs, steps) summed cross-entropy of every batch
+    float *d_test_loss_sum;                   // (epochs,) summed test cross-entropy after each epoch
+    int *d_test_correct;                      // (epochs,) correct test predictions after each epoch
+    int *d_step;                              // (1,) the next training step, epoch * steps + step: see train_step
+    EpochArgs persistent = {};  // the persistent kernel's launch, where it applies
+    int persistent_blocks =
+        cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, steps, &persistent) ? persistent.blocks : 0;
+    float *d_partial = NULL;  // persistent: (batch, classes, blocks) each block's share of every logit
+    float *d_values = NULL;   // persistent on tensor cores: (2, batch, hidden) the hidden values, a buffer a step
+    void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream
+    // zeroed: the warm-up before the capture reads them before the upload or a gather has written them
+    d_params = (float *)device_zeros(n_params * sizeof(float));
+    cudaCheck(cudaMalloc(&d_snapshot, n_params * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_pixels, ((size_t)n_train + n_test) * pixels));
+    d_train_images = NULL;  // the persistent kernel reads the bytes: no floats
+    if (!persistent_blocks) cudaCheck(cudaMalloc(&d_train_images, (size_t)n_train * pixels * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_train_labels, n_train));
+    cudaCheck(cudaMalloc(&d_order, (size_t)cfg->epochs * n_train * sizeof(int32_t)));
+    d_dact[0] = NULL;
+    for (int l = 0; l <= n_layers; l++) {
+        d_act[l] = (float *)device_zeros((size_t)batch * cfg->sizes[l] * sizeof(float));
+        if (l > 0) cudaCheck(cudaMalloc(&d_dact[l], (size_t)batch * cfg->sizes[l] * sizeof(float)));
+        cudaCheck(cudaMalloc(&d_test_act[l], (size_t)n_test * cfg->sizes[l] * sizeof(float)));
+        if (l > 0 && l < n_layers) cudaCheck(cudaMalloc(&d_relu_mask[l], relu_mask_ld(cfg->sizes[l]) / 8 * batch));
+    }
+    cudaCheck(cudaMalloc(&d_workspace, WORKSPACE_BYTES));
+    cudaCheck(cudaMalloc(&d_eval_workspace, WORKSPACE_BYTES));
+    cudaCheck(cudaMalloc(&d_labels, batch));
+    cudaCheck(cudaMalloc(&d_test_labels, n_test));
+    cudaCheck(cudaMalloc(&d_loss_sum, n_steps * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_test_loss_sum, cfg->epochs * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_test_correct, cfg->epochs * sizeof(int)));
+    cudaCheck(cudaMalloc(&d_step, sizeof(int)));
+    if (persistent_blocks)
+        cudaCheck(cudaMalloc(&d_partial, (size_t)batch * persistent_blocks * classes * sizeof(float)));
+    if (persistent.products) cudaCheck(cudaMalloc(&d_values, 2 * (size_t)batch * cfg->sizes[1] * sizeof(float)));
+    int *test_correct = (int *)host_malloc(cfg->epochs * sizeof(int), "the test results");  // (epochs,)
+    // Non-blocking streams: the legacy default stream would serialize with all three.
+    cudaStream_t stream, copy_stream, eval_stream;  // training; uploads; evaluation
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&eval_stream, cudaStreamNonBlocking));
+    cudaEvent_t upload_done, snapshot_ready, eval_done;  // ordering only: no timing
+    cudaCheck(cudaEventCreateWithFlags(&upload_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&snapshot_ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&eval_done, cudaEventDisableTiming));
+    StagingRing *staging = staging_create(STAGING_SLOTS, STAGING_SLOT_BYTES, 0);
+    cudnnHandle_t cudnn;                  // the softmax, on the training stream
+    cudnnTensorDescriptor_t logits_desc;  // (batch, classes, 1, 1): softmax over each row (INSTANCE mode)
+    cudnnCheck(cudnnCreate(&cudnn));
+    cudnnCheck(cudnnSetStream(cudnn, stream));
+    cudnnCheck(cudnnCreateTensorDescriptor(&logits_desc));
+    cudnnCheck(cudnnSetTensor4dDescriptor(logits_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, classes, 1, 1));
+    cublasLtHandle_t lt;  // stream-free: each matmul names its stream
+    cublasCheck(cublasLtCreate(&lt));
+    // One plan per GEMM of a step and of an evaluation, bound to its buffers.
+    MatmulPlan forward_plans[MNIST_MAX_LAYERS];  // [l]: act[l+1] = act[l] @ W_l + b_l (+ ReLU, mask out)
+    MatmulPlan eval_plans[MNIST_MAX_LAYERS];     // [l]: the same on the test set, from the snapshot, no mask
+    MatmulPlan input_plans[MNIST_MAX_LAYERS];    // [l], l >= 1: dact[l] = (dact[l+1] @ W_l^T) * ReLU' (mask in)
+    MatmulPlan weight_plans[MNIST_MAX_LAYERS];   // [l]: W_l -= lr * act[l]^T @ dact[l+1]
+    for (int l = 0; l < n_layers; l++) {
+        int in_dim = cfg->sizes[l], out_dim = cfg->sizes[l + 1], hidden = l < n_layers - 1;
+        int64_t w = mnist_weight_offset(cfg, l), b = mnist_bias_offset(cfg, l);
+        plan_matmul(&forward_plans[l], lt, cfg->precision, 0, 0, out_dim, batch, in_dim, d_params + w, d_act[l],
+                    d_act[l + 1], 1.0f, 0.0f, hidden ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS,
+                    d_params + b, hidden ? d_relu_mask[l + 1] : NULL, d_workspace);
+        plan_matmul(&eval_plans[l], lt, cfg->precision, 0, 0, out_dim, n_test, in_dim, d_snapshot + w, d_test_act[l],
+                    d_test_act[l + 1], 1.0f, 0.0f, hidden ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS,
+                    d_snapshot + b, NULL, d_eval_workspace);
+        if (l > 0)
+            plan_matmul(&input_plans[l], lt, cfg->precision, 1, 0, in_dim, batch, out_dim, d_params + w,
+                        d_dact[l + 1], d_dact[l], 1.0f, 0.0f, CUBLASLT_EPILOGUE_DRELU, NULL, d_relu_mask[l],
+                        d_workspace);
+        plan_matmul(&weight_plans[l], lt, cfg->precision, 0, 1, out_dim, in_dim, batch, d_dact[l + 1], d_act[l],
+                    d_params + w, -cfg->lr, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, d_workspace);
+    }
+    TrainClock clock;
+    train_clock_init(&clock, cfg->epochs, cfg->breakdown);
+    TrainStep step_args = {cfg, lt, cudnn, logits_desc, forward_plans, input_plans, weight_plans, d_params, d_act,
+                           d_dact, d_labels, d_train_images, d_train_labels, d_order, d_loss_sum, d_step, n_train,
+                           steps};  // in TrainStep's order
+    // The graph: a whole epoch of steps, or one step, captured (recorded, not run) and instantiated here,
+    // untimed, and uploaded so that its first launch costs no more than the others.
+    int use_graph = !cfg->breakdown && !persistent_blocks, epoch_graph = cfg->variant != VARIANT_STEP_GRAPH;
+    cudaGraphExec_t graph_exec = NULL;
+    if (use_graph) {
+        // A library may set itself up on its first call (cuDNN loads its ops library, cuBLASLt its kernels),
+        // which a capture would refuse: the step's library calls run once first, eagerly, on buffers that the
+        // upload (the parameters) or every step (the rest) overwrites before use.
+        const float one = 1.0f, zero = 0.0f;
+        mlp_forward(cfg, lt, forward_plans, stream);
+        cudnnCheck(cudnnSoftmaxForward(cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, logits_desc,
+                                       d_act[n_layers], &zero, logits_desc, d_dact[n_layers]));
+        mlp_backward_sgd(cfg, lt, input_plans, weight_plans, d_params, d_dact, NULL, batch, stream);
+        cudaCheck(cudaStreamSynchronize(stream));
+
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int s = 0; s < (epoch_graph ? steps : 1); s++) train_step(&step_args, &clock, stream);
+        cudaCheck(cudaStreamEndCapture(stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&graph_exec, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+        cudaCheck(cudaGraphUpload(graph_exec, stream));
+        cudaCheck(cudaStreamSynchronize(stream));
+    }
+    out->timing.setup_ms = host_ms() - setup_start_ms;
+
+    // e2e starts with the data in host memory: everything goes up once, on the copy stream, and the
+    // training stream waits for it by event
+    train_clock_e2e_start(&clock, stream);
+    TIMED_PHASE(&clock, PHASE_H2D, stream) {
+        cudaCheck(cudaStreamWaitEvent(copy_stream, clock.e2e_start, 0));  // the upload is inside e2e
+        staging_upload(staging, d_params, data->init_params, n_params * sizeof(float), copy_stream);
+        staging_upload(staging, d_pixels, data->train_pixels, (size_t)n_train * pixels, copy_stream);
+        staging_upload(staging, d_train_labels, data->train_labels, n_train, copy_stream);
+        staging_upload(staging, d_order, data->batch_order, (size_t)cfg->epochs * n_train * sizeof(int32_t),
+                       copy_stream);
+        staging_upload(staging, d_pixels + (size_t)n_train * pixels, data->test_pixels, (size_t)n_test * pixels,
+                       copy_stream);
+        staging_upload(staging, d_test_labels, data->test_labels, n_test, copy_stream);
+        int64_t train_values = (int64_t)n_train * pixels, test_values = (int64_t)n_test * pixels;
+        if (!persistent_blocks) {  // the persistent kernel reads the bytes
+            scale_pixels_kernel<<<blocks_for(train_values), BLOCK_SIZE, 0, copy_stream>>>(d_train_images, d_pixels,
+                                                                                           train_values);
+            launchCheck();
+        }
+        scale_pixels_kernel<<<blocks_for(test_values), BLOCK_SIZE, 0, copy_stream>>>(
+            d_test_act[0], d_pixels + train_values, test_values);
+        launchCheck();
+        cudaCheck(cudaEventRecord(upload_done, copy_stream));
+        cudaCheck(cudaMemsetAsync(d_loss_sum, 0, n_steps * sizeof(float), stream));  // the losses are summed
+        cudaCheck(cudaMemsetAsync(d_test_loss_sum, 0, cfg->epochs * sizeof(float), stream));
+        cudaCheck(cudaMemsetAsync(d_test_correct, 0, cfg->epochs * sizeof(int), stream));
+        cudaCheck(cudaMemsetAsync(d_step, 0, sizeof(int), stream));
+        cudaCheck(cudaStreamWaitEvent(stream, upload_done, 0));
+    }
+    train_clock_loop_start(&clock, stream);
+
+    // Only enqueueing from here to the end of the loop: the host runs ahead of the GPU, never waits for it.
+    for (int epoch = 0; epoch < cfg->epochs; epoch++) {
+        if (persistent_blocks) {
+            // the whole epoch in one launch (with --breakdown, one phase: its steps have no host-visible seams)
+            EpochArgs args = persistent;
+            args.params = d_params, args.partial = d_partial, args.dlogits = d_dact[n_layers], args.values = d_values;
+            args.pixels = d_pixels, args.labels = d_train_labels;
+            args.loss_sum = d_loss_sum + (int64_t)epoch * steps, args.rows = d_order + (int64_t)epoch * n_train;
+            void *kernel_args[] = {&args};
+            TIMED_PHASE(&clock, PHASE_FORWARD, stream)
+                cudaCheck(cudaLaunchCooperativeKernel((const void *)mlp_epoch_kernel, persistent_blocks,
+                                                      PERSISTENT_THREADS, kernel_args, persistent.shared_bytes,
+                                                      stream));
+        } else if (!use_graph) {
+            for (int step = 0; step < steps; step++) train_step(&step_args, &clock, stream);
+        } else {
+            // one launch for the epoch, or one per step; either way the steps read their batch from d_step
+            for (int replay = 0; replay < (epoch_graph ? 1 : steps); replay++)
+                cudaCheck(cudaGraphLaunch(graph_exec, stream));
+        }
+
+        // test loss and accuracy of this epoch's parameters, on the eval stream while the next epoch
+        // trains. The evaluation reads a snapshot, since training updates d_params in place; the snapshot
+        // is taken once the previous evaluation is done reading it (eval_done: a no-op the first time).
+        cudaCheck(cudaStreamWaitEvent(stream, eval_done, 0));
+        cudaCheck(cudaMemcpyAsync(d_snapshot, d_params, n_params * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+        cudaCheck(cudaEventRecord(snapshot_ready, stream));
+        cudaCheck(cudaStreamWaitEvent(eval_stream, snapshot_ready, 0));
+        TIMED_PHASE(&clock, PHASE_EVAL, eval_stream) {
+            mlp_forward(cfg, lt, eval_plans, eval_stream);
+            softmax_cross_entropy_kernel<<<blocks_for((int64_t)n_test * WARP_SIZE), BLOCK_SIZE, 0, eval_stream>>>(
+                NULL, d_test_loss_sum + epoch, d_test_correct + epoch, d_test_act[n_layers], d_test_labels, n_test,
+                classes, NULL);
+            launchCheck();
+        }
+        cudaCheck(cudaEventRecord(eval_done, eval_stream));
+
+        // the loop (and its last epoch) ends when the last evaluation has, so loop_ms covers all the work
+        if (epoch == cfg->epochs - 1) cudaCheck(cudaStreamWaitEvent(stream, eval_done, 0));
+        train_clock_epoch_end(&clock, epoch, stream);
+    }
+
+    // one copy back of everything the loop produced (D2H into pageable memory: each returns when done)
+    TIMED_PHASE(&clock, PHASE_D2H, stream) {
+        cudaCheck(cudaMemcpyAsync(out->params, d_params, n_params * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaMemcpyAsync(out->step_loss, d_loss_sum, n_steps * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        cudaCheck(cudaMemcpyAsync(out->test_loss, d_test_loss_sum, cfg->epochs * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream));
+        cudaCheck(
+            cudaMemcpyAsync(test_correct, d_test_correct, cfg->epochs * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    }
+    train_clock_e2e_stop(&clock, stream);
+    train_clock_finish(&clock, &out->timing);
+
+    // sums to means, as stage 04 did after every copy
+    for (int64_t s = 0; s < n_steps; s++) out->step_loss[s] /= (float)batch;
+    for (int epoch = 0; epoch < cfg->epochs; epoch++) {
+        out->test_loss[epoch] /= (float)n_test;
+        out->test_acc[epoch] = (float)test_correct[epoch] / (float)n_test;
+    }
+
+    cudaCheck(cudaFree(d_params));
+    cudaCheck(cudaFree(d_snapshot));
+    cudaCheck(cudaFree(d_pixels));
+    cudaCheck(cudaFree(d_train_images));
+    cudaCheck(cudaFree(d_train_labels));
+    cudaCheck(cudaFree(d_order));
+    for (int l = 0; l <= n_layers; l++) {
+        cudaCheck(cudaFree(d_act[l]));
+        if (l > 0) cudaCheck(cudaFree(d_dact[l]));
+        cudaCheck(cudaFree(d_test_act[l]));
+        if (l > 0 && l < n_layers) cudaCheck(cudaFree(d_relu_mask[l]));
+    }
+    cudaCheck(cudaFree(d_workspace));
+    cudaCheck(cudaFree(d_eval_workspace));
+    for (int l = 0; l < n_layers; l++) {
+        destroy_matmul(&forward_plans[l]);
+        destroy_matmul(&eval_plans[l]);
+        if (l > 0) destroy_matmul(&input_plans[l]);
+        destroy_matmul(&weight_plans[l]);
+    }
+    cublasCheck(cublasLtDestroy(lt));
+    cudnnCheck(cudnnDestroyTensorDescriptor(logits_desc));
+    cudnnCheck(cudnnDestroy(cudnn));
+    cudaCheck(cudaFree(d_labels));
+    cudaCheck(cudaFree(d_test_labels));
+    cudaCheck(cudaFree(d_loss_sum));
+    cudaCheck(cudaFree(d_test_loss_sum));
+    cudaCheck(cudaFree(d_test_correct));
+    cudaCheck(cudaFree(d_step));
+    cudaCheck(cudaFree(d_partial));
+    cudaCheck(cudaFree(d_values));
+    if (graph_exec) cudaCheck(cudaGraphExecDestroy(graph_exec));
+    free(test_correct);
+    cudaCheck(cudaStreamDestroy(stream));
+    cudaCheck(cudaStreamDestroy(copy_stream));
+    cudaCheck(cudaStreamDestroy(eval_stream));
+    cudaCheck(cudaEventDestroy(upload_done));
+    cudaCheck(cudaEventDestroy(snapshot_ready));
+    cudaCheck(cudaEventDestroy(eval_done));
+    staging_destroy(staging);
+    return 0;
+}

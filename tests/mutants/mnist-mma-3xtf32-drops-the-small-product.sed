@@ -1,0 +1,5 @@
+# file: mnist.cu
+# what: tensor cores: 3xTF32 without its small product, so fp32 trains at tf32's accuracy
+# precisions: fp32
+# stages: 09
+s|    if (products == 2) {|    if (products == 3) {|
