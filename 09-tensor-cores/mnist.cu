@@ -1,7 +1,7 @@
-// Stage 09, MNIST: stage 08's trainer with the first layer's products on tensor cores. In the persistent kernel a
-// block now owns 8 hidden units for 16 rows of the batch: its forward product and its units' W0 gradient are
-// mma.sync instructions (common/mma_tf32.cuh), 3xTF32 in fp32 (two tf32 parts of each weight), one product under
-// --precision tf32. Below compute capability 8.0 the products stay on the CUDA cores, as stage 08 runs them.
+// Stage 09, MNIST: stage 08's trainer with the first layer's products on tensor cores. A second persistent kernel,
+// mma_epoch_kernel, cuts W0 into tiles of 8 hidden units by a range of pixels, one a block, and runs both of its
+// products on the tile as mma.sync instructions (common/mma_tf32.cuh): 3xTF32 in fp32, one product under --precision
+// tf32. Stage 08's kernel runs without a hidden layer and below compute capability 8.0 (with a note).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -196,22 +196,21 @@ __global__ void bias_backward_sgd_kernel(float *bias, const float *dout, float l
 #define WORDS (PIXELS / 4)  // a row's pixels as 4-byte words
 #define PIXELS 784
 #define CLASSES 10
-#define MMA_ROWS 16   // tensor cores: the batch rows a block owns, one m16 product high
-#define MMA_UNITS 8   // tensor cores: a block's units come in n8 products
 
 typedef struct {
     float *params;          // packed as trainer.h: read into shared memory at the start, written back at the end
     float *partial;         // (batch, CLASSES, blocks) each block's share of every logit
     float *dlogits;         // (batch, CLASSES) this step's dloss/dlogits
-    float *values;          // tensor cores: (batch, hidden) this step's hidden values, each row's from its row block
     float *loss_sum;        // (steps,) this epoch's summed cross-entropy per step (zeroed)
     const uint8_t *pixels;  // (n_train, PIXELS) the training images' bytes
     const uint8_t *labels;  // (n_train,)
     const int32_t *rows;    // (steps * batch,) this epoch's batch order
     int hidden, slice, steps, batch;
-    int row_blocks;  // the blocks that share a slice, each MMA_ROWS rows of the batch (1: every block every row)
-    int products;    // the first layer's: 0 on CUDA cores (stage 08's), 1 tf32, 2 3xTF32 (fp32's accuracy)
     float lr;
+    float *zpart;          // tensor cores: (ranges, batch, hidden) each pixel range's part of every z
+    float *values;         // tensor cores: (batch, hidden) the step's hidden values
+    int ranges, range_tiles;  // tensor cores: W0's pixel ranges, each range_tiles m16 products (16 pixels) long
+    int products;          // tensor cores: 1 tf32, 2 3xTF32 (fp32's accuracy); 0: stage 08's kernel runs
     int blocks;           // the launch (host side): blocks of PERSISTENT_THREADS,
     size_t shared_bytes;  // with this much dynamic shared memory each
 } EpochArgs;
@@ -232,96 +231,11 @@ __device__ __forceinline__ float pixel_byte(uint32_t word, int b) {
 }
 
 static __host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
-
-// Tensor cores (common/mma_tf32.cuh has the fragment layout). A pixel byte is exact in tf32 (8 of its 10 mantissa
-// bits), so 3xTF32 needs two products, the bytes by the other operand's high part and by its low part, not three.
-
-// x[i][p] as a tf32 operand (pixel_byte: no conversion instruction, which runs at a quarter of an add's rate), 0
-// for a row past the batch
-static __device__ __forceinline__ uint32_t pixel_tf32(const uint8_t *x, int i, int p, int batch) {
-    return i < batch ? __float_as_uint(pixel_byte(x[i * PIXELS + p], 0)) : 0u;
-}
-
-// c += a @ (b0, b1): the small product (b's low parts, what tf32 rounding left out) first, with products == 2
-static __device__ __forceinline__ void mma_split(float c[4], const uint32_t a[4], float b0, float b1, int products) {
-    uint32_t hi[2] = {to_tf32(b0), to_tf32(b1)};
-    if (products == 2) {
-        uint32_t lo[2] = {to_tf32(b0 - __uint_as_float(hi[0])), to_tf32(b1 - __uint_as_float(hi[1]))};
-        mma_tf32(c, a, lo);
-    }
-    mma_tf32(c, a, hi);
-}
-
-// A on tensor cores: z (MMA_ROWS, slice) = x[row0 ..] (MMA_ROWS, PIXELS) @ my W0 columns. Warp w takes k8 steps w,
-// w + 32, ... of each n8 product and leaves its sums in warp_sums; then a thread an element adds the 32 warps' sums
-// in order. value, values (global, for phase C of the other blocks of my slice): my rows' ReLU(z / 255 + b0).
-static __device__ void mma_hidden_values(float *value, float *values, float *warp_sums, const uint8_t *x,
-                                         const float *my_w0, const float *my_b0, int row0, int batch, int slice,
-                                         int first, int owned, int hidden, int products) {
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, g = lane / 4, t = lane % 4;
-    int i = min(row0 + g, batch - 1), i8 = min(row0 + g + 8, batch - 1);  // rows past the batch: computed, dropped
-    for (int n0 = 0; n0 < slice; n0 += MMA_UNITS) {
-        const float *w = my_w0 + (n0 + g) * PIXELS;  // B[k][g] = W0[k][first + n0 + g], my_w0's row n0 + g
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int k0 = 8 * warp; k0 < PIXELS; k0 += 8 * PERSISTENT_WARPS) {
-            uint32_t a[4] = {pixel_tf32(x, i, k0 + t, batch), pixel_tf32(x, i8, k0 + t, batch),
-                             pixel_tf32(x, i, k0 + t + 4, batch), pixel_tf32(x, i8, k0 + t + 4, batch)};
-            mma_split(c, a, w[k0 + t], w[k0 + t + 4], products);
-        }
-        float *sums = warp_sums + (n0 / MMA_UNITS * PERSISTENT_WARPS + warp) * MMA_ROWS * MMA_UNITS;  // C (16, 8)
-        for (int e = 0; e < 4; e++) sums[(g + 8 * (e / 2)) * MMA_UNITS + 2 * t + e % 2] = c[e];
-    }
-    __syncthreads();
-    for (int p = threadIdx.x; p < MMA_ROWS * slice; p += PERSISTENT_THREADS) {
-        int r = p / slice, f = p % slice;
-        const float *sums = warp_sums + f / MMA_UNITS * PERSISTENT_WARPS * MMA_ROWS * MMA_UNITS + r * MMA_UNITS +
-                            f % MMA_UNITS;
-        float z = 0.0f;
-        for (int v = 0; v < PERSISTENT_WARPS; v++) z += sums[v * MMA_ROWS * MMA_UNITS];
-        z = z / 255.0f + my_b0[f];
-        if (row0 + r < batch) value[(row0 + r) * slice + f] = f < owned ? fmaxf(z, 0.0f) : 0.0f;
-        if (row0 + r < batch && f < owned) __stcg(values + (int64_t)(row0 + r) * hidden + first + f, fmaxf(z, 0.0f));
-    }
-}
-
-// C on tensor cores: my W0 columns -= lr * dW0 (PIXELS, slice) / 255, dW0 = x^T (PIXELS, batch) @ dvalue (batch,
-// slice) over every row of the batch, so every block of a slice makes the same update. Warp w takes m16 x n8 tiles
-// w, w + 32, ... of dW0, each over all k8 steps of the batch. dvalue_parts: dvalue's tf32 high parts (batch8,
-// slice), then its low parts, rows past the batch zeros (split once here, not once a tile).
-static __device__ void mma_w0_update(float *my_w0, const uint8_t *x, const uint32_t *dvalue_parts, int batch,
-                                     int slice, float lr, int products) {
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, g = lane / 4, t = lane % 4;
-    const uint32_t *hi = dvalue_parts, *lo = dvalue_parts + round_up(batch, 8) * slice;
-    for (int tile = warp; tile < PIXELS / 16 * (slice / MMA_UNITS); tile += PERSISTENT_WARPS) {
-        int m0 = tile % (PIXELS / 16) * 16, n0 = tile / (PIXELS / 16) * MMA_UNITS;
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-        for (int k0 = 0; k0 < batch; k0 += 8) {
-            int i = k0 + t, i4 = k0 + t + 4;  // A[m][k] = x[k0 + k][m0 + m]; B[k][n] = dvalue[k0 + k][n0 + n]
-            uint32_t a[4] = {pixel_tf32(x, i, m0 + g, batch), pixel_tf32(x, i, m0 + g + 8, batch),
-                             pixel_tf32(x, i4, m0 + g, batch), pixel_tf32(x, i4, m0 + g + 8, batch)};
-            uint32_t b_hi[2] = {hi[i * slice + n0 + g], hi[i4 * slice + n0 + g]};
-            if (products == 2) {  // the small product first
-                uint32_t b_lo[2] = {lo[i * slice + n0 + g], lo[i4 * slice + n0 + g]};
-                mma_tf32(c, a, b_lo);
-            }
-            mma_tf32(c, a, b_hi);
-        }
-        for (int e = 0; e < 4; e++)  // C[m][n]: pixel m0 + g + 8 (e / 2) of unit n0 + 2t + e % 2
-            my_w0[(n0 + 2 * t + e % 2) * PIXELS + m0 + g + 8 * (e / 2)] -= lr * (c[e] / 255.0f);
-    }
-}
-// 16 bytes of the batch's pixels, by cp.async: piece e of x is bytes 16 (e % 49) .. of the batch's row e / 49
-static __device__ __forceinline__ void copy_pixels(uint8_t *x, const uint8_t *pixels, const int32_t *batch_row, int e) {
-    __pipeline_memcpy_async(x + 16 * e, pixels + (int64_t)batch_row[e / 49] * PIXELS + e % 49 * 16, 16);
-}
-
 // The kernel's dynamic shared memory, in mlp_epoch_kernel's order.
 static size_t persistent_shared_bytes(const EpochArgs *a) {
     size_t floats = (a->hidden ? (size_t)a->batch * WORDS : 0) + 2 * a->batch + a->slice * CLASSES + CLASSES +
                     (size_t)a->batch * (a->slice + CLASSES);
     if (a->hidden) floats += (size_t)a->batch * a->slice + a->slice + (size_t)a->slice * PIXELS;
-    if (a->products) floats += ((size_t)PERSISTENT_WARPS * MMA_ROWS + 2 * round_up(a->batch, 8)) * a->slice;
     return floats * sizeof(float);
 }
 
@@ -330,10 +244,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
     cg::grid_group grid = cg::this_grid();
     extern __shared__ __align__(16) float shared[];
     int hidden = a.hidden, slice = a.slice, batch = a.batch, blocks = gridDim.x;
-    // stage 09: block b owns slice b / row_blocks, and with tensor cores rows row0 .. row0 + MMA_ROWS of the batch
-    int my_slice = blockIdx.x / a.row_blocks, slices = blocks / a.row_blocks;
-    int row0 = blockIdx.x % a.row_blocks * MMA_ROWS;
-    int features = hidden ? hidden : PIXELS, first = my_slice * slice, owned = max(0, min(slice, features - first));
+    int features = hidden ? hidden : PIXELS, first = blockIdx.x * slice, owned = max(0, min(slice, features - first));
     int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
     float *w_last = a.params + (hidden ? (int64_t)PIXELS * hidden + hidden : 0);  // (features, CLASSES)
     float *b_last = w_last + (int64_t)features * CLASSES;                         // (CLASSES,)
@@ -348,8 +259,6 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
     float *dvalue = dlogit + batch * CLASSES;             // hidden: (batch, slice) dloss/dvalue
     float *my_b0 = dvalue + batch * slice;                // hidden: (slice,) b0's entries I own
     float *my_w0 = my_b0 + slice;                         // hidden: (slice, PIXELS) W0's columns I own, one a row
-    float *warp_sums = my_w0 + slice * PIXELS;            // tensor cores: (slice / 8, PERSISTENT_WARPS, 16, 8)
-    uint32_t *dvalue_parts = (uint32_t *)(warp_sums + PERSISTENT_WARPS * MMA_ROWS * slice);  // (2, batch8, slice)
 
     // my weights into shared memory, zeros for the features past the last
     for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)
@@ -360,32 +269,21 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         for (int e = tid; e < slice * PIXELS; e += PERSISTENT_THREADS)
             my_w0[e] = e / PIXELS < owned ? w0[(int64_t)(e % PIXELS) * hidden + first + e / PIXELS] : 0.0f;
     }
-    for (int e = tid; a.products && e < 2 * round_up(batch, 8) * slice; e += PERSISTENT_THREADS) dvalue_parts[e] = 0;
 
     for (int step = 0; step < a.steps; step++) {
-        float *values = a.values + (a.products ? (int64_t)(step % 2) * batch * hidden : 0);  // tensor cores: phase C
         for (int i = tid; i < batch; i += PERSISTENT_THREADS) {
             batch_row[i] = a.rows[(int64_t)step * batch + i];
             batch_label[i] = a.labels[batch_row[i]];  // read now, used in phase B
         }
         __syncthreads();
-        // the batch's pixels, 16 bytes e of x a copy (row e / 49), by cp.async: my rows first, which phase A reads
-        // (with tensor cores, MMA_ROWS of them; else all), then the rest, which travel until phase C needs them
-        int my_rows = a.products ? min(MMA_ROWS, batch - row0) : batch, pieces = hidden ? batch * PIXELS / 16 : 0;
-        for (int e = tid; e < my_rows * PIXELS / 16 && hidden; e += PERSISTENT_THREADS)
-            copy_pixels(x, a.pixels, batch_row, row0 * PIXELS / 16 + e);
-        __pipeline_commit();
-        for (int e = my_rows * PIXELS / 16 + tid; e < pieces; e += PERSISTENT_THREADS)
-            copy_pixels(x, a.pixels, batch_row, (row0 * PIXELS / 16 + e) % pieces);
-        __pipeline_commit();
-        __pipeline_wait_prior(1);  // my copies of my rows have landed,
-        __syncthreads();           // and everyone's
+        if (hidden)  // the batch's pixels, 16 bytes a copy, several copies in flight: A and C read them slice times
+#pragma unroll 8
+            for (int e = tid; e < batch * PIXELS / 16; e += PERSISTENT_THREADS)  // 16 bytes e of x: row e / 49
+                ((uint4 *)x)[e] = ((const uint4 *)(a.pixels + (int64_t)batch_row[e / 49] * PIXELS))[e % 49];
+        __syncthreads();
 
-        // A: my features' values, then my share of every logit (of my rows, on tensor cores)
-        if (hidden && a.products) {
-            mma_hidden_values(value, values, warp_sums, x, my_w0, my_b0, row0, batch, slice, first, owned, hidden,
-                              a.products);
-        } else if (hidden) {  // ROW_THREADS threads a row, a quarter of its words each; then their sum
+        // A: my features' values, then my share of every logit
+        if (hidden) {  // ROW_THREADS threads a row, a quarter of its words each; then their sum
             // (whole warps: every lane of a warp shuffles, those past the batch on its last row, unwritten)
             for (int t = tid; t < round_up(batch * ROW_THREADS, WARP_SIZE); t += PERSISTENT_THREADS) {
                 int i = min(t / ROW_THREADS, batch - 1), q = t % ROW_THREADS, first_word = q * (WORDS / ROW_THREADS);
@@ -408,8 +306,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         __syncthreads();
         // EXERCISE(shares-barrier) begin: end phase A: store my share of every logit e = (i, j) (strided_dot) with
         //: __stcg at a.partial[e][blockIdx.x]; then the grid barrier, before any block sums the shares in phase B
-        for (int e = row0 * CLASSES + tid; e < (row0 + my_rows) * CLASSES; e += PERSISTENT_THREADS)  // logit (i, j)
-            __stcg(a.partial + (int64_t)e * slices + my_slice,  // to L2: others read it
+        for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS)  // logit e = (i, j); to L2: others read it
+            __stcg(a.partial + (int64_t)e * blocks + blockIdx.x,
                    strided_dot(value + e / CLASSES * slice, 1, my_w_last + e % CLASSES, CLASSES, slice));
         grid.sync();  // every block's shares are in partial (and every block is past the last step's phase C)
         // EXERCISE end
@@ -417,15 +315,15 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         // B: block g takes rows g, g + blocks, ... A warp a logit: its lanes add the blocks' shares (contiguous, so
         // the loads coalesce) and the warp's sum; then a warp a row: softmax, loss and dlogits
         float *row_logit = dlogit;  // (my_rows, CLASSES) my rows' logits, in dlogit's room until phase C
-        my_rows = (batch - blockIdx.x + blocks - 1) / blocks;
+        int my_rows = (batch - blockIdx.x + blocks - 1) / blocks;
         for (int q = warp; q < my_rows * CLASSES; q += PERSISTENT_WARPS) {
             int i = blockIdx.x + q / CLASSES * blocks, j = q % CLASSES;
-            const float *shares = a.partial + ((int64_t)i * CLASSES + j) * slices;
+            const float *shares = a.partial + ((int64_t)i * CLASSES + j) * blocks;
             float sum = 0.0f;
             // EXERCISE(share-sum) begin: the lanes add logit j's shares of row i, shares[0 .. blocks), read with
             //: __ldcg (other blocks wrote them: past L1, from L2), then sum = the warp's sum of their sums
 #pragma unroll 4
-            for (int g = lane; g < slices; g += WARP_SIZE) sum += __ldcg(shares + g);
+            for (int g = lane; g < blocks; g += WARP_SIZE) sum += __ldcg(shares + g);
             sum = warp_sum(sum);
             // EXERCISE end
             if (lane == 0) row_logit[q] = sum + my_b_last[j];
@@ -451,21 +349,11 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         // C: the batch's dlogits (from L2), then my gradients, every one from the weights before this step's update
         for (int e = tid; e < batch * CLASSES; e += PERSISTENT_THREADS) dlogit[e] = __ldcg(a.dlogits + e);
         // EXERCISE end
-        // tensor cores: every row's values of my units, from the blocks of my slice (written before barrier 1; a
-        // block may reach the next step's phase A while another still reads here, so the steps alternate buffers)
-        for (int p = tid; a.products && p < batch * slice; p += PERSISTENT_THREADS)
-            value[p] = p % slice < owned ? __ldcg(values + (int64_t)(p / slice) * hidden + first + p % slice) : 0.0f;
-        __pipeline_wait_prior(0);  // the rest of the batch's pixels have landed too
         __syncthreads();
         if (hidden)  // dvalue[i][f]: back through W_last and the ReLU
             for (int p = tid; p < batch * slice; p += PERSISTENT_THREADS) {
                 float sum = strided_dot(dlogit + p / slice * CLASSES, 1, my_w_last + p % slice * CLASSES, 1, CLASSES);
                 dvalue[p] = value[p] > 0.0f ? sum : 0.0f;
-                if (a.products) {  // tensor cores: its tf32 high and low parts
-                    uint32_t hi = to_tf32(dvalue[p]);
-                    dvalue_parts[p] = hi;
-                    dvalue_parts[round_up(batch, 8) * slice + p] = to_tf32(dvalue[p] - __uint_as_float(hi));
-                }
             }
         __syncthreads();  // dvalue has read W_last
         for (int e = tid; e < slice * CLASSES; e += PERSISTENT_THREADS)  // W_last[f][j], e = (f, j)
@@ -483,10 +371,9 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
                 sum = warp_sum(sum);
                 if (lane == 0) my_b0[f] -= a.lr * sum;
             }
-            if (a.products) mma_w0_update(my_w0, x, dvalue_parts, batch, slice, a.lr, a.products);
             // W0: two neighbouring lanes a word (4 weights), over alternate rows, then their sums added (whole warps:
             // every lane shuffles; those past the last word read word 0 and write nothing)
-            for (int e = tid; !a.products && e < round_up(slice * WORDS * 2, WARP_SIZE); e += PERSISTENT_THREADS) {
+            for (int e = tid; e < round_up(slice * WORDS * 2, WARP_SIZE); e += PERSISTENT_THREADS) {
                 int f = min(e / (2 * WORDS), slice - 1), w = e < slice * WORDS * 2 ? e / 2 % WORDS : 0, half = e % 2;
                 float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
@@ -502,8 +389,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         __syncthreads();  // the next step overwrites batch_row, value and dlogit
     }
 
-    // the epoch's weights go back, from one block of each slice (the others hold the same)
-    if (row0 > 0) return;
+    // the epoch's weights go back
     for (int e = tid; e < owned * CLASSES; e += PERSISTENT_THREADS) w_last[(int64_t)first * CLASSES + e] = my_w_last[e];
     if (blockIdx.x == 0)
         for (int j = tid; j < CLASSES; j += PERSISTENT_THREADS) b_last[j] = my_b_last[j];
@@ -512,6 +398,217 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
         for (int e = tid; e < owned * PIXELS; e += PERSISTENT_THREADS)
             w0[(int64_t)(e % PIXELS) * hidden + first + e / PIXELS] = my_w0[e];  // my_w0[f][k] = W0[k][first + f]
     }
+}
+
+// ----------------------------------------------------------------------------
+// stage 09: the epoch on tensor cores. One hidden unit a block leaves an mma.sync nothing to multiply, so W0
+// (PIXELS, hidden) is cut into tiles of MMA_UNITS units by 16 range_tiles pixels, one a block: block b owns units
+// 8 (b / ranges) .. and pixel range b % ranges, and both of W0's products become m16n8k8 products on its tile.
+// A: my range's part of every z (the batch's rows by my tile); B: ROW_GROUP threads a row: z summed over the
+// ranges, its values, logits, softmax, dlogits; C: my tile's gradient (x's columns by dvalue), my W_last rows, b0,
+// b_last.
+
+#define MMA_THREADS 1024
+#define MMA_WARPS (MMA_THREADS / WARP_SIZE)
+#define MMA_UNITS 8    // a block's units: one n8 product wide
+#define ROW_GROUP 128  // phase B: the threads that take a row, a unit each (and every ROW_GROUP-th after it)
+#define ROW_GROUPS (MMA_THREADS / ROW_GROUP)
+
+// x[i][p] of a block's pixel columns (rows `stride` bytes apart) as a tf32 operand: a byte is exact in tf32, and
+// pixel_byte needs no conversion instruction (those run at a quarter of an add's rate)
+static __device__ __forceinline__ uint32_t pixel_tf32(const uint8_t *x, int stride, int i, int p) {
+    return __float_as_uint(pixel_byte(x[i * stride + p], 0));
+}
+
+// c += a @ b, b's tf32 high parts and, with products == 2 (3xTF32; a is exact, so two products, not three), its
+// low parts, the small product first
+static __device__ __forceinline__ void mma_parts(float c[4], const uint32_t a[4], const uint32_t hi[2],
+                                                 const uint32_t lo[2], int products) {
+    if (products == 2) mma_tf32(c, a, lo);
+    mma_tf32(c, a, hi);
+}
+
+// The tensor-core kernel's dynamic shared memory, in mma_epoch_kernel's order.
+static size_t mma_shared_bytes(const EpochArgs *a) {
+    int pixels = 16 * a->range_tiles, batch = a->batch;
+    size_t floats = (size_t)2 * batch + MMA_UNITS * (pixels + 4) + MMA_UNITS * CLASSES + CLASSES +
+                    (size_t)batch * (2 * MMA_UNITS + CLASSES) + 2 * (size_t)round_up(batch, 8) * MMA_UNITS +
+                    ROW_GROUPS * (ROW_GROUP / WARP_SIZE) * CLASSES;
+    return (size_t)batch * pixels + floats * sizeof(float);
+}
+
+// One epoch of SGD, as mlp_epoch_kernel trains it, in one cooperative launch of a.blocks x MMA_THREADS
+__global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
+    cg::grid_group grid = cg::this_grid();
+    extern __shared__ __align__(16) float shared[];
+    int hidden = a.hidden, batch = a.batch, blocks = gridDim.x, range = blockIdx.x % a.ranges;
+    int first_unit = blockIdx.x / a.ranges * MMA_UNITS, units = min(MMA_UNITS, hidden - first_unit);
+    int first_pixel = range * 16 * a.range_tiles, pixels = min(16 * a.range_tiles, PIXELS - first_pixel);
+    int w_stride = pixels + 4;  // my_w0's rows, 4 floats longer: a warp's B loads hit 32 banks
+    int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE, g = lane / 4, t = lane % 4;
+    float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;   // (PIXELS, hidden), (hidden,)
+    float *w_last = b0 + hidden, *b_last = w_last + hidden * CLASSES;  // (hidden, CLASSES), (CLASSES,)
+    uint8_t *x = (uint8_t *)shared;                       // (batch, pixels) my pixel columns of the step's rows
+    int32_t *batch_row = (int32_t *)(x + batch * pixels);  // (batch,) this step's rows
+    int32_t *batch_label = batch_row + batch;              // (batch,) their labels
+    float *my_w0 = (float *)(batch_label + batch);         // (MMA_UNITS, w_stride) my tile, one unit a row
+    float *my_w_last = my_w0 + MMA_UNITS * w_stride;       // (MMA_UNITS, CLASSES) W_last's rows of my units
+    float *my_b_last = my_w_last + MMA_UNITS * CLASSES;    // (CLASSES,) my copy of b_last
+    float *value = my_b_last + CLASSES;                    // (batch, MMA_UNITS) my units' values, every row
+    float *dvalue = value + batch * MMA_UNITS;             // (batch, MMA_UNITS) dloss/dvalue
+    float *dlogit = dvalue + batch * MMA_UNITS;            // (batch, CLASSES) this step's dlogits
+    uint32_t *dvalue_hi = (uint32_t *)(dlogit + batch * CLASSES);  // (batch8, MMA_UNITS) dvalue's tf32 high parts,
+    uint32_t *dvalue_lo = dvalue_hi + round_up(batch, 8) * MMA_UNITS;  // and low parts; rows past the batch 0
+    float *group_sums = (float *)(dvalue_lo + round_up(batch, 8) * MMA_UNITS);  // (ROW_GROUPS, 4, CLASSES) phase B
+
+    // my tile, my W_last rows and b_last into shared memory, zeros for the units past the last
+    for (int e = tid; e < MMA_UNITS * w_stride; e += MMA_THREADS) {
+        int n = e / w_stride, k = e % w_stride;
+        my_w0[e] = n < units && k < pixels ? w0[(int64_t)(first_pixel + k) * hidden + first_unit + n] : 0.0f;
+    }
+    for (int e = tid; e < MMA_UNITS * CLASSES; e += MMA_THREADS)
+        my_w_last[e] = e / CLASSES < units ? w_last[(int64_t)first_unit * CLASSES + e] : 0.0f;
+    for (int j = tid; j < CLASSES; j += MMA_THREADS) my_b_last[j] = b_last[j];
+    for (int e = tid; e < 2 * round_up(batch, 8) * MMA_UNITS; e += MMA_THREADS) dvalue_hi[e] = 0;
+
+    for (int step = 0; step < a.steps; step++) {
+        for (int i = tid; i < batch; i += MMA_THREADS) {
+            batch_row[i] = a.rows[(int64_t)step * batch + i];
+            batch_label[i] = a.labels[batch_row[i]];  // read now, used in phase B
+        }
+        __syncthreads();
+        for (int e = tid; e < batch * pixels / 16; e += MMA_THREADS) {  // my columns, 16 bytes a cp.async
+            int i = e / (pixels / 16), c = 16 * (e % (pixels / 16));
+            __pipeline_memcpy_async(x + i * pixels + c, a.pixels + (int64_t)batch_row[i] * PIXELS + first_pixel + c,
+                                    16);
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(0);  // my copies have landed,
+        __syncthreads();           // and everyone's
+
+        // A: zpart[range][i][first_unit + n] = sum over my pixels k of x[i][k] W0[k][first_unit + n]: a warp an m16
+        // product of rows, along all my pixels (rows past the batch are computed from the last row and dropped)
+        float *zpart = a.zpart + (int64_t)range * batch * hidden;  // (batch, hidden)
+        for (int m0 = 16 * warp; m0 < batch; m0 += 16 * MMA_WARPS) {
+            int i = min(m0 + g, batch - 1), i8 = min(m0 + g + 8, batch - 1);
+            const float *w = my_w0 + g * w_stride;  // B[k][g] = W0[first_pixel + k][first_unit + g]
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int k0 = 0; k0 < pixels; k0 += 8) {
+                uint32_t frag[4] = {pixel_tf32(x, pixels, i, k0 + t), pixel_tf32(x, pixels, i8, k0 + t),
+                                    pixel_tf32(x, pixels, i, k0 + t + 4), pixel_tf32(x, pixels, i8, k0 + t + 4)};
+                float b[2] = {w[k0 + t], w[k0 + t + 4]};
+                uint32_t hi[2] = {to_tf32(b[0]), to_tf32(b[1])};
+                uint32_t lo[2] = {to_tf32(b[0] - __uint_as_float(hi[0])), to_tf32(b[1] - __uint_as_float(hi[1]))};
+                mma_parts(c, frag, hi, lo, a.products);
+            }
+            for (int e = 0; e < 4; e++) {  // C[m][n]: row m0 + g + 8 (e / 2), unit first_unit + 2t + e % 2
+                int row = m0 + g + 8 * (e / 2), n = 2 * t + e % 2;
+                if (row < batch && n < units) __stcg(zpart + (int64_t)row * hidden + first_unit + n, c[e]);
+            }
+        }
+        grid.sync();  // every range's part of every z is in zpart (and every block is past the last step's phase C)
+
+        // B: block b takes rows b, b + blocks, ..., ROW_GROUP threads a row, a unit each: z summed over the ranges
+        // in order, the value (to a.values for phase C), its share of every logit; the group's sums, then a warp
+        // the row's softmax. (Every thread runs every round, for the barrier.)
+        int group = tid / ROW_GROUP, my_warp = tid % ROW_GROUP / WARP_SIZE;
+        for (int i0 = blockIdx.x; i0 < batch; i0 += ROW_GROUPS * blocks) {
+            int i = i0 + group * blocks;
+            float share[CLASSES] = {};
+            for (int h = tid % ROW_GROUP; i < batch && h < hidden; h += ROW_GROUP) {
+                float z = 0.0f;
+#pragma unroll 8
+                for (int r = 0; r < a.ranges; r++) z += __ldcg(a.zpart + ((int64_t)r * batch + i) * hidden + h);
+                float v = fmaxf(z / 255.0f + __ldcg(b0 + h), 0.0f);  // x = byte / 255, the 255 taken out
+                __stcg(a.values + (int64_t)i * hidden + h, v);
+#pragma unroll
+                for (int j = 0; j < CLASSES; j++) share[j] = fmaf(v, __ldcg(w_last + h * CLASSES + j), share[j]);
+            }
+#pragma unroll
+            for (int j = 0; j < CLASSES; j++) {
+                float sum = warp_sum(share[j]);
+                if (lane == 0) group_sums[(group * (ROW_GROUP / WARP_SIZE) + my_warp) * CLASSES + j] = sum;
+            }
+            __syncthreads();
+            if (i < batch && my_warp == 0) {  // the group's first warp: the row's logits, softmax, loss, dlogits
+                float z = -INFINITY;
+                if (lane < CLASSES) {
+                    z = my_b_last[lane];
+                    for (int w = 0; w < ROW_GROUP / WARP_SIZE; w++)
+                        z += group_sums[(group * (ROW_GROUP / WARP_SIZE) + w) * CLASSES + lane];
+            }
+            float max = z;
+            int argmax = lane;
+            warp_argmax(&max, &argmax);
+            float e = lane < CLASSES ? expf(z - max) : 0.0f, sum = warp_sum(e);
+            int label = batch_label[i];
+            float label_logit = __shfl_sync(0xffffffff, z, label);
+            if (lane < CLASSES) __stcg(a.dlogits + i * CLASSES + lane, (e / sum - (lane == label)) / (float)batch);
+            if (lane == 0) atomicAdd(a.loss_sum + step, logf(sum) - (label_logit - max));
+            }
+            __syncthreads();  // group_sums is read
+        }
+        grid.sync();  // every row's values and dlogits are written (and every block has read this step's zpart)
+
+        // C: the batch's dlogits and my units' values, then my gradients, each from the weights before the update
+        for (int e = tid; e < batch * CLASSES; e += MMA_THREADS) dlogit[e] = __ldcg(a.dlogits + e);
+        for (int e = tid; e < batch * MMA_UNITS; e += MMA_THREADS)
+            value[e] = e % MMA_UNITS < units ? __ldcg(a.values + (int64_t)(e / MMA_UNITS) * hidden + first_unit +
+                                                      e % MMA_UNITS) : 0.0f;
+        __syncthreads();
+        for (int p = tid; p < batch * MMA_UNITS; p += MMA_THREADS) {  // dvalue[i][f]: back through W_last and the ReLU
+            float sum =
+                strided_dot(dlogit + p / MMA_UNITS * CLASSES, 1, my_w_last + p % MMA_UNITS * CLASSES, 1, CLASSES);
+            dvalue[p] = value[p] > 0.0f ? sum : 0.0f;
+            dvalue_hi[p] = to_tf32(dvalue[p]);  // its tf32 parts, for the tensor cores
+            dvalue_lo[p] = to_tf32(dvalue[p] - __uint_as_float(dvalue_hi[p]));
+        }
+        __syncthreads();  // dvalue has read W_last
+        for (int e = warp; e < MMA_UNITS * CLASSES; e += MMA_WARPS) {  // W_last[f][j], e = (f, j): a warp a weight
+            float sum = 0.0f;
+            for (int i = lane; i < batch; i += WARP_SIZE)
+                sum = fmaf(value[i * MMA_UNITS + e / CLASSES], dlogit[i * CLASSES + e % CLASSES], sum);
+            sum = warp_sum(sum);
+            if (lane == 0) my_w_last[e] -= a.lr * sum;  // every block of my units the same; range 0's for phase B
+            if (lane == 0 && range == 0 && e / CLASSES < units) w_last[first_unit * CLASSES + e] = my_w_last[e];
+        }
+        for (int j = warp; j < CLASSES; j += MMA_WARPS) {  // b_last: a warp a column, in the same order in every block
+            float sum = 0.0f;
+            for (int i = lane; i < batch; i += WARP_SIZE) sum += dlogit[i * CLASSES + j];
+            sum = warp_sum(sum);
+            if (lane == 0) my_b_last[j] -= a.lr * sum;
+        }
+        for (int f = warp; range == 0 && f < units; f += MMA_WARPS) {  // b0 (range 0's blocks): a warp a unit
+            float sum = 0.0f;
+            for (int i = lane; i < batch; i += WARP_SIZE) sum += dvalue[i * MMA_UNITS + f];
+            sum = warp_sum(sum);
+            if (lane == 0) b0[first_unit + f] -= a.lr * sum;
+        }
+        // W0 on my tile: dW0 (pixels, MMA_UNITS) = x^T (pixels, batch) @ dvalue (batch, MMA_UNITS), a warp an m16
+        // product of pixels along the whole batch (rows past the batch: dvalue's parts are 0, x's row clamped)
+        for (int m0 = 16 * warp; m0 < pixels; m0 += 16 * MMA_WARPS) {
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int k0 = 0; k0 < batch; k0 += 8) {
+                int i = min(k0 + t, batch - 1), i4 = min(k0 + t + 4, batch - 1);  // A[m][k] = x[k0 + k][m0 + m]
+                uint32_t frag[4] = {pixel_tf32(x, pixels, i, m0 + g), pixel_tf32(x, pixels, i, m0 + g + 8),
+                                    pixel_tf32(x, pixels, i4, m0 + g), pixel_tf32(x, pixels, i4, m0 + g + 8)};
+                int b = (k0 + t) * MMA_UNITS + g;  // B[k][n] = dvalue[k0 + k][n]
+                uint32_t hi[2] = {dvalue_hi[b], dvalue_hi[b + 4 * MMA_UNITS]};
+                uint32_t lo[2] = {dvalue_lo[b], dvalue_lo[b + 4 * MMA_UNITS]};
+                mma_parts(c, frag, hi, lo, a.products);
+            }
+            for (int e = 0; e < 4; e++)  // C[m][n]: pixel m0 + g + 8 (e / 2) of unit 2t + e % 2
+                my_w0[(2 * t + e % 2) * w_stride + m0 + g + 8 * (e / 2)] -= a.lr * (c[e] / 255.0f);
+        }
+        __syncthreads();  // the next step overwrites batch_row, x, value and dlogit
+    }
+
+    // the epoch's tile goes back (W_last and b0 are in a.params already), and block 0's b_last
+    for (int e = tid; e < units * pixels; e += MMA_THREADS)
+        w0[(int64_t)(first_pixel + e % pixels) * hidden + first_unit + e / pixels] =
+            my_w0[e / pixels * w_stride + e % pixels];
+    if (blockIdx.x == 0)
+        for (int j = tid; j < CLASSES; j += MMA_THREADS) b_last[j] = my_b_last[j];
 }
 
 // With --variant persistent named, one error line and EXIT_CUDA; else one note a process, and 0 (07's graph runs)
@@ -526,26 +623,32 @@ static int persistent_unavailable(const MnistConfig *cfg, const char *why) {
     return 0;
 }
 
-// The fewest units a block (first_slice, twice that, ...) with which every block is resident at once; 0 if none fits
-static int layout_fits(EpochArgs *a, int first_slice, int sms, int max_shared) {
+// Tensor cores: the shortest pixel ranges (1, 2, 3, ... m16 products) with which every block has an SM of its own;
+// 0 where none fits, or where this GPU or build has no tf32 tensor cores (why says so).
+static int mma_layout(const MnistConfig *cfg, int sms, int max_shared, EpochArgs *a, char *why, size_t why_len) {
     int per_sm;
-    for (a->slice = first_slice;; a->slice *= 2) {
-        a->blocks = ((a->hidden ? a->hidden : PIXELS) + a->slice - 1) / a->slice * a->row_blocks;
-        a->shared_bytes = persistent_shared_bytes(a);
-        if (a->shared_bytes > (size_t)max_shared) return 0;
-        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mlp_epoch_kernel, PERSISTENT_THREADS,
+    a->products = cfg->precision == PRECISION_TF32 ? 1 : 2;
+    if (!feature_available(FEATURE_TF32, (const void *)mma_epoch_kernel, why, why_len)) return 0;
+    cudaCheck(cudaFuncSetAttribute(mma_epoch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
+    for (a->range_tiles = 1; a->range_tiles <= PIXELS / 16; a->range_tiles++) {
+        a->ranges = (PIXELS / 16 + a->range_tiles - 1) / a->range_tiles;
+        a->blocks = (a->hidden + MMA_UNITS - 1) / MMA_UNITS * a->ranges;
+        a->shared_bytes = mma_shared_bytes(a);
+        if (a->blocks > sms || a->shared_bytes > (size_t)max_shared) continue;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mma_epoch_kernel, MMA_THREADS,
                                                                 a->shared_bytes));
-        if (a->blocks <= sms * per_sm) return 1;
+        if (per_sm > 0) return 1;
     }
+    snprintf(why, why_len, "its tiles of %d units do not give every block an SM", MMA_UNITS);
+    return 0;
 }
 
-// The launch in *a, or 0 where 07's graphs run (a note says why). With a hidden layer and tensor cores, MMA_UNITS
-// units a block (or twice that, ...) for MMA_ROWS rows; else stage 08's split, with a note: a unit (or PIXEL_SLICE
-// pixels) a block (or twice that, ...) for the whole batch.
+// The launch in *a, or 0 where 07's graphs run (a note says why). With a hidden layer, tensor cores where they fit
+// (stage 09); else stage 08's kernel: units a block, the fewest (1, 2, 4, ...) that fit.
 static int persistent_layout(const MnistConfig *cfg, int steps, EpochArgs *a) {
     int hidden = cfg->n_layers == 2 ? cfg->sizes[1] : 0;
     if (cfg->n_layers > 2) return persistent_unavailable(cfg, "it holds at most one hidden layer");
-    int device, cooperative, sms, max_shared;
+    int device, cooperative, sms, max_shared, per_sm;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
     if (!cooperative) return persistent_unavailable(cfg, "this GPU has no cooperative launches");
@@ -557,20 +660,23 @@ static int persistent_layout(const MnistConfig *cfg, int steps, EpochArgs *a) {
     a->batch = cfg->batch;
     a->lr = cfg->lr;
     char why[160] = "it has no hidden layer";
-    a->products = hidden && feature_available(FEATURE_TF32, (const void *)mlp_epoch_kernel, why, sizeof(why))
-                      ? (cfg->precision == PRECISION_TF32 ? 1 : 2) : 0;
-    a->row_blocks = a->products ? (cfg->batch + MMA_ROWS - 1) / MMA_ROWS : 1;
-    if (a->products && layout_fits(a, MMA_UNITS, sms, max_shared)) return 1;
-    if (a->products) snprintf(why, sizeof(why), "a block's %d rows of a slice do not fit its shared memory", MMA_ROWS);
+    if (hidden && mma_layout(cfg, sms, max_shared, a, why, sizeof(why))) return 1;
     if (cfg->precision != PRECISION_FP32)
-        return persistent_unavailable(cfg, "its products run in tf32 only on tensor cores, and here they cannot");
-    a->products = 0, a->row_blocks = 1;
-    if (!layout_fits(a, hidden ? 1 : PIXEL_SLICE, sms, max_shared))
-        return persistent_unavailable(cfg, "a block's slice of the weights does not fit its shared memory");
+        return persistent_unavailable(cfg, "it trains in tf32 only on tensor cores, with a hidden layer");
     static int noted = 0;
     if (hidden && !noted++)
-        fprintf(stderr, "note: the first layer's products run on the CUDA cores, as stage 08 runs them: %s\n", why);
-    return 1;
+        fprintf(stderr, "note: the first layer's products run on the CUDA cores, stage 08's kernel: %s\n", why);
+    a->products = 0;
+    a->slice = hidden ? 1 : PIXEL_SLICE;
+    for (;; a->slice *= 2) {
+        a->blocks = ((hidden ? hidden : PIXELS) + a->slice - 1) / a->slice;
+        a->shared_bytes = persistent_shared_bytes(a);
+        if (a->shared_bytes > (size_t)max_shared)
+            return persistent_unavailable(cfg, "a block's slice of the weights does not fit its shared memory");
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mlp_epoch_kernel, PERSISTENT_THREADS,
+                                                                a->shared_bytes));
+        if (a->blocks <= sms * per_sm) return 1;
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -696,7 +802,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     int persistent_blocks =
         cfg->variant == VARIANT_PERSISTENT && persistent_layout(cfg, steps, &persistent) ? persistent.blocks : 0;
     float *d_partial = NULL;  // persistent: (batch, classes, blocks) each block's share of every logit
-    float *d_values = NULL;   // persistent on tensor cores: (2, batch, hidden) the hidden values, a buffer a step
+    float *d_zpart = NULL, *d_values = NULL;  // tensor cores: (ranges, batch, hidden), (batch, hidden)
     void *d_workspace, *d_eval_workspace;  // (WORKSPACE_BYTES,) each: cuBLASLt scratch, one per stream
     // zeroed: the warm-up before the capture reads them before the upload or a gather has written them
     d_params = (float *)device_zeros(n_params * sizeof(float));
@@ -721,9 +827,12 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaMalloc(&d_test_loss_sum, cfg->epochs * sizeof(float)));
     cudaCheck(cudaMalloc(&d_test_correct, cfg->epochs * sizeof(int)));
     cudaCheck(cudaMalloc(&d_step, sizeof(int)));
-    if (persistent_blocks)
+    if (persistent_blocks && !persistent.products)
         cudaCheck(cudaMalloc(&d_partial, (size_t)batch * persistent_blocks * classes * sizeof(float)));
-    if (persistent.products) cudaCheck(cudaMalloc(&d_values, 2 * (size_t)batch * cfg->sizes[1] * sizeof(float)));
+    if (persistent.products) {
+        cudaCheck(cudaMalloc(&d_zpart, (size_t)persistent.ranges * batch * cfg->sizes[1] * sizeof(float)));
+        cudaCheck(cudaMalloc(&d_values, (size_t)batch * cfg->sizes[1] * sizeof(float)));
+    }
     int *test_correct = (int *)host_malloc(cfg->epochs * sizeof(int), "the test results");  // (epochs,)
     // Non-blocking streams: the legacy default stream would serialize with all three.
     cudaStream_t stream, copy_stream, eval_stream;  // training; uploads; evaluation
@@ -831,14 +940,16 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
         if (persistent_blocks) {
             // the whole epoch in one launch (with --breakdown, one phase: its steps have no host-visible seams)
             EpochArgs args = persistent;
-            args.params = d_params, args.partial = d_partial, args.dlogits = d_dact[n_layers], args.values = d_values;
+            args.params = d_params, args.partial = d_partial, args.dlogits = d_dact[n_layers];
+            args.zpart = d_zpart, args.values = d_values;
             args.pixels = d_pixels, args.labels = d_train_labels;
             args.loss_sum = d_loss_sum + (int64_t)epoch * steps, args.rows = d_order + (int64_t)epoch * n_train;
             void *kernel_args[] = {&args};
+            const void *kernel = persistent.products ? (const void *)mma_epoch_kernel : (const void *)mlp_epoch_kernel;
             TIMED_PHASE(&clock, PHASE_FORWARD, stream)
-                cudaCheck(cudaLaunchCooperativeKernel((const void *)mlp_epoch_kernel, persistent_blocks,
-                                                      PERSISTENT_THREADS, kernel_args, persistent.shared_bytes,
-                                                      stream));
+                cudaCheck(cudaLaunchCooperativeKernel(kernel, persistent_blocks,
+                                                      persistent.products ? MMA_THREADS : PERSISTENT_THREADS,
+                                                      kernel_args, persistent.shared_bytes, stream));
         } else if (!use_graph) {
             for (int step = 0; step < steps; step++) train_step(&step_args, &clock, stream);
         } else {
@@ -917,6 +1028,7 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
     cudaCheck(cudaFree(d_test_correct));
     cudaCheck(cudaFree(d_step));
     cudaCheck(cudaFree(d_partial));
+    cudaCheck(cudaFree(d_zpart));
     cudaCheck(cudaFree(d_values));
     if (graph_exec) cudaCheck(cudaGraphExecDestroy(graph_exec));
     free(test_correct);
