@@ -58,9 +58,15 @@ checklist_of() { grep '^- \[[x ]\] \*\*stage ' "$1" | cksum; }
 
 stages=$(find . -maxdepth 1 -type d -name '0[2-9]-*' | sed 's|^\./||' | sort |
     while read -r d; do [ -f "$d/regression.cu" ] && [ -f "$d/mnist.cu" ] && echo "${d%%-*}"; done)
+# A prompt that cannot fit: stage 09's MNIST one, whose starting file (stage 08's mnist.cu) is 33 KB of code
+# alone. prompt.sh must refuse it with its one error line, after writing the stage's regression prompt.
+too_long="09-mnist"
 for nn in 01 $stages; do
     if TRY_BUILD=$work TRY_HAVE_GPU=0 TRY_STAGE_DIR=$(stage_dir "$nn") TRY_TRAINER="regression mnist" \
         bash common/prompt.sh "$nn" >"$log" 2>&1; then ok "stage $nn prompt written"
+    elif [ "$nn-mnist" = "$too_long" ] && [ -f "$work/prompt/stage$nn-regression.md" ] &&
+        grep -q "^error: the stage $nn prompt for mnist would be [0-9]* bytes, over the limit" "$log"; then
+        ok "stage $nn prompt: the regression's written, the MNIST one refused (over the limit, one error line)"
     else bad "stage $nn prompt: common/prompt.sh $nn failed"; fi
 done
 
@@ -114,6 +120,7 @@ for trainer in regression mnist; do
     for nn in $stages; do
         from=$previous
         [ "$nn" = 02 ] && from=02
+        [ "$nn-$trainer" != "$too_long" ] || { previous=$nn; continue; }
         check_prompt "$work/prompt/stage$nn-$trainer.md" "$nn" "$trainer" "$(stage_dir "$from")/$trainer.cu"
         previous=$nn
     done
