@@ -36,7 +36,8 @@ BUILD := $(if $(filter 1,$(SANITIZE)),build-asan,build)
 STAGE_DIRS := $(sort $(filter $(patsubst %/regression.cu,%,$(wildcard 0[2-9]-*/regression.cu)),$(patsubst %/mnist.cu,%,$(wildcard 0[2-9]-*/mnist.cu))))
 STAGES := $(foreach d,$(STAGE_DIRS),$(firstword $(subst -, ,$(d))))
 ALL_STAGES := 01 $(STAGES)
-# A stage folder with kernel ladders and no trainers yet runs its ladders only (make stage N ladder).
+# A stage folder with kernel ladders and no trainers yet runs its ladders (make stage N ladder) and the exercises of
+# their files (make stage N exercise; make stage N try FILE=mine/NAME_ladder.cu) only.
 LADDER_ONLY_DIRS := $(filter-out $(STAGE_DIRS),$(sort $(patsubst %/,%,$(dir $(wildcard 0[2-9]-*/*_ladder.cu)))))
 LADDER_ONLY_STAGES := $(foreach d,$(LADDER_ONLY_DIRS),$(firstword $(subst -, ,$(d))))
 
@@ -118,8 +119,8 @@ INSTEAD_profile = read $(or $(wildcard results/*-profile-$(NN).txt),the worked e
 INSTEAD_sanitize = read the recorded verdicts in $(or $(wildcard results/*-sanitize.txt),docs/RESULTS.md)
 ifeq ($(VERB)$(wildcard $(call stage_dir,$(NN))/*_ladder.cu),ladder)
 REFUSAL := 2 stage $(NN:0%=%) has no kernel ladders; stages with one: $(sort $(foreach f,$(wildcard 0[1-9]-*/*_ladder.cu),$(patsubst 0%,%,$(firstword $(subst -, ,$(f))))))
-else ifneq ($(and $(filter $(NN),$(LADDER_ONLY_STAGES)),$(filter-out ladder,$(VERB))),)
-REFUSAL := 2 stage $(NN:0%=%) has no trainers: its folder holds kernel ladders only (make stage $(NN:0%=%) ladder)
+else ifneq ($(and $(filter $(NN),$(LADDER_ONLY_STAGES)),$(filter-out ladder exercise try,$(VERB))),)
+REFUSAL := 2 stage $(NN:0%=%) has no trainers: its folder holds kernel ladders only (make stage $(NN:0%=%) ladder; make stage $(NN:0%=%) exercise)
 else ifeq ($(DETECTED_ARCH)$(filter $(GPU_VERBS),$(VERB)),$(VERB))
 REFUSAL := 4 make stage $(NN:0%=%) $(VERB) needs an NVIDIA GPU and nvidia-smi lists none here: $(INSTEAD_$(VERB))$(if \
     $(filter $(NN),$(LADDER_ONLY_STAGES)),,$(comma) or run stage $(NN:0%=%) on the CPU with make stage $(NN:0%=%) run)
@@ -292,11 +293,23 @@ $(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*
 $(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/test_*.c)) $(COMMON_LIB)
 	$(LINK_TEST)
 
-# The CPU checks of exercise regions in common/ (tests/exercise/test_<name>.c checks common/<name>.c): each a program of
-# its own, which try links with a candidate's NAME.c and make test runs (in a student copy, once the exercise is done)
-EXERCISE_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/exercise/test_*.c))
-$(EXERCISE_TESTS): $(BUILD)/tests/exercise/%: $(BUILD)/tests/exercise/%.o $(COMMON_LIB)
+# The CPU checks of exercise regions in common/ (tests/exercise/test_<name>.c checks common/<name>.c) and in kernel
+# ladders (tests/exercise/test_<name>_ladder.c checks NN-*/<name>_ladder.cu, compiled without its main): each a program
+# of its own, which try links with a candidate's file and make test runs (in a student copy, once the exercise is done).
+# A ladder's check is built where its ladder is (a student copy of earlier stages has none).
+exercise_ladder_source = $(firstword $(wildcard 0[1-9]-*/$(1).cu))
+EXERCISE_LADDER_NAMES := $(foreach n,$(patsubst tests/exercise/test_%.c,%,$(wildcard tests/exercise/test_*_ladder.c)),$(if \
+    $(call exercise_ladder_source,$(n)),$(n)))
+EXERCISE_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/exercise/test_%_ladder.c,$(wildcard tests/exercise/test_*.c))) \
+    $(EXERCISE_LADDER_NAMES:%=$(BUILD)/tests/exercise/test_%)
+$(filter-out %_ladder,$(EXERCISE_TESTS)): $(BUILD)/tests/exercise/%: $(BUILD)/tests/exercise/%.o $(COMMON_LIB)
 	$(LINK_TEST)
+define exercise_ladder_rule
+$(BUILD)/tests/exercise/test_$(1): $(BUILD)/tests/exercise/test_$(1).o \
+    $(BUILD)/$(firstword $(subst -, ,$(call exercise_ladder_source,$(1))))/$(1)_versions.o $(COMMON_LIB)
+	$$(LINK_TEST)
+endef
+$(foreach n,$(EXERCISE_LADDER_NAMES),$(eval $(call exercise_ladder_rule,$(n))))
 
 # make data checks the four files every time; a verb that trains MNIST fetches it only where it is missing
 MNIST_DATA := data/mnist/train-images-idx3-ubyte

@@ -95,16 +95,44 @@ static __device__ __forceinline__ void copy_tile_async(float *to, int stride, co
 }
 
 // ----------------------------------------------------------------------------
+// where a lane's share of one mma.sync lies: the layout of common/mma_tf32.cuh, as index arithmetic
+
+// The three matrices of one product: A (16 x 8) and B (8 x 8), which a lane loads, and C (16 x 8), which it stores.
+enum Fragment { FRAGMENT_A, FRAGMENT_B, FRAGMENT_C };
+
+// A cell of one of them.
+struct FragmentCell {
+    int row, col;
+};
+
+// Where element e of lane's fragment of `matrix` lies in that matrix: a[e] of A and c[e] of C (e = 0 .. 3), b[e] of
+// B (e = 0 .. 1). The kernels call it with a constant matrix and e (unrolled loops): it folds into a few integer
+// instructions per slice, and each load and store into a constant offset from them. The host calls it through
+// mma_fragment_cell (the exercise's CPU check).
+static __host__ __device__ __forceinline__ FragmentCell fragment_cell(Fragment matrix, int lane, int e) {
+    FragmentCell cell = {0, 0};
+    // EXERCISE(fragment-load-store) begin: cell = the row and column of element e of lane's fragment of matrix, as
+    //: common/mma_tf32.cuh's table gives them (g = lane / 4, t = lane % 4): over the 32 lanes, every cell of A, of B
+    //: and of C exactly once
+    int g = lane / 4, t = lane % 4;
+    if (matrix == FRAGMENT_A) cell = {g + 8 * (e % 2), t + 4 * (e / 2)};
+    else if (matrix == FRAGMENT_B) cell = {t + 4 * e, g};
+    else cell = {g + 8 * (e / 2), 2 * t + e % 2};
+    // EXERCISE end
+    return cell;
+}
+
+// ----------------------------------------------------------------------------
 // the kernel of versions 2 to 5
 
 // The warp's products on one staged slice: MMA_TILE_K / 8 steps along K; per step the A fragments of its
 // WARP_TILE_M rows (M_FRAGS of 16) and the B fragments of its WARP_TILE_N columns (N_FRAGS of 8), read from
-// shared memory where the layout above puts them, rounded to tf32 (PRODUCTS 1) or split into tf32 high and
+// shared memory at the cells fragment_cell gives, rounded to tf32 (PRODUCTS 1) or split into tf32 high and
 // low parts (PRODUCTS 3). acc[i][j]: the C fragment of the warp's row block i and column block j.
 template <int PRODUCTS>
 static __device__ __forceinline__ void multiply_slice(float acc[M_FRAGS][N_FRAGS][4], const float *in_slice,
                                                       const float *w_slice, int in_stride, int w_stride) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const float *a_rows = in_slice + (warp / 2) * WARP_TILE_M * in_stride;  // in (WARP_TILE_M, MMA_TILE_K)
     const float *b_cols = w_slice + (warp % 2) * WARP_TILE_N;               // W (MMA_TILE_K, WARP_TILE_N)
 #pragma unroll
@@ -113,8 +141,12 @@ static __device__ __forceinline__ void multiply_slice(float acc[M_FRAGS][N_FRAGS
 #pragma unroll
         for (int i = 0; i < M_FRAGS; i++) {
             const float *a = a_rows + 16 * i * in_stride + kk;
-            float x[4] = {a[g * in_stride + t], a[(g + 8) * in_stride + t], a[g * in_stride + t + 4],
-                          a[(g + 8) * in_stride + t + 4]};
+            float x[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                FragmentCell at = fragment_cell(FRAGMENT_A, lane, e);
+                x[e] = a[at.row * in_stride + at.col];
+            }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 a_hi[i][e] = to_tf32(x[e]);
@@ -124,7 +156,12 @@ static __device__ __forceinline__ void multiply_slice(float acc[M_FRAGS][N_FRAGS
 #pragma unroll
         for (int j = 0; j < N_FRAGS; j++) {
             const float *b = b_cols + kk * w_stride + 8 * j;
-            float x[2] = {b[t * w_stride + g], b[(t + 4) * w_stride + g]};
+            float x[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                FragmentCell at = fragment_cell(FRAGMENT_B, lane, e);
+                x[e] = b[at.row * w_stride + at.col];
+            }
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 b_hi[j][e] = to_tf32(x[e]);
@@ -194,16 +231,17 @@ __global__ void __launch_bounds__(MMA_THREADS)
         }
     }
 
-    // each lane's C fragments: rows g and g + 8, columns 2t and 2t + 1 of each of the warp's 16 x 8 blocks
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    // each lane's C fragments: c[e] of each of the warp's 16 x 8 blocks, at its cell of that block
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
     for (int i = 0; i < M_FRAGS; i++) {
 #pragma unroll
         for (int j = 0; j < N_FRAGS; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int row = row0 + WARP_TILE_M * (warp / 2) + 16 * i + g + 8 * (e / 2);
-                int col = col0 + WARP_TILE_N * (warp % 2) + 8 * j + 2 * t + e % 2;
+                FragmentCell at = fragment_cell(FRAGMENT_C, lane, e);
+                int row = row0 + WARP_TILE_M * (warp / 2) + 16 * i + at.row;
+                int col = col0 + WARP_TILE_N * (warp % 2) + 8 * j + at.col;
                 if (row < m && col < n) out[(size_t)row * n + col] = fmaxf(acc[i][j][e] + bias[col], 0.0f);
             }
         }
@@ -296,6 +334,14 @@ static void run_once(const Problem *p, const Version *v, float *out) {
     cudaCheck(cudaMemset(p->out, 0xff, sizeof(float) * (size_t)p->m * p->n));
     call_version(p, v);
     cudaCheck(cudaMemcpy(out, p->out, sizeof(float) * (size_t)p->m * p->n, cudaMemcpyDeviceToHost));
+}
+
+// For tests/exercise/test_mma_ladder.c, the CPU check of the exercise fragment-load-store: fragment_cell on the
+// host, matrix 0, 1, 2 for A, B, C.
+extern "C" void mma_fragment_cell(int matrix, int lane, int e, int *row, int *col) {
+    FragmentCell cell = fragment_cell((Fragment)matrix, lane, e);
+    *row = cell.row;
+    *col = cell.col;
 }
 
 // For tests/gpu/test_mma_ladder.c (tests/gpu/test_gemm_ladder.c's cases: the GEMM ladders of stages 04 and 06

@@ -6,10 +6,13 @@
 # An exercise is a region of a stage file, `// EXERCISE(name) begin: task` ... `// EXERCISE end`; its
 # skeleton is the file with the region replaced by `// TODO(exercise): name: task` (common/exercise_cut.awk),
 # written to build/exercise/NN/FILE. Only the files try can check hold regions: the trainers (stage 01:
-# vector_add.cu), and the .c files of common/ that the stage is the first to use (common/stage_common.sh),
+# vector_add.cu), the .c files of common/ that the stage is the first to use (common/stage_common.sh),
 # where its lesson may live (05's staging ring, 06's cuBLASLt descriptors): try links such a file in place of
-# common's under the stage's own trainers. TRY_EXERCISE=name cuts that region only; TRY_EXERCISE=file every
-# region of that file.
+# common's under the stage's own trainers, and the stage's kernel ladders (NN-*/NAME_ladder.cu: 09's fragment
+# layout), which try links with the ladder's own test; a ladder-only stage has no other. A region whose code
+# runs on the host too is checked on the CPU as well (tests/exercise/test_<name>.c), on any machine; where that
+# check covers the regions tried whole, its verdict stands without a GPU (common/try.sh, TRY_REGIONS).
+# TRY_EXERCISE=name cuts that region only; TRY_EXERCISE=file every region of that file.
 # In a copy written by `make student` (STUDENT.md lists what was cut), the stage's file is the student's
 # work: it is tried in place, and ANSWER=1 is refused. Exit status: try's, the worst over the files.
 #
@@ -40,10 +43,12 @@ first_used() {
 }
 
 # sets mode (cut, or student in a student copy) and index, "FILE NAME" a line for every region of the
-# stage (FILE: the trainer's name, or common/<name>.c); or exits 2 where there is none, or a name is used twice
+# stage (FILE: the trainer's or the ladder's name, or common/<name>.c); or exits 2 where there is none, or a name
+# is used twice
 exercise_index() {
     local f name names files=(regression.cu mnist.cu) common_files  # the stage's files that may hold regions
     [ "$nn" != 01 ] || files=(vector_add.cu)
+    mapfile -t -O ${#files[@]} files < <(find "$stage_dir" -maxdepth 1 -name '*_ladder.cu' -printf '%f\n' 2>/dev/null | sort)
     common_files=$(first_used)
     index='' mode=cut
     if [ -f STUDENT.md ]; then  # "- `NN-stage/file.cu`: name, name" and "- `common/<file>.c`: name" lines
@@ -71,7 +76,7 @@ exercise_index() {
     done
     index=${index%$'\n'}
     [ -n "$index" ] ||
-        die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(printf '%s ' "${files[@]/#/$stage_dir/}" $common_files)(see $stage_dir/exercises.md)"
+        die "stage $nn has no exercise region: no '// EXERCISE(name) begin: task' line in $(for f in "${files[@]}"; do [ ! -f "$stage_dir/$f" ] || printf '%s ' "$stage_dir/$f"; done; printf '%s ' $common_files)(see $stage_dir/exercises.md)"
     local twice
     twice=$(awk '{ print $2 }' <<<"$index" | sort | uniq -d | head -n1)
     [ -z "$twice" ] ||
@@ -114,7 +119,7 @@ try_one() {
         mv "$path.tmp" "$path"
         echo "== exercise ($regions): $path, the skeleton cut from $source (the task: $stage_dir/exercises.md; ANSWER=1 tries the answer)"
     fi
-    TRY_OUT=$build/exercise/$nn/${base%.*} TRY_INCLUDE_DIR=$stage_dir bash common/try.sh "$nn" "$path"
+    TRY_OUT=$build/exercise/$nn/${base%.*} TRY_INCLUDE_DIR=$stage_dir TRY_REGIONS=${regions//, / } bash common/try.sh "$nn" "$path"
 }
 
 exercise_index

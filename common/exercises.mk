@@ -7,7 +7,7 @@
 # TRY_RUN=0 stops try and exercise after the checks that need no GPU (compiles, exports, links, markers).
 # Exit status: 0 PASS (or TRY_RUN=0 with nothing left to do), 1 FAIL, 2 a file that cannot be a candidate
 # (missing, does not compile, does not export what the drivers need, does not link), 4 UNVERIFIED (no
-# CUDA device ran the suite: nothing was checked, so nothing passed).
+# CUDA device ran the suite, and no CPU check covers the exercise whole: it was not all checked, so it did not pass).
 
 .PHONY: stage-try stage-exercise stage-prompt student loop grade
 

@@ -2,21 +2,26 @@
 # common/try.sh NN FILE: the work behind `make stage N try` (common/exercises.mk hands over the build
 # settings as TRY_* environment variables). FILE replaces the stage trainer it defines (for stage 01:
 # vector_add.cu), or is a Markdown answer whose only fenced code block is that file, or, a .c file named as
-# one of common/'s (staging.c), replaces that file under the stage's own trainers. Not meant to be run by hand.
+# one of common/'s (staging.c), replaces that file under the stage's own trainers, or, a .cu file named as one of
+# the stage's kernel ladders (mma_ladder.cu), replaces that ladder. Not meant to be run by hand.
 #
 # First what needs no GPU (every mistake is one "error:" line and exit 2): FILE compiles with the Makefile's
 # flags into build/try/NN/, defines with C linkage what the drivers and tests call (nm decides which trainer it
 # replaces), and links with the suite and the stage's other trainer, and with the driver (which reports its
 # stage as "NN-try"). A `// TODO(exercise)` comment left in FILE never passes. A common/ file links ahead of
 # libcommon.a with the stage's own trainers instead, and where tests/exercise/test_<name>.c checks common/<name>.c on the
-# CPU, that CPU suite runs on it first, on any machine: its failure is a FAIL. Then the GPU suite on the
-# candidate's trainer only (Criterion --filter; a common/ file: the trainers that include its header) and,
-# only if it passed, the stage's driver and the candidate's with the same flags, and a table of the two
-# result rows with the relative speed.
+# CPU, that CPU suite runs on it first, on any machine: its failure is a FAIL. A kernel ladder is compiled as its
+# program and without its main (-DLADDER_NO_MAIN), linked with its own test (tests/gpu/test_<name>.c) and, where
+# tests/exercise/test_<name>.c checks it on the CPU, with that CPU suite, which runs first in the same way. Then the
+# GPU suite on the candidate's trainer only (Criterion --filter; a common/ file: the trainers that include its
+# header; a ladder: its test) and, only if it passed, the stage's driver and the candidate's with the same flags,
+# and a table of the two result rows with the relative speed (a ladder: the candidate's ladder program, which
+# checks every version against the CPU before it times it).
 # Verdict on the last line: "try: PASS", "try: FAIL", or "try: UNVERIFIED (no CUDA device)"; exit 0, 1
 # or 4 (see common/exercises.mk). common/exercise.sh runs this on a skeleton, with TRY_OUT (the folder
-# for the build) and TRY_INCLUDE_DIR (the stage's folder, where a skeleton cut into build/ finds the
-# headers beside its file).
+# for the build), TRY_INCLUDE_DIR (the stage's folder, where a skeleton cut into build/ finds the
+# headers beside its file) and TRY_REGIONS (the exercise regions tried). Without a GPU, a CPU suite whose
+# "// whole: name, name" line names every region tried checks the exercise whole: its PASS is the verdict.
 # shellcheck disable=SC2086  # the TRY_* flags and ARGS are lists of words
 nn=${1:-}
 # shellcheck source=common/try_common.sh
@@ -32,11 +37,32 @@ answer_blocks() {  # answer_blocks FILE.md: how many fenced code blocks it holds
     awk '/^(```|~~~)/ { fences++ } END { print fences % 2 ? "unclosed" : fences / 2 }' "$1"
 }
 
-check_candidate() {  # check_candidate FILE: sets file, and answer where it is a Markdown answer; or exits 2
-    file=$1 answer= common_name=
+stage_ladders() {  # the stage's kernel ladders, "mma_ladder.cu", one a line
+    find "$stage_dir" -maxdepth 1 -name '*_ladder.cu' -printf '%f\n' 2>/dev/null | sort
+}
+
+# check_candidate FILE: sets file, answer where it is a Markdown answer, common_name where a .c file of common/,
+# ladder where a kernel ladder of the stage (mma_ladder); or exits 2
+check_candidate() {
+    file=$1 answer= common_name= ladder=
+    local ladders trainers=1
+    ladders=$(stage_ladders | paste -sd' ')
+    [ "$nn" = 01 ] || { [ -f "$stage_dir/regression.cu" ] && [ -f "$stage_dir/mnist.cu" ]; } || trainers=0
+    [ -n "$file" ] || [ $trainers = 1 ] ||
+        die "no candidate given: make stage $n try FILE=mine/${ladders%% *} (stage $nn has no trainers: try takes one of its kernel ladders, $ladders)"
     [ -n "$file" ] || die "no candidate given: make stage $n try FILE=path/to/regression.cu (a .cu file that replaces one of stage $nn's trainers)"
     [ -e "$file" ] || die "FILE '$file' does not exist"
     [ -f "$file" ] || die "FILE '$file' is not a regular file"
+    case ${file##*/} in
+    *_ladder.cu)
+        [[ " $ladders " == *" ${file##*/} "* ]] ||
+            die "FILE '$file' is named as a kernel ladder, and stage $nn has no ${file##*/}${ladders:+ (its ladders: $ladders)}"
+        ladder=${file##*/}
+        ladder=${ladder%.cu}
+        return ;;
+    esac
+    [ $trainers = 1 ] ||
+        die "stage $nn has no trainers: try takes one of its kernel ladders, named as it is (${ladders:-none here}), not '$file'"
     case $file in
     *.cu) ;;
     *.md)
@@ -131,12 +157,33 @@ link_trainer() {  # stages 02 on: the file replaces one trainer, beside the stag
     [ "$trainer" = mnist ] && suite_filter='mnist*/*'
 }
 
+# link_ladder: a kernel ladder, which is its own program; without its main (-DLADDER_NO_MAIN) its versions are what its
+# test calls (tests/gpu/test_<name>.c) and, where tests/exercise/test_<name>.c checks it on the CPU, that check
+link_ladder() {
+    compile_candidate "$out/candidate.o"
+    compile_candidate "$out/candidate_versions.o" -DLADDER_NO_MAIN
+    has main "$(defined_symbols "$out/candidate.o")" ||
+        die "$file does not define main: it replaces $stage_dir/$ladder.cu as a whole, the program included (main only under #ifndef LADDER_NO_MAIN)"
+    link_candidate "$out/test_$ladder" "with tests/gpu/test_$ladder.c (see the linker output above): keep the extern \"C\" functions of $stage_dir/$ladder.cu" \
+        "$build/tests/gpu/test_$ladder.o" "$out/candidate_versions.o"
+    link_candidate "$out/$ladder" "into the $ladder program (see the linker output above)" "$out/candidate.o"
+    trainer=$ladder cpu_suite='' cpu_test=tests/exercise/test_$ladder.c
+    if [ -f "$cpu_test" ]; then
+        build_stage "$build/tests/exercise/test_$ladder.o"
+        link_candidate "$out/test_cpu" "with $cpu_test (see the linker output above): keep the extern \"C\" functions of $stage_dir/$ladder.cu" \
+            "$build/tests/exercise/test_$ladder.o" "$out/candidate_versions.o"
+        cpu_suite=$out/test_cpu
+    fi
+    echo "   replaces stage $nn's $ladder: compiles, defines main, links: $out/test_$ladder, $out/$ladder${cpu_suite:+, $cpu_suite}"
+}
+
 # link_common: stages 02 on, a .c file that replaces common/<name>.c: the stage's own trainers link with it ahead of
 # libcommon.a (whose <name>.o the linker then leaves out). The trainers that include <name>.h are the ones tested, and
 # the first of them is timed (neither: both tested, the regression timed); tests/exercise/test_<name>.c, where there is one,
 # links with it into the CPU check.
 link_common() {
-    local t users=() cpu_test=tests/exercise/test_$common_name.c
+    local t users=()
+    cpu_test=tests/exercise/test_$common_name.c
     $TRY_CC $TRY_CFLAGS ${include_dir:+"-I$include_dir"} -c "$file" -o "$out/candidate.o" ||
         die "$file does not compile (see the compiler output above)"
     for t in regression mnist; do
@@ -190,12 +237,12 @@ verdict() {
     exit "$status"
 }
 
-# cpu_check: a common/ file's CPU suite (tests/exercise/test_<name>.c), on any machine and before anything else runs; returns
-# only where it passed, with cpu_note saying so
+# cpu_check: a common/ file's or a ladder's CPU suite (tests/exercise/test_<name>.c), on any machine and before anything
+# else runs; returns only where it passed, with cpu_note saying so
 cpu_check() {
     cpu_note=
     [ -n "${cpu_suite:-}" ] || return 0
-    local t=0 f=1 rc what="tests/exercise/test_$common_name.c"
+    local t=0 f=1 rc what=$cpu_test
     echo "== CPU check: $cpu_suite ($what on $file; no GPU needed)"
     rm -f "$out/cpu.tap"
     "$cpu_suite" --tap="$out/cpu.tap" 2>&1 | tee "$out/cpu.log"
@@ -211,6 +258,15 @@ cpu_check() {
     cpu_note="CPU check: PASS, $t tests of $what"
 }
 
+# cpu_whole: the CPU check passed and checks every region tried whole (its "// whole: name, name" line names each
+# of TRY_REGIONS, which common/exercise.sh sets): where no GPU runs the suite, its verdict is the exercise's
+cpu_whole() {
+    local r whole
+    [ -n "${cpu_note:-}" ] && [ -n "${TRY_REGIONS:-}" ] || return 1
+    whole=" $(sed -n 's|^// whole: ||p' "$cpu_test" | tr ',' ' ' | paste -sd' ') "
+    for r in $TRY_REGIONS; do [[ $whole == *" $r "* ]] || return 1; done
+}
+
 verdict_not_run() {  # TRY_RUN=0: the CPU-side checks are all there is
     local scope=", CPU-side checks only (TRY_RUN=0)"
     [ "$todo" -eq 0 ] || verdict FAIL 1 "$todo_note"
@@ -220,6 +276,8 @@ verdict_not_run() {  # TRY_RUN=0: the CPU-side checks are all there is
 suite_verdict() {  # the suite, on the candidate's trainer only; returns only where it passed
     if [ "$nn" = 01 ]; then
         run_suite "$out/test_vector_add"
+    elif [ -n "$ladder" ]; then
+        run_suite "$out/test_$ladder"
     else
         if [ "$suite_filter" != 'regression/*' ] && [ "${TRY_HAVE_GPU:-0}" = 1 ] && [ -z "${MNIST_DIR:-}" ]; then
             "$TRY_MAKE" --no-print-directory -s data/mnist/train-images-idx3-ubyte || exit 3
@@ -233,10 +291,24 @@ suite_verdict() {  # the suite, on the candidate's trainer only; returns only wh
     fi
     if [ "${tested:-0}" -eq 0 ]; then
         [ "$todo" -gt 0 ] && verdict FAIL 1 "$todo_note" "correctness: not checked, the suite skipped every test (no CUDA device)"
+        cpu_whole && verdict PASS 0 "correctness: the CPU check covers ${TRY_REGIONS// /, } whole; the suite skipped every test (no CUDA device): on a GPU the same command runs it as well"
         verdict "UNVERIFIED (no CUDA device)" 4 \
             "compiles, exports what the drivers need, links; the suite skipped every test (no CUDA device): nothing was checked${cpu_note:+ but the CPU check}"
     fi
     [ "$todo" -gt 0 ] && verdict FAIL 1 "correctness: the suite passed, but $todo_note"
+}
+
+ladder_verdict() {  # the candidate's ladder program: every version checked against the CPU, then timed; the PASS
+    local flags="--repeat 3 ${TRY_ARGS:-}"
+    echo "== the ladder: $out/$ladder $flags (each version checked against the CPU in double precision, then timed)"
+    "$out/$ladder" $flags ||
+        verdict FAIL 1 "correctness: PASS on the suite" "the ladder: FAIL, $out/$ladder exited $? (see above)"
+    echo "== verdict for $file (stage $nn $ladder)"
+    [ -z "${cpu_note:-}" ] || echo "  $cpu_note"
+    echo "  correctness: PASS, $tested tests against the CPU (output above; kept in $out/suite.log), and the ladder's own check of each version"
+    echo "  speed: the ladder's table above (make stage $n ladder times the stage's own)"
+    echo "try: PASS"
+    exit 0
 }
 
 speed_verdict() {  # the stage's driver, then the candidate's, the same flags; the PASS table
@@ -268,11 +340,13 @@ if [ -n "$answer" ]; then  # an assistant's answer as it came: its one fenced co
     echo "== try: the fenced code block of $answer, written to $file"
 fi
 echo "== try: stage $nn with $file ($out/)"
-if [ "$nn" = 01 ]; then link_vector_add; elif [ -n "$common_name" ]; then link_common; else link_trainer; fi
+cpu_test=
+if [ -n "$ladder" ]; then link_ladder; elif [ "$nn" = 01 ]; then link_vector_add; elif [ -n "$common_name" ]; then link_common; else link_trainer; fi
 todo=$(grep -c "// TODO(exercise)" "$file")
 todo_note="$todo TODO(exercise) marker$([ "$todo" = 1 ] || echo s) left in $file: the exercise is not done \
 (delete each marker once its code is written)"
 cpu_check
 [ "$run_suite_too" = 1 ] || verdict_not_run
 suite_verdict
+[ -z "$ladder" ] || ladder_verdict
 speed_verdict

@@ -41,10 +41,13 @@ build_stage() {  # the stage's own objects and drivers, through the Makefile's r
 }
 
 # build_own: what a candidate of stage nn links with, and the drivers only when they will run (common/try.sh
-# before each candidate, common/grade.sh once before its submissions); sets trainer=vector_add for stage 01
+# before each candidate, common/grade.sh once before its submissions); sets trainer=vector_add for stage 01. A kernel
+# ladder's candidate (common/try.sh sets ladder to its name, mma_ladder) links with the ladder's own test only.
 build_own() {
     local targets=("$build/common/libcommon.a")
-    if [ "$nn" = 01 ]; then
+    if [ -n "${ladder:-}" ]; then
+        targets+=("$build/tests/gpu/test_$ladder.o")
+    elif [ "$nn" = 01 ]; then
         trainer=vector_add
         targets+=("$build/tests/gpu/test_vector_add.o")
         [ "$run_suite_too" = 1 ] && targets+=("$build/01/vector_add")

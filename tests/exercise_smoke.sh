@@ -17,7 +17,8 @@
 #      exercises' commands rewritten for the copy,
 #      STUDENT.md lists them, everything else is unchanged, `make -n all` finds every file, stage 01's
 #      programs and each cut file build, and `make stage 1 exercise` there checks the student's file in
-#      place (`make stage 6 exercise` common/lt_matmul.c, with its CPU check); a DIR that is not a new
+#      place (`make stage 6 exercise` common/lt_matmul.c, with its CPU check; `make stage 9 exercise` its kernel
+#      ladder, whose CPU check FAILs there until the student writes the region); a DIR that is not a new
 #      folder or an earlier copy is refused.
 #
 # The skeletons of the real stage files are checked by tests/try_smoke.sh (through make stage N exercise).
@@ -300,6 +301,14 @@ if grep -q '^try: FAIL' "$log" && grep -q 'common/lt_matmul.c, your file' "$log"
     ok "student copy: make stage 6 exercise checks common/lt_matmul.c in place, its CPU check FAILs without a GPU"
 else
     bad "student copy: make stage 6 exercise EXERCISE=bias-relu-epilogue (common/lt_matmul.c in place, the CPU check)"
+fi
+if grep -q "^- \`09-tensor-cores/mma_ladder.cu\`: fragment-load-store" "$copy/STUDENT.md"; then
+    "$make" --no-print-directory -C "$copy" stage 9 exercise EXERCISE=fragment-load-store CUDA_ARCH=75 >"$log" 2>&1
+    if grep -q '^try: FAIL' "$log" && grep -q '09-tensor-cores/mma_ladder.cu, your file' "$log" && grep -q '^  CPU check: FAIL' "$log"; then
+        ok "student copy: make stage 9 exercise checks 09-tensor-cores/mma_ladder.cu in place, its CPU check FAILs without a GPU"
+    else
+        bad "student copy: make stage 9 exercise EXERCISE=fragment-load-store (the kernel ladder in place, the CPU check)"
+    fi
 fi
 "$make" --no-print-directory -C "$copy" stage 1 exercise ANSWER=1 TRY_RUN=0 CUDA_ARCH=75 >"$log" 2>&1
 if grep -q '^error: ANSWER=1: this is a student copy' "$log"; then ok "student copy: ANSWER=1 is refused"

@@ -113,11 +113,16 @@ report_finished() {
 if [ "$mode" = test ]; then
     gpu_suites "$build/01/test_vector_add" $(for s in $stages; do echo "$build/$s/test_gpu"; done) $ladder_tests
     suite "CPU suites (common/)" criterion "$build/tests/test_cpu"
-    # the CPU checks of the exercises in common/ (tests/exercise/): in a student copy, only once the student's
-    # file has no TODO(exercise) marker left (until then `make stage N exercise` says what is left)
+    # the CPU checks of the exercises in common/ and in kernel ladders (tests/exercise/): in a student copy, only once
+    # the student's file has no TODO(exercise) marker left (until then `make stage N exercise` says what is left)
     for t in "$build"/tests/exercise/test_*; do
         [ -x "$t" ] || continue
         file=common/${t##*/test_}.c
+        if [[ $t == *_ladder ]]; then  # a kernel ladder's: NN-*/NAME_ladder.cu
+            file=
+            for f in 0[1-9]-*/"${t##*/test_}.cu"; do [ -f "$f" ] && file=$f && break; done
+            [ -n "$file" ] || continue
+        fi
         if [ -f STUDENT.md ] && grep -q '// TODO(exercise)' "$file" 2>/dev/null; then
             printf '%-7s %-62s\n' skipped "exercise CPU check: $file"
             echo "        not checked: $file is an exercise of this copy, not written yet"

@@ -3,12 +3,13 @@
 #
 #     bash tests/try_smoke.sh          CPU side, no GPU needed (CI): every bad candidate is refused with one
 #                                      "error:" line; every skeleton `make stage N exercise` cuts from a
-#                                      stage file or from a file of common/ the stage is the first to use
-#                                      (each region alone, and all of a file's regions) compiles,
-#                                      links, FAILs on its TODO(exercise) markers and is the stage file
-#                                      outside its regions, byte for byte (tests/exercise_paste.awk puts the
-#                                      answers back); the stage files pass the same checks; without a GPU
-#                                      nothing ever prints PASS
+#                                      stage file (a trainer or a kernel ladder) or from a file of common/ the
+#                                      stage is the first to use (each region alone, and all of a file's
+#                                      regions) compiles, links, FAILs on its TODO(exercise) markers and is the
+#                                      stage file outside its regions, byte for byte (tests/exercise_paste.awk
+#                                      puts the answers back); the stage files pass the same checks; without a
+#                                      GPU nothing prints PASS but an exercise whose CPU check covers it whole
+#                                      (09's fragment-load-store: its skeleton FAILs that check, its answer PASSes)
 #     bash tests/try_smoke.sh --gpu [N ...]   on a GPU machine, in addition: for every stage (or stages N ...)
 #                                      every skeleton FAILs the suite and the stage's own files PASS
 #                                      `make stage N exercise ANSWER=1`; with stage 2, a deliberately wrong
@@ -145,6 +146,9 @@ mkdir -p "$work/with-main"
 expect_refused "try on a trainer that defines main" "defines main" stage 3 try FILE=$work/with-main/regression.cu
 
 expect_refused "exercise with an unknown EXERCISE" "no such exercise" stage 1 exercise EXERCISE=nonesuch
+printf 'int x;\n' >"$work/nonesuch_ladder.cu"
+expect_refused "try on a file named as a kernel ladder the stage has not" "stage 04 has no nonesuch_ladder.cu" \
+    stage 4 try FILE=$work/nonesuch_ladder.cu
 
 # ----------------------------------------------------------------------------
 # exercises, CPU side (TRY_RUN=0: compile, exports, link, markers): every skeleton make stage N exercise
@@ -183,6 +187,7 @@ for stage_dir in 0[1-9]-*; do
     nn=${stage_dir%%-*}
     n=${nn#0}
     if [ "$nn" = 01 ]; then trainers=" vector_add.cu "; else trainers=" regression.cu mnist.cu "; fi
+    for path in "$stage_dir"/*_ladder.cu; do [ -f "$path" ] && trainers="$trainers${path##*/} "; done  # and its kernel ladders
     stage_has=0
     for path in "$stage_dir"/*.cu; do
         [ -f "$path" ] || continue
@@ -263,9 +268,7 @@ for stage_dir in 0[1-9]-*; do
             stage "$n" exercise EXERCISE="$file" ANSWER=1 TRY_RUN=0
         exercises="$exercises $n:$file:ALL $n:$file:ANSWER"
     done
-    if [ $stage_has = 0 ] && [ "$nn" != 01 ] && [ ! -f "$stage_dir/mnist.cu" ]; then  # kernel ladders only
-        expect_refused "stage $n, ladders only, has no exercise: one line says so" "kernel ladders only" stage "$n" exercise
-    elif [ $stage_has = 0 ]; then
+    if [ $stage_has = 0 ]; then
         expect_refused "stage $n has no exercise region: one line says so" "no exercise region" stage "$n" exercise
     fi
 done
@@ -292,6 +295,21 @@ if [ $have_gpu = 0 ]; then
     expect_verdict "stage 3's own regression.cu without a GPU" "UNVERIFIED" stage 3 try FILE=03-fused-kernels/regression.cu
     expect_verdict "the wrong candidate without a GPU" "UNVERIFIED" stage 2 try FILE=$work/wrong/regression.cu
     expect_verdict "stage 1 skeleton without a GPU: FAIL from its markers" FAIL stage 1 exercise
+    # an exercise whose CPU check covers its region whole (tests/exercise/test_mma_ladder.c, "// whole:"): that check
+    # is the verdict without a GPU, FAIL on the skeleton and PASS on the answer; try on the same file, which may
+    # differ anywhere, stays UNVERIFIED
+    if [ $student_copy = 0 ] && [ -f 09-tensor-cores/mma_ladder.cu ] && grep -q '// EXERCISE(fragment-load-store)' 09-tensor-cores/mma_ladder.cu; then
+        expect_verdict "stage 9 skeleton fragment-load-store without a GPU: FAIL from its CPU check" FAIL \
+            stage 9 exercise EXERCISE=fragment-load-store
+        grep -q '^  CPU check: FAIL' "$log" || bad "stage 9 skeleton fragment-load-store: the FAIL is not the CPU check's"
+        expect_verdict "stage 9 answer fragment-load-store without a GPU: PASS, its CPU check covers it whole" PASS \
+            stage 9 exercise EXERCISE=fragment-load-store ANSWER=1
+        grep -q '^  correctness: the CPU check covers fragment-load-store whole' "$log" ||
+            bad "stage 9 answer fragment-load-store: the PASS does not say the CPU check covers the region whole"
+        expect_verdict "stage 9 try on its own mma_ladder.cu without a GPU: the CPU check, then UNVERIFIED" UNVERIFIED \
+            stage 9 try FILE=09-tensor-cores/mma_ladder.cu
+        grep -q '^  CPU check: PASS' "$log" || bad "stage 9 try on mma_ladder.cu: no CPU check PASS line"
+    fi
 fi
 
 # prompt: make stage 3 prompt writes its file, on any machine (tests/prompt_smoke.sh checks what is in
