@@ -2,7 +2,7 @@
 
 CUDA_HOME ?= /usr/local/cuda
 CRITERION_PREFIX ?= /usr
-# the reports of compare, profile, try and prompt are bench/report_rows.py's, run as bench/bench.mk runs Python
+# the reports of compare, profile, try and prompt are bench/report_rows.py's, run as tools/bench.mk runs Python
 PYTHON ?= python3
 NVCC := $(CUDA_HOME)/bin/nvcc
 CC := gcc
@@ -306,8 +306,8 @@ NEEDS_MNIST = $(if $(filter-out 01,$(NN)),$(if $(filter mnist,$(TRAINER)),$(MNIS
 
 # Checked exercises and candidate kernels (make stage N try|exercise|prompt), and the robustness tools
 # (make sanitize, make fuzz, make test SANITIZE=1): each set of rules lives in its own file.
--include common/exercises.mk common/robustness.mk common/mutants.mk
--include common/ladders.mk
+-include tools/exercises.mk tools/robustness.mk tools/mutants.mk
+-include tools/ladders.mk
 
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
@@ -420,7 +420,7 @@ profile:
 	@set -e; for s in $(STAGES); do $(MAKE) --no-print-directory stage-profile NN=$$s; done
 
 bench:
-	@$(MAKE) --no-print-directory -f bench/bench.mk bench
+	@$(MAKE) --no-print-directory -f tools/bench.mk bench
 
 clean:
 	rm -rf build build-asan

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/try_smoke.sh: the contract of `make stage N try|exercise|prompt` (common/exercises.mk, tools/try.sh).
+# tests/try_smoke.sh: the contract of `make stage N try|exercise|prompt` (tools/exercises.mk, tools/try.sh).
 #
 #     bash tests/try_smoke.sh          CPU side, no GPU needed (CI): every bad candidate is refused with one
 #                                      "error:" line; every skeleton `make stage N exercise` cuts from a

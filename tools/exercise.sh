@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/exercise.sh NN: the work behind `make stage N exercise` (common/exercises.mk hands over the
+# tools/exercise.sh NN: the work behind `make stage N exercise` (tools/exercises.mk hands over the
 # settings as TRY_* environment variables): tools/try.sh on the skeleton cut from the stage's file, or,
 # with TRY_ANSWER=1, on the stage's file itself. Not meant to be run by hand.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/grade.sh: the work behind `make grade STAGE=N SUBMISSIONS=dir [JOBS=k] [CSV=file]` (common/exercises.mk
+# tools/grade.sh: the work behind `make grade STAGE=N SUBMISSIONS=dir [JOBS=k] [CSV=file]` (tools/exercises.mk
 # hands over the build settings as TRY_* environment variables, and STAGE, SUBMISSIONS, JOBS and CSV as GRADE_*).
 # Not meant to be run by hand.
 #
@@ -10,7 +10,7 @@
 #     file,exit,verdict,trainer,correctness,speed,todo_left,error,log
 #
 #   exit         try's exit status: 0 PASS, 1 FAIL, 2 a file that cannot be a candidate, 3 no MNIST data,
-#                4 UNVERIFIED (no CUDA device ran the suite), as common/exercises.mk documents them
+#                4 UNVERIFIED (no CUDA device ran the suite), as tools/exercises.mk documents them
 #   verdict      the word of try's last line (PASS, FAIL, UNVERIFIED, NOT RUN), else BAD FILE (2), NO DATA (3)
 #   trainer      the trainer the file replaces (regression, mnist; vector_add for stage 01), where try got that far
 #   correctness  try's "correctness:" line, or "not checked (no CUDA device)"

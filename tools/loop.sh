@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/loop.sh: the work behind `make loop TRAINER=regression|mnist ROUND=k [FROM=answer.md] [MODE=open|guided]`
-# (common/exercises.mk hands over the build settings as TRY_* and the verb's as LOOP_* environment variables).
+# (tools/exercises.mk hands over the build settings as TRY_* and the verb's as LOOP_* environment variables).
 # Not meant to be run by hand.
 #
 # The loop improves stage 02's trainer round by round from its own measurements. Round 1's prompt holds

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/prompt.sh NN: the work behind `make stage N prompt` (common/exercises.mk hands over the settings
+# tools/prompt.sh NN: the work behind `make stage N prompt` (tools/exercises.mk hands over the settings
 # as TRY_* environment variables): build/prompt/stageNN-TRAINER.md, one per trainer (stage 01:
 # build/prompt/stage01.md). Not meant to be run by hand.
 #

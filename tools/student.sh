@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/student.sh: the work behind `make student [DIR=path] [UPTO=N]` (common/exercises.mk hands DIR and
+# tools/student.sh: the work behind `make student [DIR=path] [UPTO=N]` (tools/exercises.mk hands DIR and
 # UPTO over as STUDENT_DIR and STUDENT_UPTO, the Makefile's commit and dirty flag as STUDENT_COMMIT and
 # STUDENT_DIRTY). Writes a copy of the repository without the answers, for a
 # class, in STUDENT_DIR (default build/student): the files git knows as they are in the work tree (no .git,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/try.sh NN FILE: the work behind `make stage N try` (common/exercises.mk hands over the build
+# tools/try.sh NN FILE: the work behind `make stage N try` (tools/exercises.mk hands over the build
 # settings as TRY_* environment variables). FILE replaces the stage trainer it defines (for stage 01:
 # vector_add.cu), or is a Markdown answer whose only fenced code block is that file, or, a .c file named as
 # one of common/'s (staging.c), replaces that file under the stage's own trainers. Not meant to be run by hand.
@@ -14,7 +14,7 @@
 # only if it passed, the stage's driver and the candidate's with the same flags, and a table of the two
 # result rows with the relative speed.
 # Verdict on the last line: "try: PASS", "try: FAIL", or "try: UNVERIFIED (no CUDA device)"; exit 0, 1
-# or 4 (see common/exercises.mk). tools/exercise.sh runs this on a skeleton, with TRY_OUT (the folder
+# or 4 (see tools/exercises.mk). tools/exercise.sh runs this on a skeleton, with TRY_OUT (the folder
 # for the build) and TRY_INCLUDE_DIR (the stage's folder, where a skeleton cut into build/ finds the
 # headers beside its file).
 # shellcheck disable=SC2086  # the TRY_* flags and ARGS are lists of words

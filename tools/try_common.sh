@@ -1,6 +1,6 @@
 # tools/try_common.sh: what tools/try.sh, tools/exercise.sh, tools/grade.sh and tools/prompt.sh share.
 # Sourced, after the script has set nn (the stage, two digits) from its first argument; the rest comes from the
-# TRY_* settings that common/exercises.mk exports.
+# TRY_* settings that tools/exercises.mk exports.
 # shellcheck shell=bash disable=SC2034,SC2154  # the scripts read what is set here, and set nn
 set -u
 set -f  # the nvcc flags hold brackets (code=[sm_90,compute_90]): never glob them

@@ -1,4 +1,4 @@
-# common/robustness.mk: the robustness tools, included by the top Makefile (after its build rules).
+# tools/robustness.mk: the robustness tools, included by the top Makefile (after its build rules).
 #
 #   make sanitize             compute-sanitizer memcheck, racecheck, synccheck and initcheck over every
 #                             stage x trainer at small sizes, 4 at a time; table in build/sanitize/summary.txt

@@ -1,4 +1,4 @@
-# common/exercises.mk: candidate files, checked exercises, grading, prompts, the loop and the student copy
+# tools/exercises.mk: candidate files, checked exercises, grading, prompts, the loop and the student copy
 # (`make help` lists the verbs). Included by the top Makefile; the stage verbs are reached through `make stage N
 # VERB`, which sets NN. The work is in tools/try.sh, exercise.sh and grade.sh (which run try.sh), prompt.sh,
 # loop.sh and student.sh, each of which says what it does; this file only hands them the build settings, as TRY_*
