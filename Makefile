@@ -2,7 +2,7 @@
 
 CUDA_HOME ?= /usr/local/cuda
 CRITERION_PREFIX ?= /usr
-# the reports of compare, profile, try and prompt are bench/report_rows.py's, run as bench/bench.mk runs Python
+# the reports of compare, profile, try and prompt are bench/report_rows.py's, run as tools/bench.mk runs Python
 PYTHON ?= python3
 NVCC := $(CUDA_HOME)/bin/nvcc
 CC := gcc
@@ -314,13 +314,13 @@ $(foreach n,$(EXERCISE_LADDER_NAMES),$(eval $(call exercise_ladder_rule,$(n))))
 # make data checks the four files every time; a verb that trains MNIST fetches it only where it is missing
 MNIST_DATA := data/mnist/train-images-idx3-ubyte
 data $(MNIST_DATA):
-	@sh common/fetch_mnist.sh data
+	@sh tools/fetch_mnist.sh data
 NEEDS_MNIST = $(if $(filter-out 01,$(NN)),$(if $(filter mnist,$(TRAINER)),$(MNIST_DATA)))
 
 # Checked exercises and candidate kernels (make stage N try|exercise|prompt), and the robustness tools
 # (make sanitize, make fuzz, make test SANITIZE=1): each set of rules lives in its own file.
--include common/exercises.mk common/robustness.mk common/mutants.mk
--include common/ladders.mk
+-include tools/exercises.mk tools/robustness.mk tools/mutants.mk
+-include tools/ladders.mk
 
 # ----------------------------------------------------------------------------
 # tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
@@ -376,7 +376,7 @@ stage-diff:
 	else for f in regression.cu mnist.cu; do \
 	    diff -u --label $(call stage_dir,$(PREV))/$$f --label $(call stage_dir,$(NN))/$$f \
 	        $(call stage_dir,$(PREV))/$$f $(call stage_dir,$(NN))/$$f; done; \
-	    for f in $$(sh common/stage_common.sh $(call stage_dir,$(NN)) $(call stage_dir,$(PREV))); do \
+	    for f in $$(sh tools/stage_common.sh $(call stage_dir,$(NN)) $(call stage_dir,$(PREV))); do \
 	        diff -u --label /dev/null --label $$f /dev/null $$f; done; fi; true
 
 stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu $(if $(DETECTED_ARCH),$(MNIST_DATA)))
@@ -393,7 +393,7 @@ PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
 # Stage 08's MNIST profile runs --hidden 0 first, the configuration its recorded profile
 # (results/<gpu>-profile-08.txt) was taken at, and ARGS or MNIST_ARGS after it (the last of a repeated flag counts).
 PROFILE_MNIST_FLAGS = $(strip $(if $(filter 08,$(NN)),--hidden 0) $(ARGS) $(MNIST_ARGS))
-# The trainers profiled and where the outputs go (common/loop.sh points them at a candidate's build)
+# The trainers profiled and where the outputs go (tools/loop.sh points them at a candidate's build)
 PROFILE_BIN = $(BUILD)/$(NN)
 PROFILE_OUT = $(BUILD)/profile/$(NN)
 
@@ -433,7 +433,7 @@ profile:
 	@set -e; for s in $(STAGES); do $(MAKE) --no-print-directory stage-profile NN=$$s; done
 
 bench:
-	@$(MAKE) --no-print-directory -f bench/bench.mk bench
+	@$(MAKE) --no-print-directory -f tools/bench.mk bench
 
 clean:
 	rm -rf build build-asan

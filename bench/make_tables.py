@@ -265,11 +265,11 @@ def ladder_block(datasets, trainer, stage_names=None, known=None):
 
 HEADLINE_CONFIGS = (rc.Config("regression"), rc.Config("mnist", "128"))
 BASELINE_STAGE, BASELINE_IDEA = "02", "the naive first version"  # the first trainer stage brings no idea
-STAGE_IDEAS = os.path.join("common", "stage_ideas.tsv")
+STAGE_IDEAS = os.path.join("tools", "stage_ideas.tsv")
 
 
 def stage_ideas(root):
-    """{stage: idea in a few words}: the idea field of common/stage_ideas.tsv up to its first colon ("kernel
+    """{stage: idea in a few words}: the idea field of tools/stage_ideas.tsv up to its first colon ("kernel
     fusion"), and BASELINE_IDEA for BASELINE_STAGE; only the baseline when the file is missing."""
     rows = [line.split("\t") for line in read_text(os.path.join(root, STAGE_IDEAS)).split("\n")
             if not line.startswith("#")]
@@ -982,7 +982,7 @@ def loop_cells(run, version, verdict):
 
 def loop_lines(trainer, rounds, stages, verdicts, ideas):
     """The table lines of one trainer: the hand-written stages (the loop-stages run), then each recorded round;
-    guided round k named with stage k+2's idea (ideas: stage_ideas), as common/loop.sh names it."""
+    guided round k named with stage k+2's idea (ideas: stage_ideas), as tools/loop.sh names it."""
     lines, hand = [], stages.get(trainer, {})
     for nn in sorted(s for s in hand if s not in ("02", rc.LOOP_CANDIDATE)):
         lines.append([f"stage {nn}"] + loop_cells(hand, nn, "hand-written"))

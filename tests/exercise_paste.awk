@@ -5,7 +5,7 @@
 # Reads the regions of STAGE_FILE (// EXERCISE(name) begin: ... // EXERCISE end), then copies SKELETON,
 # replacing each "// TODO(exercise): name: task" line and its "//:" continuation lines by region name
 # as it stands in STAGE_FILE. A skeleton that is the stage file with its regions cut, and nothing else
-# changed, comes back byte for byte. Written apart from common/exercise_cut.awk on purpose: the test
+# changed, comes back byte for byte. Written apart from tools/exercise_cut.awk on purpose: the test
 # must not share the cutter's mistakes. Exits 1 with an "error:" line when a TODO block is not what the
 # region's begin line says, names an unknown region, or names one twice; with cut=NAME, when the skeleton
 # cuts another region or not NAME; with cut=all, when it leaves a region uncut.

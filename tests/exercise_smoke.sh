@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/exercise_smoke.sh: the exercise cutter (common/exercise_cut.awk) and `make student`, no GPU needed.
+# tests/exercise_smoke.sh: the exercise cutter (tools/exercise_cut.awk) and `make student`, no GPU needed.
 #
 #     bash tests/exercise_smoke.sh
 #
@@ -8,7 +8,7 @@
 #   2. the check itself can fail: a skeleton changed outside its region, one with a changed task, one
 #      that cuts nothing and one that cuts the wrong region are each caught;
 #   3. refusals, one "error:" line and exit 2, no output: nested, unclosed and unopened regions, a name
-#      used twice, a malformed marker, an unknown or invalid EXERCISE; and through common/exercise.sh, a stage
+#      used twice, a malformed marker, an unknown or invalid EXERCISE; and through tools/exercise.sh, a stage
 #      without a region and a name used in both of a stage's files;
 #   4. make student: the copy has every file git knows but the assistants' answers (NN-*/assistant/
 #      *.answer.md), TEACHING.md, the mutants whose code was cut and the measurements of results/ (absent and
@@ -29,7 +29,7 @@ work=build/exercise-smoke
 rm -rf "$work"
 mkdir -p "$work"
 log=$work/last.log
-cutter=common/exercise_cut.awk
+cutter=tools/exercise_cut.awk
 paste=tests/exercise_paste.awk
 
 log_tail=15
@@ -194,18 +194,18 @@ refused "cutter refuses an EXERCISE that is no name" "not an exercise name" \
     awk -v exercise='a b' -f "$cutter" "$work/stage.cu"
 refused "cutter refuses even in list mode" "do not nest" awk -v list=1 -f "$cutter" "$work/nested.cu"
 
-# through common/exercise.sh, on stage folders of its own (nothing is built before these refusals)
+# through tools/exercise.sh, on stage folders of its own (nothing is built before these refusals)
 mkdir -p "$work/stage-none" "$work/stage-twice"
 printf 'int x;\n' >"$work/stage-none/regression.cu"
 cp "$work/stage.cu" "$work/stage-twice/regression.cu"
 cp "$work/stage.cu" "$work/stage-twice/mnist.cu"
 refused "make stage N exercise on a stage without a region: one line" "has no exercise region" \
-    env TRY_STAGE_DIR="$work/stage-none" TRY_BUILD="$work/build" bash common/exercise.sh 03
+    env TRY_STAGE_DIR="$work/stage-none" TRY_BUILD="$work/build" bash tools/exercise.sh 03
 refused "make stage N exercise on a stage whose two files use one name" "two exercise regions named 'fill-kernel'" \
-    env TRY_STAGE_DIR="$work/stage-twice" TRY_BUILD="$work/build" bash common/exercise.sh 03
+    env TRY_STAGE_DIR="$work/stage-twice" TRY_BUILD="$work/build" bash tools/exercise.sh 03
 cp "$work/nested.cu" "$work/stage-none/mnist.cu"
 refused "make stage N exercise on a stage file with nested markers" "do not nest" \
-    env TRY_STAGE_DIR="$work/stage-none" TRY_BUILD="$work/build" bash common/exercise.sh 03
+    env TRY_STAGE_DIR="$work/stage-none" TRY_BUILD="$work/build" bash tools/exercise.sh 03
 
 # ----------------------------------------------------------------------------
 # 4. make student

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/grade_smoke.sh: `make grade STAGE=N SUBMISSIONS=dir` (common/grade.sh) on a folder of fixtures.
+# tests/grade_smoke.sh: `make grade STAGE=N SUBMISSIONS=dir` (tools/grade.sh) on a folder of fixtures.
 #
 #     bash tests/grade_smoke.sh          no GPU needed (make check runs it): the verdicts a machine without
 #                                        a GPU can give
@@ -49,7 +49,7 @@ stage=02-llm-baseline
 cp "$stage/regression.cu" "$subs/correct.cu"
 sed 's|double scale = 2.0 / (double)n;|double scale = 1.0 / (double)n;  // deliberately wrong: half the gradient|' \
     "$stage/regression.cu" >"$subs/wrong.cu"
-awk -f common/exercise_cut.awk "$stage/mnist.cu" >"$subs/todo-left.cu"
+awk -f tools/exercise_cut.awk "$stage/mnist.cu" >"$subs/todo-left.cu"
 printf 'int broken = ;\n' >"$subs/broken.cu"
 printf '#include "trainer.h"\nint not_a_trainer(void) { return 0; }\n' >"$subs/no-export.cu"
 echo "not a submission" >"$subs/notes.txt"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# tests/loop_smoke.sh: the rounds of `make loop` (common/loop.sh), no GPU needed.
+# tests/loop_smoke.sh: the rounds of `make loop` (tools/loop.sh), no GPU needed.
 #
 #     bash tests/loop_smoke.sh
 #
-# Runs common/loop.sh as `make loop` does on a machine without a GPU, the GPU's part fed by fixtures
+# Runs tools/loop.sh as `make loop` does on a machine without a GPU, the GPU's part fed by fixtures
 # (LOOP_VERDICT, LOOP_PROFILE, LOOP_ROWS: tests/loop/), its records, rows and prompts under
 # build/loop-smoke/, and checks:
 #   1. round 1's prompt holds stage 02's file and no verdict; the open one does not name stage 03's idea,
@@ -30,14 +30,14 @@ limit=81920
 # shellcheck source=tests/smoke_common.sh
 source tests/smoke_common.sh
 
-idea_of() { awk -F'\t' -v s="$1" '$1 == s { print $3 }' common/stage_ideas.tsv; }
+idea_of() { awk -F'\t' -v s="$1" '$1 == s { print $3 }' tools/stage_ideas.tsv; }
 
-# loop RECORDS TRAINER ROUND MODE [FROM VERDICT [PROFILE]]: common/loop.sh as make loop runs it without a
+# loop RECORDS TRAINER ROUND MODE [FROM VERDICT [PROFILE]]: tools/loop.sh as make loop runs it without a
 # GPU, into $work; its output in $log
 loop() {
     TRY_BUILD=$work/build TRY_HAVE_GPU=0 TRY_TRAINER=$2 LOOP_ROUND=$3 LOOP_MODE=$4 LOOP_FROM=${5:-} \
         LOOP_VERDICT=${6:-} LOOP_PROFILE=${7:-${6:+$fixtures/profile.txt}} LOOP_RECORD_DIR=$work/$1 \
-        LOOP_RESULTS_DIR=$work/$1-results bash common/loop.sh >"$log" 2>&1
+        LOOP_RESULTS_DIR=$work/$1-results bash tools/loop.sh >"$log" 2>&1
 }
 
 # expect_refused NAME PATTERN LOOP-ARGS...: exit 2 and exactly one "error:" line, matching PATTERN

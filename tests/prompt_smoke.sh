@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/prompt_smoke.sh: the prompts of `make stage N prompt` (common/prompt.sh), no GPU needed.
+# tests/prompt_smoke.sh: the prompts of `make stage N prompt` (tools/prompt.sh), no GPU needed.
 #
 #     bash tests/prompt_smoke.sh
 #
@@ -7,7 +7,7 @@
 # `make stage N prompt` does on a machine without a GPU, into build/prompt-smoke/, and checks each:
 #   1. it is under 40960 bytes;
 #   2. it has every section, and the starting file: stage N-1's trainer (stage 02: its own);
-#   3. its checklist is the code's: an item is ticked exactly when its marker (common/stage_ideas.tsv) is
+#   3. its checklist is the code's: an item is ticked exactly when its marker (tools/stage_ideas.tsv) is
 #      in the starting file's code, no item of stage N or later is ticked, and stage N's item is the task;
 #   4. the checklists of one trainer differ from stage to stage;
 #   5. every row of stage N's predictions table (NN-*/README.md) for the trainer is in it.
@@ -19,7 +19,7 @@ work=build/prompt-smoke
 rm -rf "$work"
 mkdir -p "$work"
 log=$work/last.log
-ideas=common/stage_ideas.tsv
+ideas=tools/stage_ideas.tsv
 limit=40960
 
 # shellcheck source=tests/smoke_common.sh
@@ -63,11 +63,11 @@ stages=$(find . -maxdepth 1 -type d -name '0[2-9]-*' | sed 's|^\./||' | sort |
 too_long="09-mnist"
 for nn in 01 $stages; do
     if TRY_BUILD=$work TRY_HAVE_GPU=0 TRY_STAGE_DIR=$(stage_dir "$nn") TRY_TRAINER="regression mnist" \
-        bash common/prompt.sh "$nn" >"$log" 2>&1; then ok "stage $nn prompt written"
+        bash tools/prompt.sh "$nn" >"$log" 2>&1; then ok "stage $nn prompt written"
     elif [ "$nn-mnist" = "$too_long" ] && [ -f "$work/prompt/stage$nn-regression.md" ] &&
         grep -q "^error: the stage $nn prompt for mnist would be [0-9]* bytes, over the limit" "$log"; then
         ok "stage $nn prompt: the regression's written, the MNIST one refused (over the limit, one error line)"
-    else bad "stage $nn prompt: common/prompt.sh $nn failed"; fi
+    else bad "stage $nn prompt: tools/prompt.sh $nn failed"; fi
 done
 
 # self-test: an open item ticked is caught

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/sanitize_smoke.sh [BUILD]: the verdicts and the table of `make stage N sanitize` (common/robustness.mk),
+# tests/sanitize_smoke.sh [BUILD]: the verdicts and the table of `make stage N sanitize` (tools/robustness.mk),
 # from tests/fake_sanitizer.sh instead of compute-sanitizer, so no GPU is needed. Stage 06 is the
 # subject: every verdict appears once (see the fake's table). The last line is "sanitize: N passed,
 # N failed".

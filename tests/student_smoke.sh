@@ -57,13 +57,13 @@ answers() {
 }
 
 # owner[common/<name>.c]: the stage whose exercise a region of common/ is (the first stage to use the file, as
-# common/exercise.sh --list says)
+# tools/exercise.sh --list says)
 declare -A owner=()
 for d in [0-9][0-9]-*/; do
     d=${d%/}
     while read -r f _; do
         case $f in common/*) owner[$f]=${d%%-*} ;; esac
-    done < <(TRY_STAGE_DIR=$d bash common/exercise.sh "${d%%-*}" --list 2>/dev/null)
+    done < <(TRY_STAGE_DIR=$d bash tools/exercise.sh "${d%%-*}" --list 2>/dev/null)
 done
 
 # leaks COPY: "REGION<TAB>PATH<TAB>line" for each answer line found in COPY (PATH relative to it), for every

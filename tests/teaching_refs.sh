@@ -3,7 +3,7 @@
 # named by a link to its stage's exercises.md whose text is either
 #   - the region names of a build exercise in backticks, [`block-reduction`](04-shared-memory/exercises.md)
 #     (several: `a`, `b` and `c`): each must be an `// EXERCISE(name)` region of that stage, as
-#     `make stage N exercise` finds them (common/exercise.sh NN --list);
+#     `make stage N exercise` finds them (tools/exercise.sh NN --list);
 #   - the title of an exercise in italics, [*tile size*](04-shared-memory/exercises.md): the words after
 #     "Kind: " of one of that file's "## N. Kind: title (time)" headings;
 # and never by its number ("exercise 4", "lab 4", a table cell "2, 3: ..."), which drifts when an exercise
@@ -28,7 +28,7 @@ for dir in [0-9][0-9]-*/; do
     [ -f "$dir/exercises.md" ] || continue
     while read -r _ name; do
         [ -z "$name" ] || region["$dir $name"]=1
-    done < <(TRY_STAGE_DIR=$dir bash common/exercise.sh "${dir%%-*}" --list 2>/dev/null)
+    done < <(TRY_STAGE_DIR=$dir bash tools/exercise.sh "${dir%%-*}" --list 2>/dev/null)
     while IFS= read -r t; do
         title["$dir $t"]=1
     done < <(sed -n 's/^## [0-9]*\. [^:]*: \(.*\) ([^()]*)$/\1/p' "$dir/exercises.md")

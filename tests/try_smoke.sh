@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/try_smoke.sh: the contract of `make stage N try|exercise|prompt` (common/exercises.mk, common/try.sh).
+# tests/try_smoke.sh: the contract of `make stage N try|exercise|prompt` (tools/exercises.mk, tools/try.sh).
 #
 #     bash tests/try_smoke.sh          CPU side, no GPU needed (CI): every bad candidate is refused with one
 #                                      "error:" line; every skeleton `make stage N exercise` cuts from a
@@ -201,7 +201,7 @@ for stage_dir in 0[1-9]-*; do
                 stage "$n" exercise EXERCISE="$file" ANSWER=1 TRY_RUN=0
             continue
         fi
-        if ! names=$(awk -v list=1 -f common/exercise_cut.awk "$path" 2>"$log"); then
+        if ! names=$(awk -v list=1 -f tools/exercise_cut.awk "$path" 2>"$log"); then
             bad "stage $n: the exercise markers of $path"
             continue
         fi
@@ -238,8 +238,8 @@ for stage_dir in 0[1-9]-*; do
         fi
         exercises="$exercises $n:$file:ALL $n:$file:ANSWER"
     done
-    # the .c files of common/ whose regions are the stage's (the first stage to use them: common/exercise.sh --list)
-    for path in $(TRY_STAGE_DIR=$stage_dir bash common/exercise.sh "$nn" --list 2>/dev/null | awk '$1 ~ /^common\// && !seen[$1]++ { print $1 }'); do
+    # the .c files of common/ whose regions are the stage's (the first stage to use them: tools/exercise.sh --list)
+    for path in $(TRY_STAGE_DIR=$stage_dir bash tools/exercise.sh "$nn" --list 2>/dev/null | awk '$1 ~ /^common\// && !seen[$1]++ { print $1 }'); do
         file=${path##*/}
         stage_has=1
         if [ $student_copy = 1 ]; then
@@ -249,7 +249,7 @@ for stage_dir in 0[1-9]-*; do
                 stage "$n" exercise EXERCISE="$file" ANSWER=1 TRY_RUN=0
             continue
         fi
-        names=$(awk -v list=1 -f common/exercise_cut.awk "$path")
+        names=$(awk -v list=1 -f tools/exercise_cut.awk "$path")
         count=$(wc -l <<<"$names")
         regions_found=$((regions_found + count))
         for name in $names; do

@@ -499,7 +499,7 @@ class RunBenchTest(unittest.TestCase):
     def test_gpu_slug(self):
         self.assertEqual(rc.gpu_slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3")
         self.assertEqual(rc.gpu_slug("FIXTURE-GPU"), "fixture-gpu")
-        # the Makefile's GPU_SLUG and common/loop.sh spell it through report_rows.py
+        # the Makefile's GPU_SLUG and tools/loop.sh spell it through report_rows.py
         self.assertEqual(report("gpu-slug", "NVIDIA H100 80GB HBM3"), (0, "nvidia-h100-80gb-hbm3\n"))
 
     def test_plans_name_only_known_modes(self):
@@ -672,7 +672,7 @@ class LoopTableTest(unittest.TestCase):
         return rows
 
     def repository(self, root):
-        os.makedirs(os.path.join(root, "common"))
+        os.makedirs(os.path.join(root, "tools"))
         with open(os.path.join(root, make_tables.STAGE_IDEAS), "w") as f:
             f.write("# stage, marker, idea, removes\n03\tfused\tkernel fusion: one kernel\tlaunches\n")
         for run, k, last in (("regression", 1, "try: PASS, relative loop speed 99x (faster)"),

@@ -2,7 +2,7 @@
 // cuBLASLt descriptors of one GEMM of stages 06-08: each of the three kinds of GEMM the MNIST trainers plan, read
 // back attribute by attribute. Descriptors are host objects, so no GPU is needed: this is the part of stage 06's
 // build exercise (region bias-relu-epilogue) that `make stage 6 exercise` checks on any machine, linked with the
-// candidate's lt_matmul.c by common/try.sh.
+// candidate's lt_matmul.c by tools/try.sh.
 //
 //     make test          (build/tests/exercise/test_lt_matmul, with the repository's own common/lt_matmul.c)
 #include <criterion/criterion.h>

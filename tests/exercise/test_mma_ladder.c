@@ -2,8 +2,8 @@
 // where element e of a lane's fragment of A (16 x 8), B (8 x 8) or C (16 x 8) lies in one mma.sync.m16n8k8 product
 // with .tf32 inputs. Index arithmetic only, so no GPU is needed: this is the CPU check of stage 09's build exercise
 // (region fragment-load-store), which `make stage 9 exercise` runs on any machine, linked with the candidate's
-// mma_ladder.cu (compiled with -DLADDER_NO_MAIN) by common/try.sh. It checks every lane and element of each matrix,
-// the region whole: without a GPU its verdict is the exercise's (common/try.sh reads the line below); on a GPU the
+// mma_ladder.cu (compiled with -DLADDER_NO_MAIN) by tools/try.sh. It checks every lane and element of each matrix,
+// the region whole: without a GPU its verdict is the exercise's (tools/try.sh reads the line below); on a GPU the
 // ladder's own suite and run check the kernels that use the cells.
 // whole: fragment-load-store
 //

@@ -1,4 +1,4 @@
-# common/mutants.mk: make test-mutants, included by the top Makefile.
+# tools/mutants.mk: make test-mutants, included by the top Makefile.
 #
 #   make test-mutants        every deliberate bug in tests/mutants/*.sed applied to the last stage's
 #                            trainers; the GPU suite must fail on each, in each precision (GPU machine)

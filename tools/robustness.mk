@@ -1,4 +1,4 @@
-# common/robustness.mk: the robustness tools, included by the top Makefile (after its build rules).
+# tools/robustness.mk: the robustness tools, included by the top Makefile (after its build rules).
 #
 #   make sanitize             compute-sanitizer memcheck, racecheck, synccheck and initcheck over every
 #                             stage x trainer at small sizes, 4 at a time; table in build/sanitize/summary.txt
@@ -83,7 +83,7 @@ SAN_FULL_MATRIX := $(if $(SAN_SIZES_CHANGED)$(filter command line,$(origin SAN_S
 sanitize: SAN_RESULT := $(if $(SAN_FULL_MATRIX),sanitize$(if $(filter all,$(SAN_VARIANTS)),-all-variants))
 stage-sanitize: SAN_RESULT :=
 
-# the settings common/sanitize_run.sh reads
+# the settings tools/sanitize_run.sh reads
 SAN_EXPORTS := BUILD SAN_DIR SAN_TIMEOUT COMPUTE_SANITIZER SAN_REGRESSION_ARGS SAN_MNIST_ARGS SAN_VECTOR_ADD_ARGS \
     SAN_MNIST_DATA SAN_RACECHECK_MNIST_DATA SAN_FLAGS_memcheck SAN_FLAGS_racecheck SAN_FLAGS_synccheck SAN_FLAGS_initcheck
 export $(SAN_EXPORTS)
@@ -107,7 +107,7 @@ sanitize stage-sanitize:
 	done
 	@echo "compute-sanitizer: $$(wc -l <$(SAN_DIR)/jobs) runs, $(SAN_JOBS) at a time, $(SAN_TIMEOUT) s limit each ($(COMPUTE_SANITIZER))"
 	@start=$$(date +%s); \
-	xargs -P $(SAN_JOBS) -L 1 sh common/sanitize_run.sh <$(SAN_DIR)/jobs; \
+	xargs -P $(SAN_JOBS) -L 1 sh tools/sanitize_run.sh <$(SAN_DIR)/jobs; \
 	{ echo "compute-sanitizer $$("$(COMPUTE_SANITIZER)" --version 2>/dev/null | sed -n 's/.*Version //p' | head -n 1)" \
 	       "on $$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1), commit $(GIT_COMMIT_ID)," \
 	       "$(SAN_JOBS) runs at a time, $$(($$(date +%s) - start)) s in all"; \

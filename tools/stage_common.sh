@@ -1,5 +1,5 @@
 #!/bin/sh
-# common/stage_common.sh DIR PREV: the files of common/ that stage DIR's trainers use and stage PREV's do not, one a
+# tools/stage_common.sh DIR PREV: the files of common/ that stage DIR's trainers use and stage PREV's do not, one a
 # line (each header they include, its .c beside it, and what those include in turn).
 # `make stage N diff` shows the ones stage N is the first to use, where its lesson lives outside the trainers (05's
 # staging ring, 06's cuBLASLt plans).

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# common/grade.sh: the work behind `make grade STAGE=N SUBMISSIONS=dir [JOBS=k] [CSV=file]` (common/exercises.mk
+# tools/grade.sh: the work behind `make grade STAGE=N SUBMISSIONS=dir [JOBS=k] [CSV=file]` (tools/exercises.mk
 # hands over the build settings as TRY_* environment variables, and STAGE, SUBMISSIONS, JOBS and CSV as GRADE_*).
 # Not meant to be run by hand.
 #
-# Runs common/try.sh on every .cu file of SUBMISSIONS (not its subfolders), each in a build folder of its own,
+# Runs tools/try.sh on every .cu file of SUBMISSIONS (not its subfolders), each in a build folder of its own,
 # build/grade/NN/K-NAME/, with its whole output in build/grade/NN/K-NAME.log, and writes one CSV line per
 # submission, in file-name order, to CSV (default build/grade/stageNN.csv):
 #
 #     file,exit,verdict,trainer,correctness,speed,todo_left,error,log
 #
 #   exit         try's exit status: 0 PASS, 1 FAIL, 2 a file that cannot be a candidate, 3 no MNIST data,
-#                4 UNVERIFIED (no CUDA device ran the suite), as common/exercises.mk documents them
+#                4 UNVERIFIED (no CUDA device ran the suite), as tools/exercises.mk documents them
 #   verdict      the word of try's last line (PASS, FAIL, UNVERIFIED, NOT RUN), else BAD FILE (2), NO DATA (3)
 #   trainer      the trainer the file replaces (regression, mnist; vector_add for stage 01), where try got that far
 #   correctness  try's "correctness:" line, or "not checked (no CUDA device)"
@@ -26,8 +26,8 @@
 set -o pipefail
 stage=${GRADE_STAGE:-}
 [[ $stage =~ ^[0-9]{1,2}$ ]] && nn=$(printf '%02d' "$((10#$stage))") || nn=$stage
-# shellcheck source=common/try_common.sh
-source common/try_common.sh
+# shellcheck source=tools/try_common.sh
+source tools/try_common.sh
 stages=${GRADE_STAGES:-}
 
 valid=$(for s in $stages; do printf '%s ' "${s#0}"; done)
@@ -80,9 +80,9 @@ grade_one() {
     out=$build/grade/$nn/$k-$slug
     log=$out.log
     if [ -n "$gpu" ]; then
-        CUDA_VISIBLE_DEVICES=$gpu TRY_OUT=$out TRY_INCLUDE_DIR=$stage_dir bash common/try.sh "$nn" "$file" >"$log" 2>&1 </dev/null
+        CUDA_VISIBLE_DEVICES=$gpu TRY_OUT=$out TRY_INCLUDE_DIR=$stage_dir bash tools/try.sh "$nn" "$file" >"$log" 2>&1 </dev/null
     else
-        TRY_OUT=$out TRY_INCLUDE_DIR=$stage_dir bash common/try.sh "$nn" "$file" >"$log" 2>&1 </dev/null
+        TRY_OUT=$out TRY_INCLUDE_DIR=$stage_dir bash tools/try.sh "$nn" "$file" >"$log" 2>&1 </dev/null
     fi
     rc=$?
     verdict=$(sed -n 's/^try: \([A-Z][A-Z ]*[A-Z]\).*/\1/p' "$log" | tail -n 1)

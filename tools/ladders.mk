@@ -1,4 +1,4 @@
-# common/ladders.mk: the kernel ladders, NN-*/NAME_ladder.cu, included by the top Makefile.
+# tools/ladders.mk: the kernel ladders, NN-*/NAME_ladder.cu, included by the top Makefile.
 #
 #   build/NN/NAME_ladder        every version of one kernel against a ceiling: a table, --csv rows
 #   build/NN/test_NAME_ladder   every version on odd sizes against the CPU (tests/gpu/test_NAME_ladder.c;

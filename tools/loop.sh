@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# common/loop.sh: the work behind `make loop TRAINER=regression|mnist ROUND=k [FROM=answer.md] [MODE=open|guided]`
-# (common/exercises.mk hands over the build settings as TRY_* and the verb's as LOOP_* environment variables).
+# tools/loop.sh: the work behind `make loop TRAINER=regression|mnist ROUND=k [FROM=answer.md] [MODE=open|guided]`
+# (tools/exercises.mk hands over the build settings as TRY_* and the verb's as LOOP_* environment variables).
 # Not meant to be run by hand.
 #
 # The loop improves stage 02's trainer round by round from its own measurements. Round 1's prompt holds
 # stage 02's file. Round k (k >= 2) takes FROM, round k-1's answer: its one ```cuda (or ```c) block that
-# defines train_TRAINER is the candidate. The candidate is tried as a stage 02 candidate (common/try.sh:
+# defines train_TRAINER is the candidate. The candidate is tried as a stage 02 candidate (tools/try.sh:
 # the GPU suite, then timed against stage 02), timed against stage 08 with the same flags in the same run,
 # and profiled (`make stage 2 profile`'s per-kernel summary, on the candidate's build). Then:
 #   - the record of round k-1, in 02-llm-baseline/loop/TRAINER/round-(k-1)/ (a guided run: TRAINER-guided/;
@@ -13,16 +13,16 @@
 #     answer.md (FROM, unedited), TRAINER.cu (the candidate), verdict.txt, profile.txt;
 #   - the result rows of the three timed runs, appended to results/loop/<gpu>.csv (LOOP_RESULTS_DIR: another folder),
 #     the drivers' own rows (schema of common/report.h) with run_id loop-TRAINER-MODE-rK-UTC naming the round;
-#   - round k's prompt, build/loop/TRAINER/round-k.md (guided: TRAINER-guided/; common/loop_template.md), under
+#   - round k's prompt, build/loop/TRAINER/round-k.md (guided: TRAINER-guided/; tools/loop_template.md), under
 #     PROMPT_LIMIT bytes (80 KB: the candidate is whole in it).
 # Without a GPU, LOOP_VERDICT and LOOP_PROFILE name files that stand in for try's verdict and the profile
 # (and LOOP_ROWS, optionally, for the result rows), so that tests/loop_smoke.sh can feed fixtures.
 # Refusals, one "error:" line and exit 2: a bad setting, ROUND past LOOP_ROUNDS (default 8), a round after
 # two failed ones in a row (the record of the second is written first), no GPU and no fixtures.
 
-# shellcheck source=common/prompt.sh
-source common/prompt.sh 02  # its functions, and try_common.sh's (die, build_stage); nn=02: the loop's stage
-template=common/loop_template.md
+# shellcheck source=tools/prompt.sh
+source tools/prompt.sh 02  # its functions, and try_common.sh's (die, build_stage); nn=02: the loop's stage
+template=tools/loop_template.md
 # A round's prompt holds the answer's whole file, which grows round by round: twice a stage prompt's limit
 PROMPT_LIMIT=81920
 trainer=${TRY_TRAINER:-} round=${LOOP_ROUND:-} answer_in=${LOOP_FROM:-} mode=${LOOP_MODE:-open}
@@ -75,7 +75,7 @@ gpu_header() {  # the verdict's header, as results/<gpu>-try-NN-TRAINER.txt name
 # failed round; a stage that does not build, or no device, is the loop's error.
 try_candidate() {
     echo "== loop: make stage 2 try on $1 (output in $work/try.log)"
-    TRY_OUT=$work/try TRY_RUN_SUITE=1 bash common/try.sh 02 "$1" 2>&1 | tee "$work/try.log" | sed 's/^/  | /'
+    TRY_OUT=$work/try TRY_RUN_SUITE=1 bash tools/try.sh 02 "$1" 2>&1 | tee "$work/try.log" | sed 's/^/  | /'
     try_rc=${PIPESTATUS[0]}
     case $try_rc in
     0 | 1) grep -q '^try: ' "$work/try.log" || die "try ended with exit $try_rc and no verdict line (see $work/try.log)" ;;
@@ -167,13 +167,13 @@ record_round() {
 }
 
 # ----------------------------------------------------------------------------
-# the prompt: common/loop_template.md, filled by prompt.sh's fill; its rules and contract are the stage
-# prompt's own sections (common/prompt_template.md), filled as stage 02's, so that the two never drift
+# the prompt: tools/loop_template.md, filled by prompt.sh's fill; its rules and contract are the stage
+# prompt's own sections (tools/prompt_template.md), filled as stage 02's, so that the two never drift
 
-# filled_section FROM TO: common/prompt_template.md from the heading FROM to the one before TO, filled
+# filled_section FROM TO: tools/prompt_template.md from the heading FROM to the one before TO, filled
 filled_section() {
     local template=$parts/section.tpl  # what fill reads
-    awk -v from="$1" -v to="$2" '$0 == to { on = 0 } $0 == from { on = 1 } on' common/prompt_template.md >"$template"
+    awk -v from="$1" -v to="$2" '$0 == to { on = 0 } $0 == from { on = 1 } on' tools/prompt_template.md >"$template"
     fill | squeeze_blank_lines
 }
 

@@ -1,6 +1,6 @@
-# common/exercises.mk: candidate files, checked exercises, grading, prompts, the loop and the student copy
+# tools/exercises.mk: candidate files, checked exercises, grading, prompts, the loop and the student copy
 # (`make help` lists the verbs). Included by the top Makefile; the stage verbs are reached through `make stage N
-# VERB`, which sets NN. The work is in common/try.sh, exercise.sh and grade.sh (which run try.sh), prompt.sh,
+# VERB`, which sets NN. The work is in tools/try.sh, exercise.sh and grade.sh (which run try.sh), prompt.sh,
 # loop.sh and student.sh, each of which says what it does; this file only hands them the build settings, as TRY_*
 # variables in their environment.
 #
@@ -20,28 +20,28 @@ stage-try stage-exercise stage-prompt: export TRY_STAGE_DIR = $(call stage_dir,$
 stage-try stage-exercise grade: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
 
 stage-try:
-	+@bash common/try.sh $(NN) "$(FILE)"
+	+@bash tools/try.sh $(NN) "$(FILE)"
 
 stage-exercise:
-	+@bash common/exercise.sh $(NN)
+	+@bash tools/exercise.sh $(NN)
 
 stage-prompt:
-	+@bash common/prompt.sh $(NN)
+	+@bash tools/prompt.sh $(NN)
 
 # the loop's stage is 02: its trainers, built and profiled with these settings; FROM travels in the environment
 loop: export TRY_STAGE_DIR = $(call stage_dir,02)
 $(foreach v,ROUND FROM MODE,$(eval loop: export LOOP_$(v) = $$($(v))))
 loop:
-	+@bash common/loop.sh
+	+@bash tools/loop.sh
 
 # make grade STAGE=N SUBMISSIONS=dir [JOBS=k] [CSV=file]: try on every .cu of the folder, one CSV line each, try's
-# exit status in it (common/grade.sh); the values travel in the environment
+# exit status in it (tools/grade.sh); the values travel in the environment
 GRADE_NN = $(if $(filter 1 2 3 4 5 6 7 8 9,$(STAGE)),0$(STAGE),$(STAGE))
 grade: export TRY_STAGE_DIR = $(if $(filter $(GRADE_NN),$(ALL_STAGES)),$(call stage_dir,$(GRADE_NN)))
 $(foreach v,STAGE SUBMISSIONS JOBS CSV,$(eval grade: export GRADE_$(v) = $$($(v))))
 grade: export GRADE_STAGES = $(ALL_STAGES)
 grade:
-	+@bash common/grade.sh
+	+@bash tools/grade.sh
 
 # DIR and UPTO travel in the environment, never through a shell command line; so do the Makefile's commit and flag
 student: export STUDENT_DIR = $(or $(DIR),$(BUILD)/student)
@@ -49,4 +49,4 @@ student: export STUDENT_UPTO = $(UPTO)
 student: export STUDENT_COMMIT = $(GIT_COMMIT_ID)
 student: export STUDENT_DIRTY = $(GIT_DIRTY)
 student:
-	@bash common/student.sh
+	@bash tools/student.sh

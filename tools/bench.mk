@@ -1,4 +1,4 @@
-# bench/bench.mk: `make bench` (the top Makefile runs `make -f bench/bench.mk bench`), on a GPU machine.
+# tools/bench.mk: `make bench` (the top Makefile runs `make -f tools/bench.mk bench`), on a GPU machine.
 #
 #   make bench                 the full run, about 8 minutes on an H200 once built: results/<gpu>.csv
 #                              (started afresh; the last run's files go to build/bench/previous/), the

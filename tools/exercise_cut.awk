@@ -1,8 +1,8 @@
-# common/exercise_cut.awk: cut the exercise regions out of a stage file (POSIX awk, one file).
+# tools/exercise_cut.awk: cut the exercise regions out of a stage file (POSIX awk, one file).
 #
-#   awk -f common/exercise_cut.awk FILE                     the skeleton: every region cut, on stdout
-#   awk -v exercise=NAME -f common/exercise_cut.awk FILE    only region NAME cut, the others left as they are
-#   awk -v list=1 -f common/exercise_cut.awk FILE           the region names, one a line (none: no output)
+#   awk -f tools/exercise_cut.awk FILE                     the skeleton: every region cut, on stdout
+#   awk -v exercise=NAME -f tools/exercise_cut.awk FILE    only region NAME cut, the others left as they are
+#   awk -v list=1 -f tools/exercise_cut.awk FILE           the region names, one a line (none: no output)
 #
 # A region, in the stage file (NAME is [a-z0-9-]+, unique within the stage):
 #       <indent>// EXERCISE(NAME) begin: <one-line task>
@@ -14,7 +14,7 @@
 #       <indent>//: <the continuation lines, as they were>
 # Everything outside the regions is copied byte for byte. Unbalanced or nested markers, a malformed
 # marker line, a name used twice and an unknown NAME are refused: one "error:" line, exit 2, no output.
-# Used by `make stage N exercise` (common/exercise.sh) and `make student` (common/student.sh).
+# Used by `make stage N exercise` (tools/exercise.sh) and `make student` (tools/student.sh).
 
 # count: regions seen; out[1..lines]: the output, kept until the whole file has been checked; inside: the name
 # of the region being read

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# common/student.sh: the work behind `make student [DIR=path] [UPTO=N]` (common/exercises.mk hands DIR and
+# tools/student.sh: the work behind `make student [DIR=path] [UPTO=N]` (tools/exercises.mk hands DIR and
 # UPTO over as STUDENT_DIR and STUDENT_UPTO, the Makefile's commit and dirty flag as STUDENT_COMMIT and
 # STUDENT_DIRTY). Writes a copy of the repository without the answers, for a
 # class, in STUDENT_DIR (default build/student): the files git knows as they are in the work tree (no .git,
@@ -11,9 +11,9 @@
 #   - the benchmark measurements in results/ (the CSVs, the plots drawn from them, the profiles);
 #   - each deliberate bug of tests/mutants/ that no longer applies to the copy's last stage (its pattern
 #     is code that was cut);
-# every exercise region cut by common/exercise_cut.awk, leaving its // TODO(exercise) marker; in a later
+# every exercise region cut by tools/exercise_cut.awk, leaving its // TODO(exercise) marker; in a later
 # stage's file, the code it carries word for word from an earlier stage's region cut as well, with that
-# region's marker (common/exercise_carry.awk); the exercises' commands that need the full repository
+# region's marker (tools/exercise_carry.awk); the exercises' commands that need the full repository
 # (a skeleton under build/exercise/, ANSWER=1) rewritten for the copy; the READMEs' measured tables and the
 # <!-- measured --> passages that read them withheld, since the exercises ask for them as predictions; STUDENT.md on top, saying what was
 # cut and how a student checks the work (`make stage N exercise`, in place there).
@@ -29,7 +29,7 @@ die() {
     exit 2
 }
 
-cutter=common/exercise_cut.awk
+cutter=tools/exercise_cut.awk
 [ ! -f STUDENT.md ] || die "this is already a student copy (STUDENT.md): make student runs in the full repository"
 root=$(git rev-parse --show-toplevel 2>/dev/null) ||
     die "make student copies the files git knows: run it in a git clone of cuda-stages"
@@ -113,9 +113,9 @@ while IFS= read -r -d '' f; do
     [ ! -f "$f" ] || ! grep -q '^[[:space:]]*// EXERCISE' -- "$f" || own=$(awk -v list=1 -f "$cutter" "$f")
     more=
     if [ ${#earlier[@]} -gt 0 ]; then
-        more=$(awk -v list=1 -f common/exercise_carry.awk "${earlier[@]}" "$work/copy/$f") || exit 2
+        more=$(awk -v list=1 -f tools/exercise_carry.awk "${earlier[@]}" "$work/copy/$f") || exit 2
         if [ -n "$more" ]; then
-            if ! awk -f common/exercise_carry.awk "${earlier[@]}" "$work/copy/$f" >"$work/carried" ||
+            if ! awk -f tools/exercise_carry.awk "${earlier[@]}" "$work/copy/$f" >"$work/carried" ||
                 ! mv "$work/carried" "$work/copy/$f"; then
                 die "cutting the carried regions out of $f failed"
             fi

@@ -1,28 +1,28 @@
 #!/usr/bin/env bash
-# common/exercise.sh NN: the work behind `make stage N exercise` (common/exercises.mk hands over the
-# settings as TRY_* environment variables): common/try.sh on the skeleton cut from the stage's file, or,
+# tools/exercise.sh NN: the work behind `make stage N exercise` (tools/exercises.mk hands over the
+# settings as TRY_* environment variables): tools/try.sh on the skeleton cut from the stage's file, or,
 # with TRY_ANSWER=1, on the stage's file itself. Not meant to be run by hand.
 #
 # An exercise is a region of a stage file, `// EXERCISE(name) begin: task` ... `// EXERCISE end`; its
-# skeleton is the file with the region replaced by `// TODO(exercise): name: task` (common/exercise_cut.awk),
+# skeleton is the file with the region replaced by `// TODO(exercise): name: task` (tools/exercise_cut.awk),
 # written to build/exercise/NN/FILE. Only the files try can check hold regions: the trainers (stage 01:
-# vector_add.cu), the .c files of common/ that the stage is the first to use (common/stage_common.sh),
+# vector_add.cu), the .c files of common/ that the stage is the first to use (tools/stage_common.sh),
 # where its lesson may live (05's staging ring, 06's cuBLASLt descriptors): try links such a file in place of
 # common's under the stage's own trainers, and the stage's kernel ladders (NN-*/NAME_ladder.cu: 09's fragment
 # layout), which try links with the ladder's own test; a ladder-only stage has no other. A region whose code
 # runs on the host too is checked on the CPU as well (tests/exercise/test_<name>.c), on any machine; where that
-# check covers the regions tried whole, its verdict stands without a GPU (common/try.sh, TRY_REGIONS).
+# check covers the regions tried whole, its verdict stands without a GPU (tools/try.sh, TRY_REGIONS).
 # TRY_EXERCISE=name cuts that region only; TRY_EXERCISE=file every region of that file.
 # In a copy written by `make student` (STUDENT.md lists what was cut), the stage's file is the student's
 # work: it is tried in place, and ANSWER=1 is refused. Exit status: try's, the worst over the files.
 #
-# common/exercise.sh NN --list prints the index instead, "FILE NAME" a line for every region of the stage, and
+# tools/exercise.sh NN --list prints the index instead, "FILE NAME" a line for every region of the stage, and
 # tries nothing (tests/teaching_refs.sh reads it).
 nn=${1:-}
-# shellcheck source=common/try_common.sh
-source common/try_common.sh
-[ -n "$nn" ] || die "usage: common/exercise.sh NN (run through make stage N exercise)"
-cutter=common/exercise_cut.awk
+# shellcheck source=tools/try_common.sh
+source tools/try_common.sh
+[ -n "$nn" ] || die "usage: tools/exercise.sh NN (run through make stage N exercise)"
+cutter=tools/exercise_cut.awk
 
 verdict_word() {  # verdict_word RC: the verdict a try.sh exit status stands for
     case $1 in
@@ -39,7 +39,7 @@ first_used() {
     [ "$nn" != 01 ] && [ -f "$stage_dir/regression.cu" ] && [ -f "$stage_dir/mnist.cu" ] || return 0
     prev=$(find . -maxdepth 1 -type d -name "$(printf '%02d' $((10#$nn - 1)))-*" | sed 's|^\./||' | head -n 1)
     [ -n "$prev" ] && [ -f "$prev/regression.cu" ] && [ -f "$prev/mnist.cu" ] || return 0
-    sh common/stage_common.sh "$stage_dir" "$prev" 2>/dev/null | grep '^common/[^/]*\.c$'
+    sh tools/stage_common.sh "$stage_dir" "$prev" 2>/dev/null | grep '^common/[^/]*\.c$'
 }
 
 # sets mode (cut, or student in a student copy) and index, "FILE NAME" a line for every region of the
@@ -119,7 +119,7 @@ try_one() {
         mv "$path.tmp" "$path"
         echo "== exercise ($regions): $path, the skeleton cut from $source (the task: $stage_dir/exercises.md; ANSWER=1 tries the answer)"
     fi
-    TRY_OUT=$build/exercise/$nn/${base%.*} TRY_INCLUDE_DIR=$stage_dir TRY_REGIONS=${regions//, / } bash common/try.sh "$nn" "$path"
+    TRY_OUT=$build/exercise/$nn/${base%.*} TRY_INCLUDE_DIR=$stage_dir TRY_REGIONS=${regions//, / } bash tools/try.sh "$nn" "$path"
 }
 
 exercise_index

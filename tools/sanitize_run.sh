@@ -1,5 +1,5 @@
 #!/bin/sh
-# common/sanitize_run.sh STAGE TRAINER VARIANT PRECISION TOOL: one run of `make sanitize` (common/robustness.mk, which
+# tools/sanitize_run.sh STAGE TRAINER VARIANT PRECISION TOOL: one run of `make sanitize` (tools/robustness.mk, which
 # exports the settings read here: BUILD, SAN_DIR, SAN_TIMEOUT, COMPUTE_SANITIZER, SAN_*_ARGS, SAN_*MNIST_DATA and
 # SAN_FLAGS_<tool>). VARIANT and PRECISION: - for the default. It appends one line to $SAN_DIR/results: the stage,
 # the row label, the tool, the seconds taken and the verdict:

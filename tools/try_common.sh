@@ -1,6 +1,6 @@
-# common/try_common.sh: what common/try.sh, common/exercise.sh, common/grade.sh and common/prompt.sh share.
+# tools/try_common.sh: what tools/try.sh, tools/exercise.sh, tools/grade.sh and tools/prompt.sh share.
 # Sourced, after the script has set nn (the stage, two digits) from its first argument; the rest comes from the
-# TRY_* settings that common/exercises.mk exports.
+# TRY_* settings that tools/exercises.mk exports.
 # shellcheck shell=bash disable=SC2034,SC2154  # the scripts read what is set here, and set nn
 set -u
 set -f  # the nvcc flags hold brackets (code=[sm_90,compute_90]): never glob them
@@ -40,9 +40,9 @@ build_stage() {  # the stage's own objects and drivers, through the Makefile's r
         die "stage $nn's own files do not build (see above): try needs them to link and compare"
 }
 
-# build_own: what a candidate of stage nn links with, and the drivers only when they will run (common/try.sh
-# before each candidate, common/grade.sh once before its submissions); sets trainer=vector_add for stage 01. A kernel
-# ladder's candidate (common/try.sh sets ladder to its name, mma_ladder) links with the ladder's own test only.
+# build_own: what a candidate of stage nn links with, and the drivers only when they will run (tools/try.sh
+# before each candidate, tools/grade.sh once before its submissions); sets trainer=vector_add for stage 01. A kernel
+# ladder's candidate (tools/try.sh sets ladder to its name, mma_ladder) links with the ladder's own test only.
 build_own() {
     local targets=("$build/common/libcommon.a")
     if [ -n "${ladder:-}" ]; then

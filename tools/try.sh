@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# common/try.sh NN FILE: the work behind `make stage N try` (common/exercises.mk hands over the build
+# tools/try.sh NN FILE: the work behind `make stage N try` (tools/exercises.mk hands over the build
 # settings as TRY_* environment variables). FILE replaces the stage trainer it defines (for stage 01:
 # vector_add.cu), or is a Markdown answer whose only fenced code block is that file, or, a .c file named as
 # one of common/'s (staging.c), replaces that file under the stage's own trainers, or, a .cu file named as one of
@@ -18,15 +18,15 @@
 # and a table of the two result rows with the relative speed (a ladder: the candidate's ladder program, which
 # checks every version against the CPU before it times it).
 # Verdict on the last line: "try: PASS", "try: FAIL", or "try: UNVERIFIED (no CUDA device)"; exit 0, 1
-# or 4 (see common/exercises.mk). common/exercise.sh runs this on a skeleton, with TRY_OUT (the folder
+# or 4 (see tools/exercises.mk). tools/exercise.sh runs this on a skeleton, with TRY_OUT (the folder
 # for the build), TRY_INCLUDE_DIR (the stage's folder, where a skeleton cut into build/ finds the
 # headers beside its file) and TRY_REGIONS (the exercise regions tried). Without a GPU, a CPU suite whose
 # "// whole: name, name" line names every region tried checks the exercise whole: its PASS is the verdict.
 # shellcheck disable=SC2086  # the TRY_* flags and ARGS are lists of words
 nn=${1:-}
-# shellcheck source=common/try_common.sh
-source common/try_common.sh
-[ -n "$nn" ] || die "usage: common/try.sh NN FILE (run through make stage N try)"
+# shellcheck source=tools/try_common.sh
+source tools/try_common.sh
+[ -n "$nn" ] || die "usage: tools/try.sh NN FILE (run through make stage N try)"
 out=${TRY_OUT:-$build/try/$nn}
 include_dir=${TRY_INCLUDE_DIR:-}
 
@@ -259,7 +259,7 @@ cpu_check() {
 }
 
 # cpu_whole: the CPU check passed and checks every region tried whole (its "// whole: name, name" line names each
-# of TRY_REGIONS, which common/exercise.sh sets): where no GPU runs the suite, its verdict is the exercise's
+# of TRY_REGIONS, which tools/exercise.sh sets): where no GPU runs the suite, its verdict is the exercise's
 cpu_whole() {
     local r whole
     [ -n "${cpu_note:-}" ] && [ -n "${TRY_REGIONS:-}" ] || return 1

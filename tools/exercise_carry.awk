@@ -1,11 +1,11 @@
-# common/exercise_carry.awk: cut, from a later stage's file, the code it carries forward from an earlier
-# stage's exercise regions (POSIX awk; used by `make student`, common/student.sh).
+# tools/exercise_carry.awk: cut, from a later stage's file, the code it carries forward from an earlier
+# stage's exercise regions (POSIX awk; used by `make student`, tools/student.sh).
 #
-#   awk -f common/exercise_carry.awk EARLIER... LATER             LATER with every carried region cut, on stdout
-#   awk -v list=1 -f common/exercise_carry.awk EARLIER... LATER   the names of the regions it carries, one a line
+#   awk -f tools/exercise_carry.awk EARLIER... LATER             LATER with every carried region cut, on stdout
+#   awk -v list=1 -f tools/exercise_carry.awk EARLIER... LATER   the names of the regions it carries, one a line
 #
 # EARLIER are stage files with their `// EXERCISE(name) begin:` ... `// EXERCISE end` regions (markers as
-# common/exercise_cut.awk reads them; these files have passed it). A region is carried when LATER holds its
+# tools/exercise_cut.awk reads them; these files have passed it). A region is carried when LATER holds its
 # answer, the lines between the task and the end marker, as consecutive lines that are the same once leading
 # and trailing blanks are dropped (a later stage often nests the same code deeper). Each such block becomes the
 # region's `// TODO(exercise): name: task` marker and its //: lines, at the block's indentation: the student

