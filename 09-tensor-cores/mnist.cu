@@ -428,13 +428,34 @@ static __device__ __forceinline__ void mma_parts(float c[4], const uint32_t a[4]
     mma_tf32(c, a, hi);
 }
 
+// A product of m16 tiles that leaves warps idle splits K over them: this many parts, summed in order after
+static __host__ __device__ int k_splits(int tiles) { return max(1, MMA_WARPS / tiles); }
+
 // The tensor-core kernel's dynamic shared memory, in mma_epoch_kernel's order.
 static size_t mma_shared_bytes(const EpochArgs *a) {
-    int pixels = 16 * a->range_tiles, batch = a->batch;
-    size_t floats = (size_t)2 * batch + MMA_UNITS * (pixels + 4) + MMA_UNITS * CLASSES + CLASSES +
+    int pixels = 16 * a->range_tiles, batch = a->batch, batch16 = round_up(batch, 16);
+    size_t parts = max((size_t)k_splits(batch16 / 16) * batch16, (size_t)k_splits(pixels / 16) * pixels);
+    size_t floats = (size_t)4 * batch + MMA_UNITS * (pixels + 4) + MMA_UNITS * CLASSES + CLASSES +
                     (size_t)batch * (2 * MMA_UNITS + CLASSES) + 2 * (size_t)round_up(batch, 8) * MMA_UNITS +
-                    ROW_GROUPS * (ROW_GROUP / WARP_SIZE) * CLASSES;
-    return (size_t)batch * pixels + floats * sizeof(float);
+                    ROW_GROUPS * (ROW_GROUP / WARP_SIZE) * CLASSES + parts * MMA_UNITS;
+    return (size_t)2 * batch * pixels + floats * sizeof(float);
+}
+
+// rows[i] and labels[i] of the step's batch (copied by the first threads)
+static __device__ void fetch_rows(const EpochArgs *a, int step, int32_t *rows, int32_t *labels) {
+    for (int i = threadIdx.x; i < a->batch; i += blockDim.x) {
+        rows[i] = a->rows[(int64_t)step * a->batch + i];
+        labels[i] = a->labels[rows[i]];
+    }
+}
+
+// x[i][c] = pixel first_pixel + c of row rows[i], c < pixels: cp.async, 16 bytes a copy, one batch committed
+static __device__ void fetch_pixels(const EpochArgs *a, const int32_t *rows, uint8_t *x, int first_pixel, int pixels) {
+    for (int e = threadIdx.x; e < a->batch * pixels / 16; e += blockDim.x) {
+        int i = e / (pixels / 16), c = 16 * (e % (pixels / 16));
+        __pipeline_memcpy_async(x + i * pixels + c, a->pixels + (int64_t)rows[i] * PIXELS + first_pixel + c, 16);
+    }
+    __pipeline_commit();
 }
 
 // One epoch of SGD, as mlp_epoch_kernel trains it, in one cooperative launch of a.blocks x MMA_THREADS
@@ -448,10 +469,10 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
     int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE, g = lane / 4, t = lane % 4;
     float *w0 = a.params, *b0 = a.params + (int64_t)PIXELS * hidden;   // (PIXELS, hidden), (hidden,)
     float *w_last = b0 + hidden, *b_last = w_last + hidden * CLASSES;  // (hidden, CLASSES), (CLASSES,)
-    uint8_t *x = (uint8_t *)shared;                       // (batch, pixels) my pixel columns of the step's rows
-    int32_t *batch_row = (int32_t *)(x + batch * pixels);  // (batch,) this step's rows
-    int32_t *batch_label = batch_row + batch;              // (batch,) their labels
-    float *my_w0 = (float *)(batch_label + batch);         // (MMA_UNITS, w_stride) my tile, one unit a row
+    uint8_t *x_buffers = (uint8_t *)shared;  // (2, batch, pixels) my pixel columns of a step's rows: this, the next
+    int32_t *row_buffers = (int32_t *)(x_buffers + 2 * batch * pixels);  // (2, batch) the steps' rows
+    int32_t *label_buffers = row_buffers + 2 * batch;                      // (2, batch) their labels
+    float *my_w0 = (float *)(label_buffers + 2 * batch);  // (MMA_UNITS, w_stride) my tile, one unit a row
     float *my_w_last = my_w0 + MMA_UNITS * w_stride;       // (MMA_UNITS, CLASSES) W_last's rows of my units
     float *my_b_last = my_w_last + MMA_UNITS * CLASSES;    // (CLASSES,) my copy of b_last
     float *value = my_b_last + CLASSES;                    // (batch, MMA_UNITS) my units' values, every row
@@ -460,6 +481,8 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
     uint32_t *dvalue_hi = (uint32_t *)(dlogit + batch * CLASSES);  // (batch8, MMA_UNITS) dvalue's tf32 high parts,
     uint32_t *dvalue_lo = dvalue_hi + round_up(batch, 8) * MMA_UNITS;  // and low parts; rows past the batch 0
     float *group_sums = (float *)(dvalue_lo + round_up(batch, 8) * MMA_UNITS);  // (ROW_GROUPS, 4, CLASSES) phase B
+    float *parts = group_sums + ROW_GROUPS * (ROW_GROUP / WARP_SIZE) * CLASSES;  // (splits, m, MMA_UNITS) K's parts
+    int batch16 = round_up(batch, 16), a_splits = k_splits(batch16 / 16), c_splits = k_splits(pixels / 16);
 
     // my tile, my W_last rows and b_last into shared memory, zeros for the units past the last
     for (int e = tid; e < MMA_UNITS * w_stride; e += MMA_THREADS) {
@@ -470,30 +493,27 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
         my_w_last[e] = e / CLASSES < units ? w_last[(int64_t)first_unit * CLASSES + e] : 0.0f;
     for (int j = tid; j < CLASSES; j += MMA_THREADS) my_b_last[j] = b_last[j];
     for (int e = tid; e < 2 * round_up(batch, 8) * MMA_UNITS; e += MMA_THREADS) dvalue_hi[e] = 0;
+    fetch_rows(&a, 0, row_buffers, label_buffers);  // step 0's batch; each step fetches the next one's in phase C
+    __syncthreads();
+    fetch_pixels(&a, row_buffers, x_buffers, first_pixel, pixels);
 
     for (int step = 0; step < a.steps; step++) {
-        for (int i = tid; i < batch; i += MMA_THREADS) {
-            batch_row[i] = a.rows[(int64_t)step * batch + i];
-            batch_label[i] = a.labels[batch_row[i]];  // read now, used in phase B
-        }
-        __syncthreads();
-        for (int e = tid; e < batch * pixels / 16; e += MMA_THREADS) {  // my columns, 16 bytes a cp.async
-            int i = e / (pixels / 16), c = 16 * (e % (pixels / 16));
-            __pipeline_memcpy_async(x + i * pixels + c, a.pixels + (int64_t)batch_row[i] * PIXELS + first_pixel + c,
-                                    16);
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(0);  // my copies have landed,
+        int buffer = step % 2, next = 1 - buffer;
+        uint8_t *x = x_buffers + buffer * batch * pixels;
+        int32_t *batch_label = label_buffers + buffer * batch;
+        __pipeline_wait_prior(0);  // my copies of this step's pixels have landed,
         __syncthreads();           // and everyone's
 
         // A: zpart[range][i][first_unit + n] = sum over my pixels k of x[i][k] W0[k][first_unit + n]: a warp an m16
-        // product of rows, along all my pixels (rows past the batch are computed from the last row and dropped)
+        // product of rows along a part of my pixels (rows past the batch are computed from the last row and
+        // dropped), the a_splits parts summed in order
         float *zpart = a.zpart + (int64_t)range * batch * hidden;  // (batch, hidden)
-        for (int m0 = 16 * warp; m0 < batch; m0 += 16 * MMA_WARPS) {
+        int split = warp / (batch16 / 16), k_part = round_up((pixels + a_splits - 1) / a_splits, 8);
+        for (int m0 = 16 * (warp % (batch16 / 16)); split < a_splits && m0 < batch; m0 += 16 * MMA_WARPS) {
             int i = min(m0 + g, batch - 1), i8 = min(m0 + g + 8, batch - 1);
             const float *w = my_w0 + g * w_stride;  // B[k][g] = W0[first_pixel + k][first_unit + g]
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int k0 = 0; k0 < pixels; k0 += 8) {
+            for (int k0 = split * k_part; k0 < min(pixels, split * k_part + k_part); k0 += 8) {
                 uint32_t frag[4] = {pixel_tf32(x, pixels, i, k0 + t), pixel_tf32(x, pixels, i8, k0 + t),
                                     pixel_tf32(x, pixels, i, k0 + t + 4), pixel_tf32(x, pixels, i8, k0 + t + 4)};
                 float b[2] = {w[k0 + t], w[k0 + t + 4]};
@@ -501,10 +521,14 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
                 uint32_t lo[2] = {to_tf32(b[0] - __uint_as_float(hi[0])), to_tf32(b[1] - __uint_as_float(hi[1]))};
                 mma_parts(c, frag, hi, lo, a.products);
             }
-            for (int e = 0; e < 4; e++) {  // C[m][n]: row m0 + g + 8 (e / 2), unit first_unit + 2t + e % 2
-                int row = m0 + g + 8 * (e / 2), n = 2 * t + e % 2;
-                if (row < batch && n < units) __stcg(zpart + (int64_t)row * hidden + first_unit + n, c[e]);
-            }
+            for (int e = 0; e < 4; e++)  // C[m][n]: row m0 + g + 8 (e / 2), unit 2t + e % 2
+                parts[(split * batch16 + m0 + g + 8 * (e / 2)) * MMA_UNITS + 2 * t + e % 2] = c[e];
+        }
+        __syncthreads();
+        for (int e = tid; e < batch * MMA_UNITS; e += MMA_THREADS) {  // e = (row, unit)
+            float z = 0.0f;
+            for (int s = 0; s < a_splits; s++) z += parts[s * batch16 * MMA_UNITS + e];
+            if (e % MMA_UNITS < units) __stcg(zpart + (int64_t)(e / MMA_UNITS) * hidden + first_unit + e % MMA_UNITS, z);
         }
         grid.sync();  // every range's part of every z is in zpart (and every block is past the last step's phase C)
 
@@ -516,13 +540,15 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
             int i = i0 + group * blocks;
             float share[CLASSES] = {};
             for (int h = tid % ROW_GROUP; i < batch && h < hidden; h += ROW_GROUP) {
-                float z = 0.0f;
+                float z = 0.0f, bias = __ldcg(b0 + h), w[CLASSES];  // every load issued before the first is used
+#pragma unroll
+                for (int j = 0; j < CLASSES; j++) w[j] = __ldcg(w_last + h * CLASSES + j);
 #pragma unroll 8
                 for (int r = 0; r < a.ranges; r++) z += __ldcg(a.zpart + ((int64_t)r * batch + i) * hidden + h);
-                float v = fmaxf(z / 255.0f + __ldcg(b0 + h), 0.0f);  // x = byte / 255, the 255 taken out
+                float v = fmaxf(z / 255.0f + bias, 0.0f);  // x = byte / 255, the 255 taken out
                 __stcg(a.values + (int64_t)i * hidden + h, v);
 #pragma unroll
-                for (int j = 0; j < CLASSES; j++) share[j] = fmaf(v, __ldcg(w_last + h * CLASSES + j), share[j]);
+                for (int j = 0; j < CLASSES; j++) share[j] = fmaf(v, w[j], share[j]);
             }
 #pragma unroll
             for (int j = 0; j < CLASSES; j++) {
@@ -551,11 +577,14 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
         grid.sync();  // every row's values and dlogits are written (and every block has read this step's zpart)
 
         // C: the batch's dlogits and my units' values, then my gradients, each from the weights before the update
+        if (step + 1 < a.steps) fetch_rows(&a, step + 1, row_buffers + next * batch, label_buffers + next * batch);
         for (int e = tid; e < batch * CLASSES; e += MMA_THREADS) dlogit[e] = __ldcg(a.dlogits + e);
         for (int e = tid; e < batch * MMA_UNITS; e += MMA_THREADS)
             value[e] = e % MMA_UNITS < units ? __ldcg(a.values + (int64_t)(e / MMA_UNITS) * hidden + first_unit +
                                                       e % MMA_UNITS) : 0.0f;
         __syncthreads();
+        if (step + 1 < a.steps)  // the next step's pixels travel while this step's gradients are computed
+            fetch_pixels(&a, row_buffers + next * batch, x_buffers + next * batch * pixels, first_pixel, pixels);
         for (int p = tid; p < batch * MMA_UNITS; p += MMA_THREADS) {  // dvalue[i][f]: back through W_last and the ReLU
             float sum =
                 strided_dot(dlogit + p / MMA_UNITS * CLASSES, 1, my_w_last + p % MMA_UNITS * CLASSES, 1, CLASSES);
@@ -564,7 +593,8 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
             dvalue_lo[p] = to_tf32(dvalue[p] - __uint_as_float(dvalue_hi[p]));
         }
         __syncthreads();  // dvalue has read W_last
-        for (int e = warp; e < MMA_UNITS * CLASSES; e += MMA_WARPS) {  // W_last[f][j], e = (f, j): a warp a weight
+        int top = MMA_WARPS - 1 - warp;  // the small sums count warps from the top, W0's products from the bottom
+        for (int e = top; e < MMA_UNITS * CLASSES; e += MMA_WARPS) {  // W_last[f][j], e = (f, j): a warp a weight
             float sum = 0.0f;
             for (int i = lane; i < batch; i += WARP_SIZE)
                 sum = fmaf(value[i * MMA_UNITS + e / CLASSES], dlogit[i * CLASSES + e % CLASSES], sum);
@@ -572,23 +602,25 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
             if (lane == 0) my_w_last[e] -= a.lr * sum;  // every block of my units the same; range 0's for phase B
             if (lane == 0 && range == 0 && e / CLASSES < units) w_last[first_unit * CLASSES + e] = my_w_last[e];
         }
-        for (int j = warp; j < CLASSES; j += MMA_WARPS) {  // b_last: a warp a column, in the same order in every block
+        for (int j = top; j < CLASSES; j += MMA_WARPS) {  // b_last: a warp a column, in the same order in every block
             float sum = 0.0f;
             for (int i = lane; i < batch; i += WARP_SIZE) sum += dlogit[i * CLASSES + j];
             sum = warp_sum(sum);
             if (lane == 0) my_b_last[j] -= a.lr * sum;
         }
-        for (int f = warp; range == 0 && f < units; f += MMA_WARPS) {  // b0 (range 0's blocks): a warp a unit
+        for (int f = top; range == 0 && f < units; f += MMA_WARPS) {  // b0 (range 0's blocks): a warp a unit
             float sum = 0.0f;
             for (int i = lane; i < batch; i += WARP_SIZE) sum += dvalue[i * MMA_UNITS + f];
             sum = warp_sum(sum);
             if (lane == 0) b0[first_unit + f] -= a.lr * sum;
         }
         // W0 on my tile: dW0 (pixels, MMA_UNITS) = x^T (pixels, batch) @ dvalue (batch, MMA_UNITS), a warp an m16
-        // product of pixels along the whole batch (rows past the batch: dvalue's parts are 0, x's row clamped)
-        for (int m0 = 16 * warp; m0 < pixels; m0 += 16 * MMA_WARPS) {
+        // product of pixels along a part of the batch (rows past the batch: dvalue's parts are 0, x's row clamped),
+        // the c_splits parts summed in order
+        split = warp / (pixels / 16), k_part = round_up((batch + c_splits - 1) / c_splits, 8);
+        for (int m0 = 16 * (warp % (pixels / 16)); split < c_splits && m0 < pixels; m0 += 16 * MMA_WARPS) {
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int k0 = 0; k0 < batch; k0 += 8) {
+            for (int k0 = split * k_part; k0 < min(batch, split * k_part + k_part); k0 += 8) {
                 int i = min(k0 + t, batch - 1), i4 = min(k0 + t + 4, batch - 1);  // A[m][k] = x[k0 + k][m0 + m]
                 uint32_t frag[4] = {pixel_tf32(x, pixels, i, m0 + g), pixel_tf32(x, pixels, i, m0 + g + 8),
                                     pixel_tf32(x, pixels, i4, m0 + g), pixel_tf32(x, pixels, i4, m0 + g + 8)};
@@ -598,9 +630,15 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
                 mma_parts(c, frag, hi, lo, a.products);
             }
             for (int e = 0; e < 4; e++)  // C[m][n]: pixel m0 + g + 8 (e / 2) of unit 2t + e % 2
-                my_w0[(2 * t + e % 2) * w_stride + m0 + g + 8 * (e / 2)] -= a.lr * (c[e] / 255.0f);
+                parts[(split * pixels + m0 + g + 8 * (e / 2)) * MMA_UNITS + 2 * t + e % 2] = c[e];
         }
-        __syncthreads();  // the next step overwrites batch_row, x, value and dlogit
+        __syncthreads();
+        for (int e = tid; e < pixels * MMA_UNITS; e += MMA_THREADS) {  // e = (pixel, unit)
+            float dw = 0.0f;
+            for (int s = 0; s < c_splits; s++) dw += parts[s * pixels * MMA_UNITS + e];
+            my_w0[e % MMA_UNITS * w_stride + e / MMA_UNITS] -= a.lr * (dw / 255.0f);
+        }
+        __syncthreads();  // the next step overwrites value, dlogit and parts
     }
 
     // the epoch's tile goes back (W_last and b0 are in a.params already), and block 0's b_last
