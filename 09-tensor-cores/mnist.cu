@@ -413,6 +413,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
 #define MMA_UNITS 8    // a block's units: one n8 product wide
 #define ROW_GROUP 128  // phase B: the threads that take a row, a unit each (and every ROW_GROUP-th after it)
 #define ROW_GROUPS (MMA_THREADS / ROW_GROUP)
+#define SUM_COLUMNS (MMA_UNITS * CLASSES + CLASSES + MMA_UNITS)  // phase C's sums over the batch: W_last's, b_last, b0
+#define SUM_PARTS (MMA_THREADS / SUM_COLUMNS)                     // a column's partial sums, a thread each
 
 // x[i][p] of a block's pixel columns (rows `stride` bytes apart) as a tf32 operand: a byte is exact in tf32, and
 // pixel_byte needs no conversion instruction (those run at a quarter of an add's rate)
@@ -437,7 +439,8 @@ static size_t mma_shared_bytes(const EpochArgs *a) {
     size_t parts = max((size_t)k_splits(batch16 / 16) * batch16, (size_t)k_splits(pixels / 16) * pixels);
     size_t floats = (size_t)4 * batch + MMA_UNITS * (pixels + 4) + MMA_UNITS * CLASSES + CLASSES +
                     (size_t)batch * (2 * MMA_UNITS + CLASSES) + 2 * (size_t)round_up(batch, 8) * MMA_UNITS +
-                    ROW_GROUPS * (ROW_GROUP / WARP_SIZE) * CLASSES + parts * MMA_UNITS;
+                    ROW_GROUPS * (ROW_GROUP / WARP_SIZE) * CLASSES + parts * MMA_UNITS + (size_t)a->hidden * CLASSES +
+                    SUM_PARTS * SUM_COLUMNS + MMA_UNITS;
     return (size_t)2 * batch * pixels + floats * sizeof(float);
 }
 
@@ -483,6 +486,9 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
     float *group_sums = (float *)(dvalue_lo + round_up(batch, 8) * MMA_UNITS);  // (ROW_GROUPS, 4, CLASSES) phase B
     float *parts = group_sums + ROW_GROUPS * (ROW_GROUP / WARP_SIZE) * CLASSES;  // (splits, m, MMA_UNITS) K's parts
     int batch16 = round_up(batch, 16), a_splits = k_splits(batch16 / 16), c_splits = k_splits(pixels / 16);
+    float *all_w_last = parts + max(a_splits * batch16, c_splits * pixels) * MMA_UNITS;  // (hidden, CLASSES) phase B
+    float *column_parts = all_w_last + hidden * CLASSES;  // (SUM_PARTS, SUM_COLUMNS) phase C
+    float *my_b0 = column_parts + SUM_PARTS * SUM_COLUMNS;  // (MMA_UNITS,) b0's entries of my units
 
     // my tile, my W_last rows and b_last into shared memory, zeros for the units past the last
     for (int e = tid; e < MMA_UNITS * w_stride; e += MMA_THREADS) {
@@ -492,6 +498,7 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
     for (int e = tid; e < MMA_UNITS * CLASSES; e += MMA_THREADS)
         my_w_last[e] = e / CLASSES < units ? w_last[(int64_t)first_unit * CLASSES + e] : 0.0f;
     for (int j = tid; j < CLASSES; j += MMA_THREADS) my_b_last[j] = b_last[j];
+    for (int f = tid; f < units; f += MMA_THREADS) my_b0[f] = b0[first_unit + f];
     for (int e = tid; e < 2 * round_up(batch, 8) * MMA_UNITS; e += MMA_THREADS) dvalue_hi[e] = 0;
     fetch_rows(&a, 0, row_buffers, label_buffers);  // step 0's batch; each step fetches the next one's in phase C
     __syncthreads();
@@ -536,19 +543,19 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
         // in order, the value (to a.values for phase C), its share of every logit; the group's sums, then a warp
         // the row's softmax. (Every thread runs every round, for the barrier.)
         int group = tid / ROW_GROUP, my_warp = tid % ROW_GROUP / WARP_SIZE;
+        for (int e = tid; e < hidden * CLASSES; e += MMA_THREADS) all_w_last[e] = __ldcg(w_last + e);  // one copy a
+        __syncthreads();  // block, read coalesced: 128 threads a row reading W_last's rows in L2 queue on its lines
         for (int i0 = blockIdx.x; i0 < batch; i0 += ROW_GROUPS * blocks) {
             int i = i0 + group * blocks;
             float share[CLASSES] = {};
             for (int h = tid % ROW_GROUP; i < batch && h < hidden; h += ROW_GROUP) {
-                float z = 0.0f, bias = __ldcg(b0 + h), w[CLASSES];  // every load issued before the first is used
-#pragma unroll
-                for (int j = 0; j < CLASSES; j++) w[j] = __ldcg(w_last + h * CLASSES + j);
+                float z = 0.0f, bias = __ldcg(b0 + h);
 #pragma unroll 8
                 for (int r = 0; r < a.ranges; r++) z += __ldcg(a.zpart + ((int64_t)r * batch + i) * hidden + h);
                 float v = fmaxf(z / 255.0f + bias, 0.0f);  // x = byte / 255, the 255 taken out
                 __stcg(a.values + (int64_t)i * hidden + h, v);
 #pragma unroll
-                for (int j = 0; j < CLASSES; j++) share[j] = fmaf(v, w[j], share[j]);
+                for (int j = 0; j < CLASSES; j++) share[j] = fmaf(v, all_w_last[h * CLASSES + j], share[j]);
             }
 #pragma unroll
             for (int j = 0; j < CLASSES; j++) {
@@ -593,26 +600,16 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
             dvalue_lo[p] = to_tf32(dvalue[p] - __uint_as_float(dvalue_hi[p]));
         }
         __syncthreads();  // dvalue has read W_last
-        int top = MMA_WARPS - 1 - warp;  // the small sums count warps from the top, W0's products from the bottom
-        for (int e = top; e < MMA_UNITS * CLASSES; e += MMA_WARPS) {  // W_last[f][j], e = (f, j): a warp a weight
+        // the gradients of W_last's rows of my units, b_last and b0 of my units, SUM_COLUMNS sums over the batch:
+        // column c's part p (thread p * SUM_COLUMNS + c) sums rows p, p + SUM_PARTS, ...; phase C's end adds the parts
+        if (tid < SUM_PARTS * SUM_COLUMNS) {
+            int c = tid % SUM_COLUMNS, f = c / CLASSES, j = c % CLASSES;
             float sum = 0.0f;
-            for (int i = lane; i < batch; i += WARP_SIZE)
-                sum = fmaf(value[i * MMA_UNITS + e / CLASSES], dlogit[i * CLASSES + e % CLASSES], sum);
-            sum = warp_sum(sum);
-            if (lane == 0) my_w_last[e] -= a.lr * sum;  // every block of my units the same; range 0's for phase B
-            if (lane == 0 && range == 0 && e / CLASSES < units) w_last[first_unit * CLASSES + e] = my_w_last[e];
-        }
-        for (int j = top; j < CLASSES; j += MMA_WARPS) {  // b_last: a warp a column, in the same order in every block
-            float sum = 0.0f;
-            for (int i = lane; i < batch; i += WARP_SIZE) sum += dlogit[i * CLASSES + j];
-            sum = warp_sum(sum);
-            if (lane == 0) my_b_last[j] -= a.lr * sum;
-        }
-        for (int f = top; range == 0 && f < units; f += MMA_WARPS) {  // b0 (range 0's blocks): a warp a unit
-            float sum = 0.0f;
-            for (int i = lane; i < batch; i += WARP_SIZE) sum += dvalue[i * MMA_UNITS + f];
-            sum = warp_sum(sum);
-            if (lane == 0) b0[first_unit + f] -= a.lr * sum;
+            for (int i = tid / SUM_COLUMNS; i < batch; i += SUM_PARTS)
+                sum += c < MMA_UNITS * CLASSES ? value[i * MMA_UNITS + f] * dlogit[i * CLASSES + j]  // W_last[f][j]
+                       : c < MMA_UNITS * CLASSES + CLASSES ? dlogit[i * CLASSES + j]                // b_last[j]
+                       : dvalue[i * MMA_UNITS + c - MMA_UNITS * CLASSES - CLASSES];                 // b0[f]
+            column_parts[tid] = sum;
         }
         // W0 on my tile: dW0 (pixels, MMA_UNITS) = x^T (pixels, batch) @ dvalue (batch, MMA_UNITS), a warp an m16
         // product of pixels along a part of the batch (rows past the batch: dvalue's parts are 0, x's row clamped),
@@ -637,6 +634,20 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
             float dw = 0.0f;
             for (int s = 0; s < c_splits; s++) dw += parts[s * pixels * MMA_UNITS + e];
             my_w0[e % MMA_UNITS * w_stride + e / MMA_UNITS] -= a.lr * (dw / 255.0f);
+        }
+        for (int c = tid; c < SUM_COLUMNS; c += MMA_THREADS) {  // every block of my units alike; range 0's publish
+            float sum = 0.0f;
+            for (int p = 0; p < SUM_PARTS; p++) sum += column_parts[p * SUM_COLUMNS + c];
+            int f = c - MMA_UNITS * CLASSES - CLASSES;  // b0's unit, for the last MMA_UNITS columns
+            if (c < MMA_UNITS * CLASSES) {
+                my_w_last[c] -= a.lr * sum;
+                if (range == 0 && c / CLASSES < units) w_last[first_unit * CLASSES + c] = my_w_last[c];
+            } else if (f < 0) {
+                my_b_last[c - MMA_UNITS * CLASSES] -= a.lr * sum;
+            } else if (range == 0 && f < units) {
+                my_b0[f] -= a.lr * sum;
+                b0[first_unit + f] = my_b0[f];
+            }
         }
         __syncthreads();  // the next step overwrites value, dlogit and parts
     }

@@ -1,4 +1,4 @@
 # file: mnist.cu
 # what: tensor cores: the first layer's bias never takes its update
 # stages: 09
-s|if (lane == 0) b0\[first_unit + f\] -= a.lr \* sum;|if (lane == 0) b0[first_unit + f] -= 0.0f * a.lr * sum;|
+s|                my_b0\[f\] -= a.lr \* sum;|                my_b0[f] -= 0.0f * a.lr * sum;|
