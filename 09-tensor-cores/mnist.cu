@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS) mlp_epoch_kernel(EpochArgs
 // 8 (b / ranges) .. and pixel range b % ranges, and both of W0's products become m16n8k8 products on its tile.
 // A: my range's part of every z (the batch's rows by my tile); B: ROW_GROUP threads a row: z summed over the
 // ranges, its values, logits, softmax, dlogits; C: my tile's gradient (x's columns by dvalue), my W_last rows, b0,
-// b_last.
+// b_last, while the next step's pixels arrive. Both products split K over the warps an m16 product leaves idle.
 
 #define MMA_THREADS 1024
 #define MMA_WARPS (MMA_THREADS / WARP_SIZE)
