@@ -688,7 +688,8 @@ static int mma_layout(const MnistConfig *cfg, int sms, int max_shared, EpochArgs
                                                                 a->shared_bytes));
         if (per_sm > 0) return 1;
     }
-    snprintf(why, why_len, "its tiles of %d units do not give every block an SM", MMA_UNITS);
+    snprintf(why, why_len, "its tiles of %d units, with two steps' pixels a block, leave a block without an SM or "
+             "its shared memory", MMA_UNITS);
     return 0;
 }
 
