@@ -1072,9 +1072,13 @@ class Prediction:
 
 
 def parse_predictions(text, where):
-    """The Prediction of each line of text's predictions table ([] when it has none): the header
-    | trainer | config | metric | predicted low | predicted high |, then lines such as | mnist | 128 |
-    speedup_epoch | 1.1 | 1.2 |; metric: one of PREDICTION_METRICS; a bound may be empty (open), not both."""
+    """The Prediction of each line of text's predictions table ([] when it has none); metric: one of
+    PREDICTION_METRICS; a bound may be empty (open), not both:
+
+        | trainer | config | metric | predicted low | predicted high |
+        |:--|:--|:--|--:|--:|
+        | mnist | 128 | speedup_epoch | 1.1 | 1.2 |
+    """
     span = marked_span(text, "predictions", where)
     if span is None:
         return []

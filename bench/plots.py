@@ -16,8 +16,7 @@ import os
 import sys
 
 import results_csv as rc
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from provenance import REPO_ROOT
 
 # ----------------------------------------------------------------------------
 # selecting what to draw (standard library only)
