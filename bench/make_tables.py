@@ -1,19 +1,11 @@
 #!/usr/bin/env python3
-"""bench/make_tables.py: writes the result tables of the READMEs from the files in results/.
+"""bench/make_tables.py: writes the result tables of the READMEs from the files in results/ (standard library only).
 
-Each table sits between <!-- NAME begin --> and <!-- NAME end --> markers (nothing outside them changes; a
-file without its markers is left untouched), and names the file, device, commit and run its rows come from.
-NAME: ladder:headline (README.md); ladder:regression, ladder:mnist, sanitize:summary (docs/RESULTS.md);
-results:stageNN, steps:stageNN, sanitize:stageNN, outcome:stageNN (the stage's predictions table against
-its rows), ladder:NAME (the kernel ladder NN-*/NAME_ladder.cu; a name holds within its file, so 08's
-ladder:regression is its regression_ladder.cu, not docs/RESULTS.md's table), profile:stageNN SELECTION (lines of
-results/<gpu>-profile-NN.txt), sweep:stage08 (stage READMEs); the recorded `make stage N try` outputs in
-rounds:all (02's README) and rounds:stageNN (NN-*/assistant/README.md); answerkey, outcomes:all (TEACHING.md).
-
-A stage counts in the ladder and stage tables in its default variant (the first of its REGRESSION_VARIANTS /
-MNIST_VARIANTS) at fp32 and bf16; its other variants fill its variants table. A table shows the rows of one
-run (run_id): rows of several runs are an error unless --allow-mixed-runs, which marks them. A torch.compile
-row that is not clean is named under its table, not shown. Standard library only; --help for the options.
+Each table sits between <!-- NAME begin --> and <!-- NAME end --> markers; nothing outside them changes, and a file
+without its markers is left as it is. all_blocks says which file gets which table. A stage counts in the ladder
+and stage tables in its default variant (the first of its REGRESSION_VARIANTS / MNIST_VARIANTS) at fp32 and bf16;
+its other variants fill its variants table. A table shows the rows of one run (run_id): rows of several runs are
+an error unless --allow-mixed-runs, which marks them.
 """
 
 import argparse
@@ -31,8 +23,7 @@ MIXED_RUNS = "refuse"  # main sets "mark" for --allow-mixed-runs
 
 
 class TableError(Exception):
-    """What no table can be made of (markers out of pairs, a predictions table, profile selection or try file
-    that cannot be read, rows of several runs without --allow-mixed-runs): one error line for main."""
+    """What no table can be made of: one error line for main."""
 
 
 # ----------------------------------------------------------------------------
@@ -70,8 +61,7 @@ def markdown_table(header, align, lines):
 
 
 def source_line(rows, device, source):
-    """Where rows come from: device, file, commits, their run (when they share one), uncommitted changes, the
-    torch version of PyTorch rows, the threads of CPU rows."""
+    """Where rows come from: device, file, commits, run, uncommitted changes, torch version, CPU threads."""
     commits = list(dict.fromkeys(row["commit"] for row in rows if row["commit"]))
     runs = rc.run_ids(rows)
     torches = sorted({row["torch"] for row in rows if row.get("torch")})
@@ -85,9 +75,8 @@ def source_line(rows, device, source):
 
 
 def runs_note(rows, what):
-    """The line a table gets above it about its runs: nothing when its rows share one recorded run; a
-    note when they record none (CSV schema 1: they may come from several runs); for rows of several
-    runs, TableError, or with --allow-mixed-runs a warning naming which rows come from which run."""
+    """The warning above a table whose rows record no run (schema 1) or several (TableError unless
+    --allow-mixed-runs); "" for rows of one recorded run."""
     runs = rc.run_ids(rows)
     if not rows or (len(runs) == 1 and runs[0]):
         return ""
@@ -104,22 +93,20 @@ def runs_note(rows, what):
 
 
 def sourced_table(shown, rows, source, what, table, title=""):
-    """A table of a results file's rows under its title, its source line (the device of rows, the provenance of
-    the rows shown) and their runs_note, what naming the table there (None: no note)."""
+    """title, the source line of the rows shown, their runs_note (what names the table; None: no note), table."""
     note = runs_note(shown, f"{what} of {source}") if what else ""
     return f"{title}{source_line(shown, rc.device_of(rows), source)}\n\n{note}{table}"
 
 
 def per_file(datasets, known, part_of, note):
-    """part_of(source, rows, variant defaults) of each results file, the files it gives nothing left out, then note
-    in small print; NO_RESULTS when no file gives anything."""
+    """part_of(source, rows, variant defaults) of each results file that gives one, then note in small print;
+    NO_RESULTS when none does."""
     parts = [part_of(source, rows, rc.variant_defaults(rows, known)) for source, rows in datasets]
     return "\n\n".join([part for part in parts if part] + [f"<sub>{note}</sub>"]) if any(parts) else NO_RESULTS
 
 
 def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=None, title=None):
-    """One table per results file: lines_of(rows, variant defaults) gives (cells, rows shown), and a file with
-    no row shown is left out. what: the subject of runs_note; title(rows shown): a line above each table."""
+    """One table per results file from lines_of(rows, defaults) -> (cells, rows shown); no rows shown, no table."""
     def part(source, rows, defaults):
         lines, shown = lines_of(rows, defaults)
         if shown:
@@ -128,7 +115,6 @@ def results_tables(datasets, known, lines_of, headers, aligns, what=None, note=N
     return per_file(datasets, known, part, note)
 
 
-# the footnote every generated block ends with (the try rounds' table names its files instead of a CSV)
 FOOTNOTE_GENERATED = "Generated by `bench/make_tables.py` from the CSV named above; do not edit by hand."
 
 
@@ -147,9 +133,7 @@ def stage_entry(entries, stage):
 
 
 def stage_pair(entries, stage, reference=False):
-    """(this, before) among a configuration's entries: stage's fp32 default-variant entry (stage_entry) and
-    the newest ladder stage before it; with reference, the CPU reference when no stage comes before. Either
-    may be None."""
+    """(stage's entry, the newest ladder stage before it, else with reference the CPU reference); either may be None."""
     earlier = [e for e in entries if e.is_ladder_stage and e.stage < stage]
     references = [e for e in entries if e.kind == "reference" and reference]  # one at most
     return stage_entry(entries, stage), (earlier or references or [None])[-1]
@@ -167,8 +151,7 @@ def timing_cells(e, unit=True):
 
 
 def speedup(before, this, figure):
-    """before's figure (an Entry attribute) ÷ this's; None without both, or for a total (all but ms/epoch)
-    unless both ran the same epochs."""
+    """before's figure ÷ this's; totals (all but ms/epoch) only when both ran the same epochs."""
     if before is None or this is None or (figure != "ms_per_epoch" and before.epochs != this.epochs):
         return None
     return rc.ratio(getattr(before, figure), getattr(this, figure))
@@ -184,8 +167,7 @@ def step_cell(before, this, before_id, this_id):
 # the ladder: every stage of one configuration, then the PyTorch baselines
 
 def ladder_lines(entries, stage_names=None):
-    """The cells of a ladder table (ladder_table's header); the speedups as FOOTNOTE_TIMES defines them, the
-    stage compared with named when stages are missing. Only rows that ran the configuration's epochs compare."""
+    """The cells of a ladder table; only rows that ran the configuration's epochs compare (FOOTNOTE_TIMES)."""
     rungs = [e for e in entries if e.is_ladder_stage and e.comparable and e.e2e]
     # the fastest stage of each precision: the last of them sorted slowest first
     best = {e.precision: e for e in sorted((e for e in entries if e.kind == "stage" and e.comparable and e.e2e),
@@ -250,8 +232,7 @@ FOOTNOTE_GFLOPS = (
 
 
 def ladder_block(datasets, trainer, stage_names=None, known=None):
-    """The text between the ladder:<trainer> markers: every configuration of every results file.
-    known: rc.source_default_variants of the repository (which variant is each stage's default)."""
+    """The ladder:<trainer> block: every configuration of every results file."""
     def part(source, rows, defaults):
         return "\n\n".join(ladder_table(rows, config, source, stage_names, defaults)
                            for config in rc.canonical_configs() if config.trainer == trainer)
@@ -269,8 +250,7 @@ STAGE_IDEAS = os.path.join("tools", "stage_ideas.tsv")
 
 
 def stage_ideas(root):
-    """{stage: idea in a few words}: the idea field of tools/stage_ideas.tsv up to its first colon ("kernel
-    fusion"), and BASELINE_IDEA for BASELINE_STAGE; only the baseline when the file is missing."""
+    """{stage: the idea field of tools/stage_ideas.tsv up to its first colon}, BASELINE_IDEA for BASELINE_STAGE."""
     rows = [line.split("\t") for line in read_text(os.path.join(root, STAGE_IDEAS)).split("\n")
             if not line.startswith("#")]
     return {BASELINE_STAGE: BASELINE_IDEA, **{fields[0]: fields[2].split(":")[0].strip() for fields in rows
@@ -278,8 +258,7 @@ def stage_ideas(root):
 
 
 def headline_lines(rows, ideas=None, defaults=None, stage_names=None):
-    """(cells, rows shown, {trainer: PyTorch's best entry}) of the headline table (headline_block's header and
-    note): per ladder stage (fp32, default variant) of either HEADLINE_CONFIGS; — where a stage has no row."""
+    """(cells, rows shown, {trainer: PyTorch's best entry}): a line per ladder stage of either HEADLINE_CONFIGS."""
     rungs, best, lines, shown = {}, {}, [], []
     for config in HEADLINE_CONFIGS:
         entries = rc.select_entries(rows, config, defaults)
@@ -304,8 +283,7 @@ def headline_lines(rows, ideas=None, defaults=None, stage_names=None):
 
 
 def headline_block(datasets, stage_names=None, known=None, ideas=None):
-    """The text between the ladder:headline markers of the top README: per results file, one line per stage
-    (headline_lines), then which PyTorch mode was the best."""
+    """The top README's ladder:headline block: per results file, headline_lines and PyTorch's best mode."""
     header = ["stage", "idea", "regression e2e ms", "÷ stage before", "× PyTorch's best",
               "MNIST --hidden 128 e2e ms", "÷ stage before", "× PyTorch's best"]
     title = " · ".join(f"{short_name(c)}{'' if c.trainer == 'regression' else f', batch {rc.MNIST_BATCH}'}, "
@@ -333,9 +311,8 @@ def headline_block(datasets, stage_names=None, known=None, ideas=None):
 # a stage README: this stage against the one before it
 
 def stage_lines(rows, stage, stage_names=None, defaults=None):
-    """(cells, rows shown, payback sentences) of a stage table (stage_block's header): per configuration, the
-    stage before and this stage (fp32, default variants); when this stage's fixed cost pays back against the
-    stage before (payback_sentence; not against the CPU reference)."""
+    """(cells, rows shown, payback sentences): per configuration the stage before and this stage (fp32, default
+    variants); paybacks only against a stage, not the CPU reference."""
     lines, shown, paybacks = [], [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage, reference=True)
@@ -353,9 +330,8 @@ def stage_lines(rows, stage, stage_names=None, defaults=None):
 
 
 def variant_lines(rows, stage, defaults=None):
-    """(cells, rows shown) of a stage's variants table (stage_block's variant header): for each configuration
-    where the stage has more than one variant or precision, every one of them, the default (fp32) first; vs
-    default: the default's e2e (wall) ÷ this e2e (wall) (above 1: faster than the default)."""
+    """(cells, rows shown) of a stage's variants table: where a configuration has more than one variant or
+    precision, every one, the default (fp32) first; vs default: the default's e2e (wall) ÷ this e2e (wall)."""
     if defaults is None:
         defaults = rc.variant_defaults(rows)
     lines, shown = [], []
@@ -376,8 +352,7 @@ def variant_lines(rows, stage, defaults=None):
 
 
 def stage_block(datasets, stage, stage_names=None, known=None):
-    """The text between the results:stageNN markers: per results file, the stage table (stage_lines), when its
-    fixed cost pays back and its variants table (variant_lines)."""
+    """The results:stageNN block: the stage table, when its fixed cost pays back, its variants table."""
     header = ["configuration", "run"] + TIMING_HEADER + ["throughput", "speedup (e2e)", "speedup (wall)",
                                                          "speedup (ms/epoch)"]
     variant_header = (["configuration", "variant", "precision"] + TIMING_HEADER
@@ -414,11 +389,8 @@ def fixed_cost(r):
 
 
 def payback(before, this):
-    """(break-even epochs or None, kind) of this entry's setup against before's, from wall(E) = fixed +
-    E × ms/epoch with fixed = setup + e2e − epochs × ms/epoch (setup, uploads, downloads). kind:
-    'at once' (no larger fixed cost, epochs no slower), 'after' (break-even after E epochs), 'never'
-    (larger fixed cost, epochs no faster), 'until' (smaller fixed cost, slower epochs: ahead for E
-    epochs), or None when a figure is missing."""
+    """(break-even epochs or None, kind) of this entry's fixed cost against before's, wall(E) = fixed + E × ms/epoch.
+    kind: 'at once', 'after' E epochs, 'never', 'until' (ahead for E epochs only), None without a figure."""
     if None in (before.setup, before.e2e, before.ms_per_epoch, before.epochs, this.setup, this.e2e,
                 this.ms_per_epoch, this.epochs):
         return None, None
@@ -454,8 +426,7 @@ def payback_sentence(config, before, this, stage_names=None):
 # 01-vector-add/README.md: the versions of the warm-up (rows of trainer "vector-add")
 
 def vector_add_lines(rows):
-    """(cells, rows shown): the newest row of each version at the size of the newest run, in the
-    order the program writes them. Speedups: the row above ÷ this row, with transfers and kernel only."""
+    """(cells, rows shown): the newest row of each version at the newest run's size, in the program's order."""
     mine = [r for r in rows if r["trainer"] == "vector-add"]
     if not mine:
         return [], []
@@ -484,10 +455,8 @@ def vector_add_block(datasets):
 # ----------------------------------------------------------------------------
 # stage 08: the persistent sweep, stages 07 and 08 at each hidden width
 
-
 def sweep_block(datasets, known=None):
-    """The text between the sweep:stage08 markers: the persistent sweep of each results file, a line per width
-    (none: --hidden 0) with stage 07's and 08's ms/epoch and 07 ÷ 08."""
+    """The sweep:stage08 block: a line per width (none: --hidden 0), 07's and 08's ms/epoch and 07 ÷ 08."""
     def sweep_lines(rows, defaults):
         lines, shown = [], []
         for width, by_stage in rc.persistent_sweep(rows, defaults).items():
@@ -514,8 +483,7 @@ def mnist_steps_per_epoch(batch=rc.MNIST_BATCH):
 
 
 def step_figures(entry):
-    """(µs per step, steps per epoch) of an entry: the regression's step is a full-batch epoch, loop ÷
-    epochs; an MNIST step is ms/epoch ÷ the epoch's steps (60,000 // batch)."""
+    """(µs per step, steps per epoch): a regression step is a full-batch epoch; MNIST's, ms/epoch ÷ its steps."""
     if entry is None:
         return None, None
     if entry.row["trainer"] == "regression":
@@ -525,8 +493,7 @@ def step_figures(entry):
 
 
 def steps_lines(rows, stage, stage_names=None, defaults=None):
-    """(regression cells, MNIST cells, rows shown) of a stage's per-step tables (steps_block's headers and note):
-    the stage before (none for the first stage) and this stage, newest default fp32 rows."""
+    """(regression cells, MNIST cells, rows shown): the stage before (if any) and this stage, newest fp32 rows."""
     regression, mnist, shown = [], [], []
     for config in rc.canonical_configs():
         this, before = stage_pair(rc.select_entries(rows, config, defaults), stage)
@@ -550,8 +517,7 @@ def steps_lines(rows, stage, stage_names=None, defaults=None):
 
 
 def steps_block(datasets, stage, stage_names=None, known=None):
-    """The text between the steps:stageNN markers: per results file, the regression's loop per epoch and
-    time outside the loop, and MNIST's time per step, for stage NN and the stage before it."""
+    """The steps:stageNN block: per results file, the two per-step tables of steps_lines."""
     def part(source, rows, defaults):
         regression, mnist, shown = steps_lines(rows, stage, stage_names, defaults)
         if not shown:
@@ -577,12 +543,14 @@ ANSWER_KEY_SPREAD = 0.2  # another GPU of the same model lands within about this
 
 
 def answer_key_block(datasets, stages, known=None):
-    """The text between the answerkey markers: per stage with a row, its newest default fp32 rows (regression,
-    MNIST --hidden 0 and 128), e2e with the range (± ANSWER_KEY_SPREAD) a student's run on the same GPU model
-    should fall in."""
+    """The answerkey block: per stage its newest default fp32 rows, e2e with the range (± ANSWER_KEY_SPREAD) a
+    student's run on the same GPU model should fall in."""
     def with_range(value):
         low, high = value * (1 - ANSWER_KEY_SPREAD), value * (1 + ANSWER_KEY_SPREAD)
         return f"{fmt_3(value)} ({fmt_3(low)}–{fmt_3(high)})"
+
+    def cell(entry, figure, fmt=fmt_3):
+        return fmt(getattr(entry, figure)) if entry else NOT_COMPARED
 
     def lines_of(rows, defaults):
         configs = (rc.Config("regression"), rc.Config("mnist", "0"), rc.Config("mnist", "128"))
@@ -590,15 +558,10 @@ def answer_key_block(datasets, stages, known=None):
         lines, shown = [], []
         for stage in stages:
             regression, small, mid = found = [stage_entry(e, stage) for e in entries]
-            if not any(found):
-                continue
-            shown += [e.row for e in found if e is not None]
-            lines.append([stage,
-                          with_range(regression.e2e) if regression else NOT_COMPARED,
-                          fmt_3(regression.loop) if regression else NOT_COMPARED,
-                          with_range(small.e2e) if small else NOT_COMPARED,
-                          with_range(mid.e2e) if mid else NOT_COMPARED,
-                          fmt_3(mid.ms_per_epoch) if mid else NOT_COMPARED])
+            if any(found):
+                shown += [e.row for e in found if e is not None]
+                lines.append([stage, cell(regression, "e2e", with_range), cell(regression, "loop"),
+                              cell(small, "e2e", with_range), cell(mid, "e2e", with_range), cell(mid, "ms_per_epoch")])
         return lines, shown
 
     note = (f"Each stage's default variant, fp32, newest row; in brackets ± {ANSWER_KEY_SPREAD:.0%}, the range a run "
@@ -624,8 +587,7 @@ def sanitize_summaries(results_dir):
 
 
 def sanitize_verdicts(header, line):
-    """'mnist: clean under all 4 tools' or 'mnist: racecheck 2 errors (library) 5s': a table line's cells
-    that are not clean, cut at the header's column starts."""
+    """'mnist: clean under all 4 tools' or 'mnist: racecheck 2 errors (library) 5s', cells cut at the header's."""
     starts = [m.start() for m in re.finditer(r"\S+", header)]
     cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
     tools = header.split()[2:]
@@ -634,8 +596,7 @@ def sanitize_verdicts(header, line):
 
 
 def sanitize_block(summaries, results_dir, stage=None):
-    """The text between the sanitize markers (docs/RESULTS.md and the stage READMEs, one folder deep): a link to
-    each summary with its first line (tool version, device, time), then its verdict line, or stage's rows'."""
+    """The sanitize blocks (docs/RESULTS.md, stage READMEs): each summary linked with its verdict, or stage's rows'."""
     blocks = []
     for name, lines in summaries:
         link = f"[`results/{name}`](../results/{name}) ({lines[0]})"
@@ -681,9 +642,8 @@ def parse_profile_selection(text, where):
 
 
 def profile_excerpt(path, picks, results_rel):
-    """The quote of one recorded profile (a results/<gpu>-profile-NN.txt as the stage-profile recipe writes it:
-    provenance, command, then per trainer '== trainer: ncu command', table header, kernel lines, closing line):
-    its provenance, then per trainer the lines picked."""
+    """The quote of a results/<gpu>-profile-NN.txt (provenance, command, then per trainer '== trainer: ...', a
+    table header, kernel lines, a closing line): its provenance, then per trainer the lines picked."""
     lines = read_text(path).rstrip("\n").split("\n")
     sections, trainer = {}, None  # trainer: its lines after the ncu command, the table header first
     for line in lines[2:]:
@@ -714,8 +674,7 @@ def profile_excerpt(path, picks, results_rel):
 
 
 def profile_block(datasets, results_dir, root, stage, picks):
-    """The text between a profile:stageNN marker pair: for every GPU with results (or a recorded profile),
-    the excerpt of its results/<gpu>-profile-NN.txt, or a line saying none is recorded yet."""
+    """A profile:stageNN block: per GPU with results or a recorded profile, its excerpt or a line saying none."""
     gpus = {}
     for device in [rc.device_of(rows) for _, rows in datasets]:
         gpus.setdefault(rc.gpu_slug(device), device)
@@ -744,13 +703,9 @@ LADDER_COLUMNS = (
     "stage", "ladder", "shape", "version", "name", "median_ms", "min_ms", "max_ms", "setup_ms", "rate", "unit",
     "ceiling", "ceiling_ms", "ceiling_rate", "repeats", "device", "cc", "cuda", "driver", "commit", "run",
 )
-
-
-# Ladders whose reference row is a baseline the versions must beat, not a bound on them: their tables say
-# "baseline" and "% of baseline" where the others say "ceiling" (the CSV column is "ceiling" for every ladder).
+# Ladders whose reference row is a baseline to beat, not a bound: "baseline" where the others say "ceiling".
 LADDER_BASELINES = {("08", "persistent"), ("08", "regression")}
-# Version names the recorded rows carry from before a rename, read as today's: (stage, ladder, old name) -> name.
-# The rows are measurements and stay as written; only the tables show the new name.
+# Version names recorded before a rename, shown as today's (the rows stay as written): (stage, ladder, old) -> new.
 LADDER_RENAMED = {("08", "persistent", "step-graph"): "kernel-graph"}
 
 
@@ -768,8 +723,7 @@ def last_run(rows, stage, ladder):
 
 
 def kernel_ladder_lines(rows, reference="ceiling"):
-    """The cells of one shape's table (kernel_ladder_block's header), version order, then the ceiling (or the
-    baseline: reference); step names the version it compares with when the one just below is missing."""
+    """The cells of one shape's table in version order, then the ceiling (or baseline: reference)."""
     rows = sorted(rows, key=lambda r: rc.integer(r, "version") or 0)
     lines = []
     for previous, row in zip([None] + rows, rows):
@@ -828,7 +782,7 @@ LADDER_FOOTNOTES = {
 
 
 def kernel_ladder_block(datasets, stage, ladder):
-    """The text between the ladder:<ladder> markers of stage's README."""
+    """The ladder:<ladder> block of stage's README."""
     parts = []
     reference = "baseline" if (stage, ladder) in LADDER_BASELINES else "ceiling"
     for source, rows in datasets:
@@ -873,9 +827,8 @@ TRY_VERDICT = re.compile(r"try: (?P<verdict>[A-Z]+(?: [A-Z]+)*)(?:.*?relative lo
 
 
 def parse_try_file(path):
-    """The round recorded in path: answer, commit, device, verdict line and its verdict word ("outcome": PASS,
-    FAIL, ...), the stage's own file's ("own") and the candidate's variant, e2e and loop ms as printed (strings),
-    and the verdict line's relative loop speed."""
+    """The round recorded in path: answer, commit, device, verdict line and word ("outcome"), the variant, e2e
+    and loop ms (as printed) of the stage's own file ("own") and of the candidate, the relative loop speed."""
     match = TRY_FILE.fullmatch(os.path.basename(path))
     if not match:
         raise TableError(f"{path}: not named <gpu>-try-NN-TRAINER.txt")
@@ -905,8 +858,7 @@ def try_rounds(results_dir):
 
 
 def rounds_block(rounds, stage=None, base="."):
-    """The table of the rounds (all, or stage's): one line per results file, every figure as try printed it;
-    links relative to base, the folder of the README it goes into (relative to the repository root)."""
+    """The table of the rounds (all, or stage's), a line per file; links relative to base, the README's folder."""
     shown = [r for r in rounds if stage is None or r["stage"] == stage]
     if not shown:
         return "*No round recorded yet: `make stage N try FILE=answer.md` on a GPU machine, output kept in results/.*"
@@ -939,8 +891,7 @@ STUDY_REMOVED = (0.5, 0.9)  # the study's shares of time removed: iterated promp
 
 
 def loop_verdicts(root):
-    """{(trainer, mode, round): PASS or FAIL} of every round recorded under LOOP_DIR, from the last 'try:' line
-    of its verdict.txt (TRY_VERDICT, as for the try rounds)."""
+    """{(trainer, mode, round): PASS or FAIL} of every round recorded under LOOP_DIR (its verdict.txt's last try:)."""
     verdicts = {}
     for path in glob.glob(os.path.join(root, LOOP_DIR, "*", "round-*", "verdict.txt")):
         match = LOOP_RECORD.fullmatch(os.path.relpath(os.path.dirname(path), os.path.join(root, LOOP_DIR)))
@@ -952,7 +903,7 @@ def loop_verdicts(root):
 
 
 def removed(this, stage02):
-    """The share of stage 02's time that this figure removes, as a fraction (None where either is missing)."""
+    """The share of stage 02's time that this figure removes (None where either is missing)."""
     share = rc.ratio(this, stage02)
     return None if share is None else 1 - share
 
@@ -970,9 +921,7 @@ def fmt_removed(share):
 
 
 def loop_cells(run, version, verdict):
-    """One line of the loop's table from one run's rows {stage: row}: version and verdict, this version's
-    figure, stage 02's, the speedup and share removed, set-up + e2e of this version and of stage 08, stage 08's
-    figure."""
+    """The loop table's cells of version in one run's rows {stage: row}, against stage 02 and 08 of that run."""
     this, before, best = (run.get(stage) for stage in (version, "02", "08"))
     figure, figure02 = rc.loop_figure(this), rc.loop_figure(before)
     return [verdict, fmt_3(figure), fmt_3(figure02), fmt_speedup(rc.ratio(figure02, figure)),
@@ -981,8 +930,7 @@ def loop_cells(run, version, verdict):
 
 
 def loop_lines(trainer, rounds, stages, verdicts, ideas):
-    """The table lines of one trainer: the hand-written stages (the loop-stages run), then each recorded round;
-    guided round k named with stage k+2's idea (ideas: stage_ideas), as tools/loop.sh names it."""
+    """The hand-written stages, then each recorded round; guided round k named with stage k+2's idea."""
     lines, hand = [], stages.get(trainer, {})
     for nn in sorted(s for s in hand if s not in ("02", rc.LOOP_CANDIDATE)):
         lines.append([f"stage {nn}"] + loop_cells(hand, nn, "hand-written"))
@@ -1025,8 +973,8 @@ def fmt_cut(this, stage02):
 
 
 def loop_outcome_block(datasets, root):
-    """The loop's outcome, a line a trainer: the best round of each mode against the study's 50 % (prompting) and
-    90 % (hand optimization), against stage 08 of its own run, and the hand-written stages."""
+    """A line a trainer: each mode's best round against the study's 50 % and 90 %, its run's stage 08, the hand-
+    written stages."""
     verdicts, lines, sources = loop_verdicts(root), [], []
     for source, rows in datasets:
         rounds, stages = rc.loop_rounds(rows), rc.loop_stages(rows)
@@ -1067,7 +1015,6 @@ def loop_outcome_block(datasets, root):
 PREDICTIONS_HEADER = ("trainer", "config", "metric", "predicted low", "predicted high")
 VERDICT_HIT = "**Verdict: hit**"  # prose may say "as predicted" only inside an outcome block that says it
 
-
 # metric -> (what it is, unit, the Entry figure); speedup_*: the stage before's figure ÷ this stage's (speedup)
 PREDICTION_METRICS = {
     "speedup_e2e": ("e2e speedup", "×", "e2e"),
@@ -1083,9 +1030,8 @@ PREDICTION_METRICS = {
 
 
 class Prediction:
-    """One line of a predictions table. Its config cell: the regression's one canonical size ('5M', '5000000' or
-    empty) or an MNIST --hidden of the ladder ('0', '128', '1024,1024'), then optionally variant=NAME and
-    precision=NAME."""
+    """One line of a predictions table. config: the regression's canonical size ('5M', '5000000' or empty) or an
+    MNIST --hidden of the ladder ('0', '128', '1024,1024'), then optionally variant=NAME and precision=NAME."""
 
     def __init__(self, trainer, config_text, metric, low, high, where):
         self.trainer, self.metric, self.low, self.high, self.where = trainer, metric, low, high, where
@@ -1108,17 +1054,13 @@ class Prediction:
 
     def predicted(self):
         unit = PREDICTION_METRICS[self.metric][1]
-        if self.low is None:
-            return f"≤ {self.high:g}{unit}"
-        if self.high is None:
-            return f"≥ {self.low:g}{unit}"
-        if self.low == self.high:
-            return f"{self.low:g}{unit}"
-        return f"{self.low:g}–{self.high:g}{unit}"
+        if self.low is None or self.high is None:
+            return f"≤ {self.high:g}{unit}" if self.low is None else f"≥ {self.low:g}{unit}"
+        return f"{self.low:g}{unit}" if self.low == self.high else f"{self.low:g}–{self.high:g}{unit}"
 
     def judge(self, value):
-        """(hit, measured ÷ predicted): against the middle of the range (or its one bound) for a hit,
-        against the bound passed for a miss; (None, None) without a value."""
+        """(hit, measured ÷ predicted): against the middle of the range (or its one bound) for a hit, against
+        the bound passed for a miss; (None, None) without a value."""
         if value is None:
             return None, None
         if self.low is not None and value < self.low:
@@ -1130,15 +1072,13 @@ class Prediction:
 
 
 def parse_predictions(text, where):
-    """The Prediction of each line of text's predictions table ([] when it has none):
+    """The Prediction of each line of text's predictions table ([] when it has none); metric: one of
+    PREDICTION_METRICS; a bound may be empty (open), not both:
 
-        <!-- predictions begin -->
         | trainer | config | metric | predicted low | predicted high |
         |:--|:--|:--|--:|--:|
         | mnist | 128 | speedup_epoch | 1.1 | 1.2 |
-        <!-- predictions end -->
-
-    metric: one of PREDICTION_METRICS; a bound may be empty (open), not both."""
+    """
     span = marked_span(text, "predictions", where)
     if span is None:
         return []
@@ -1183,9 +1123,8 @@ def _number_or_none(text, where, column):
 
 
 def outcome_lines(rows, stage, predictions, stage_names=None, defaults=None):
-    """(cells, rows used, hits, misses): one line per prediction, judged as the stage table reads its figures:
-    this = the stage's default variant at fp32 (or the variant and precision the prediction names), before =
-    the stage before it in the ladder (the CPU reference for the first stage)."""
+    """(cells, rows used, hits, misses): a line per prediction, read as the stage table reads its figures (this:
+    the stage's default variant at fp32, or what the prediction names; before: the stage before it)."""
     lines, used, hits, misses = [], [], 0, 0
     for p in predictions:
         what, unit, figure = PREDICTION_METRICS[p.metric]
@@ -1212,8 +1151,8 @@ def outcome_lines(rows, stage, predictions, stage_names=None, defaults=None):
 
 
 def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
-    """The text between the outcome:stageNN markers: each prediction against each results file, and
-    one verdict: hit when every prediction measured hit, miss otherwise (or not measured yet)."""
+    """The outcome:stageNN block: each prediction against each results file, then one verdict (hit when every
+    prediction measured hit)."""
     parts, hits, misses = [], 0, 0
     for source, rows in datasets:
         lines, used, h, m = outcome_lines(rows, stage, predictions, stage_names, rc.variant_defaults(rows, known))
@@ -1234,8 +1173,7 @@ def outcome_block(datasets, stage, predictions, stage_names=None, known=None):
 
 
 def outcomes_block(datasets, predictions, stage_names=None, known=None):
-    """TEACHING.md's outcomes:all: every stage README's predictions ({stage: [Prediction]}) against the
-    measured rows, a line each."""
+    """TEACHING.md's outcomes:all: every stage's predictions ({stage: [Prediction]}), a line each."""
     def lines_of(rows, defaults):
         lines, shown = [], []
         for nn, stage_predictions in predictions.items():
@@ -1255,8 +1193,7 @@ OUTCOME_BLOCK = re.compile(r"<!-- (outcome:[\w-]+) begin -->(.*?)<!-- \1 end -->
 
 
 def prediction_claim_problems(where, text):
-    """One message per "as predicted" in text that is not inside a generated outcome block whose
-    verdict is hit: prose may not claim a prediction held where the measurement does not say so."""
+    """A message per "as predicted" in text outside a generated outcome block whose verdict is hit."""
     hit_spans = [m.span() for m in OUTCOME_BLOCK.finditer(text) if VERDICT_HIT in m.group(2)]
     return [f"{where}:{text.count(chr(10), 0, match.start()) + 1}: says \"{' '.join(match.group(0).split())}\" "
             "outside a generated outcome block whose verdict is hit" for match in AS_PREDICTED.finditer(text)
@@ -1270,8 +1207,8 @@ RESULTS_DOC = os.path.join("docs", "RESULTS.md")  # the ladder tables and the sa
 
 
 def marked_span(text, name, where):
-    """(start, end) of the part of text between <!-- name begin --> and <!-- name end -->, None when text has
-    neither marker; TableError when it has one, or both in the wrong order."""
+    """(start, end) of text between name's begin and end markers, None without either; TableError for one only,
+    or both in the wrong order."""
     begin, end = f"<!-- {name} begin -->", f"<!-- {name} end -->"
     b, e = text.find(begin), text.find(end)
     if b < 0 and e < 0:
@@ -1288,8 +1225,9 @@ def replace_between(text, name, content, where="text"):
 
 
 def all_blocks(datasets, root, results_dir):
-    """{file: {marker name: content}} of every file the module docstring names; a stage README's own text asks
-    for the outcome of its predictions table (stages 02 on) and the quote of each profile marker's selection."""
+    """{file: {marker name: content}}: README.md's headline; docs/RESULTS.md's ladders and sanitizer table; each
+    stage README's tables (outcome when it has predictions, a profile quote per profile marker); the assistant
+    READMEs' rounds; the loop's; TEACHING.md's answer key and outcomes."""
     dirs, predictions, rounds = rc.stage_dirs(root), {}, try_rounds(results_dir)
     names = {nn: f"{nn} {d[3:]}" for nn, d in dirs.items()}
     known = rc.source_default_variants(root)

@@ -1,14 +1,11 @@
 #!/usr/bin/env python3
 """bench/plots.py: the PNG figures of results/, drawn only from the CSV files next to them.
 
-For every results/<slug>.csv (with <slug>-curves.csv.gz and <slug>-breakdown.csv where they exist) it writes
-<slug>-NAME.png for each of FIGURES: the stage ladders (log scale, PyTorch modes as lines), the regression
-size sweep, the MNIST width and persistent sweeps, the loss curves, the per-phase breakdown; and for every
-results/loop/<slug>.csv (make loop's rounds) <slug>-loop.png beside it. A figure without
-rows is not drawn and an old PNG of its name is removed, so no figure outlives its data. The selection
-functions need only the standard library; drawing needs matplotlib.
+For every results/<slug>.csv (and its -curves.csv.gz and -breakdown.csv) <slug>-NAME.png for each of FIGURES, and
+for every results/loop/<slug>.csv <slug>-loop.png beside it. A figure without rows is not drawn and an old PNG of
+its name is removed: no figure outlives its data. Selecting needs the standard library only; drawing, matplotlib.
 
-  python3 bench/plots.py [--results DIR] [--out DIR] [--loop-only]
+  python3 bench/plots.py [--results DIR] [--loop-only]
 """
 
 import argparse
@@ -19,17 +16,15 @@ import os
 import sys
 
 import results_csv as rc
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from provenance import REPO_ROOT
 
 # ----------------------------------------------------------------------------
 # selecting what to draw (standard library only)
 
 
 def ladder_data(rows, config, defaults=None):
-    """(bars, lines) for one configuration: bars = (label, e2e, loop) of the CPU reference and the
-    stages (default variants, as in the ladder tables), lines = (label, e2e) of the PyTorch modes; only
-    runs of the configuration's epochs."""
+    """(bars, lines) of a ladder figure: (label, e2e, loop) of the reference and the stages (the ladder table's
+    entries), (label, e2e) of the PyTorch modes; only runs of the configuration's epochs."""
     bars, lines = [], []
     for e in rc.select_entries(rows, config, defaults):
         if not e.comparable or e.e2e is None:
@@ -42,8 +37,8 @@ def ladder_data(rows, config, defaults=None):
 
 
 def _sweep(rows, keep, x_of, defaults=None):
-    """{label: [(x, ms/epoch, throughput)]} sorted by x, newest row per (label, x), stages in their
-    default variant only; series of one point are dropped (a sweep needs two)."""
+    """{label: [(x, ms/epoch, throughput)]} sorted by x, newest row per (label, x), default variants only, series
+    of one point dropped."""
     if defaults is None:
         defaults = rc.variant_defaults(rows)
     newest = {}
@@ -82,8 +77,7 @@ def width_sweep_data(rows, defaults=None):
 
 
 def persistent_sweep_data(rows, defaults=None):
-    """{stage: [(width, ms/epoch)]} sorted by width (0: no hidden layer), the newest run's rows of
-    rc.persistent_sweep; stages of one point are dropped (a sweep needs two)."""
+    """{stage: [(width, ms/epoch)]} of rc.persistent_sweep, sorted by width, stages of one point dropped."""
     series = {}
     for width, by_stage in rc.persistent_sweep(rows, defaults).items():
         for stage, row in by_stage.items():
@@ -92,8 +86,8 @@ def persistent_sweep_data(rows, defaults=None):
 
 
 def loop_data(rows):
-    """[(trainer, rounds, stages)] for the loop figure: rounds = {mode: [(round, candidate, stage 02 of its run)]}
-    of the passing rounds, stages = [(stage, figure)] of the hand-written stages' loop-stages run."""
+    """[(trainer, {mode: [(round, candidate, stage 02 of its run)]} of passing rounds, [(stage, figure)] of the
+    hand-written stages)]."""
     rounds, stages, panels = rc.loop_rounds(rows), rc.loop_stages(rows), []
     for trainer in rc.LOOP_FIGURE:
         series = {}
@@ -109,14 +103,12 @@ def loop_data(rows):
 
 
 def width_label(width):
-    """'none' for 0 (--hidden 0), else the width."""
     return "none" if width == 0 else str(width)
 
 
 def curve_panels(curve_rows):
-    """[(title, series name, {label: [(index, value)]})]: regression train loss by epoch, then MNIST
-    step loss by step for each --hidden; in each, the highest stage, PyTorch (eager, else another fp32
-    mode) and the CPU reference, whichever have a curve."""
+    """[(title, series, {label: [(index, value)]})]: regression train loss, then MNIST step loss per --hidden; in
+    each the highest stage, PyTorch (eager, else another fp32 mode) and the CPU reference."""
     curves = rc.last_blocks(curve_rows)
     panels = []
     wanted = [("regression", "", "train_loss", "regression: train MSE by epoch")]
@@ -142,8 +134,7 @@ def curve_panels(curve_rows):
 
 
 def breakdown_data(rows):
-    """{(trainer, hidden): {stage: {phase: ms}}}, the newest run of each stage (a run writes each
-    phase once, so a phase seen again starts a newer run)."""
+    """{(trainer, hidden): {stage: {phase: ms}}} of each stage's newest run (a phase seen again starts one)."""
     runs = {}
     for row in rows:
         ms = rc.number(row, "ms")
@@ -201,8 +192,7 @@ def save(plt, fig, title, path, bottom=0.0):
 
 
 def log_axes(ax, xlabel, ylabel, title=None, legend=7, grid="both"):
-    """Log y, labels, a grid (grid: its axis) at every tick and the legend, as every figure but the breakdown has
-    them."""
+    """Log y, labels, a grid at every tick and the legend, as every figure but the breakdown has them."""
     ax.set_yscale("log")
     if xlabel:
         ax.set_xlabel(xlabel)
@@ -245,8 +235,7 @@ def draw_sweep(plt, series, title, path, xlabel, unit, log2_x=False):
 
 
 def draw_persistent_sweep(plt, series, title, path):
-    """ms/epoch against the hidden width, one line per stage; the widths as evenly spaced categories,
-    since 0 (no hidden layer) has no place on a log axis."""
+    """ms/epoch against the width, a line per stage; widths as categories (0 has no place on a log axis)."""
     widths = sorted({w for points in series.values() for w, _ in points})
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for stage, points in series.items():
@@ -342,7 +331,7 @@ def draw_loop(plt, panels, title, path):
 
 
 def plot_loop(plt, csv_path, out_dir):
-    """results/loop/<slug>.csv: its figure <slug>-loop.png in out_dir, or nothing where no round has rows."""
+    """<slug>-loop.png of results/loop/<slug>.csv in out_dir, where a round has rows."""
     rows = rc.read_csv(csv_path, rc.RESULT_COLUMNS)
     out = os.path.join(out_dir, f"{os.path.splitext(os.path.basename(csv_path))[0]}-loop.png")
     panels = loop_data(rows)
@@ -402,7 +391,6 @@ def plot_file(plt, csv_path, out_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Draw the PNG figures of results/ from its CSV files.")
     parser.add_argument("--results", default="results", help="folder of result CSV files (default: results)")
-    parser.add_argument("--out", help="folder for the PNG files (default: the results folder)")
     parser.add_argument("--loop-only", action="store_true", help="draw only the loop figure of RESULTS/loop/")
     args = parser.parse_args(argv)
 
@@ -411,17 +399,16 @@ def main(argv=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir = args.out or args.results
-    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(args.results, exist_ok=True)
     try:
         files = [] if args.loop_only else rc.result_files(args.results)
         if not files and not args.loop_only:
             print(f"plots: no result files in {args.results}: nothing to draw")
         for path in files:
-            plot_file(plt, path, out_dir)
+            plot_file(plt, path, args.results)
         loop_dir = os.path.join(args.results, "loop")  # make loop's rows: their figure beside them
         for path in rc.result_files(loop_dir):
-            plot_loop(plt, path, loop_dir if args.out is None else out_dir)
+            plot_loop(plt, path, loop_dir)
     except (OSError, rc.SchemaError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

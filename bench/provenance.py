@@ -1,8 +1,5 @@
-"""bench/provenance.py: where a row bench/ writes comes from, as common/provenance.c says it for the C rows:
-commit and dirty (resolve_commit: what it is told, else the Makefile's record or answer; the Makefile alone
-works them out), run_id (CUDA_STAGES_RUN_ID, else one per process) and utc.
-
-Standard library only (run_bench.py and the tests use it without PyTorch).
+"""bench/provenance.py: where a row bench/ writes comes from, as common/provenance.c says it for the C rows: commit
+and dirty (resolve_commit), run_id (CUDA_STAGES_RUN_ID, else one per process) and utc. Standard library only.
 """
 
 import functools
@@ -53,8 +50,7 @@ def _read(path):
 
 
 def build_record(root=REPO_ROOT):
-    """(commit, dirty) of build/.commit and build/.dirty (the Makefile's record of the last make, which the C
-    programs were compiled with), or (None, "") without a record."""
+    """(commit, dirty) of the Makefile's record of the build (build/.commit, build/.dirty), (None, "") without."""
     commit = _read(os.path.join(root, "build", ".commit"))
     if not commit or commit == UNKNOWN:
         return None, ""
@@ -70,14 +66,12 @@ def output_of(command, cwd=None, env=None):
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-# What the make asked below must not inherit: a parent make's command-line variables (MAKEFLAGS), the commit
-# resolve_commit was not given (GIT_COMMIT_ID, GIT_DIRTY) and SANITIZE (its record is build-asan/'s).
+# Not for the make asked below: a parent make's variables, a commit not given, SANITIZE (build-asan/'s record).
 NOT_FOR_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GIT_COMMIT_ID", "GIT_DIRTY", "SANITIZE")
 
 
 def make_answer(root=REPO_ROOT):
-    """(commit, dirty) as `make commit-info` works them out in root (from git at the top of a git work tree; it
-    writes its record too), or (None, "") where it cannot say (no make, no Makefile, or unknown)."""
+    """(commit, dirty) as `make commit-info` works them out in root, (None, "") where it cannot say."""
     env = {k: v for k, v in os.environ.items() if k not in NOT_FOR_MAKE}
     said = re.fullmatch(r"commit (\S+) dirty ?(\S*)",
                         output_of(["make", "-s", "--no-print-directory", "commit-info"], root, env) or "")
@@ -87,10 +81,8 @@ def make_answer(root=REPO_ROOT):
 
 
 def resolve_commit(root=REPO_ROOT, commit=None, dirty=None, environ=None):
-    """(commit, dirty ("0", "1", "" unknown), where it came from), in order of preference: 'given' (the arguments,
-    which run_bench.py passes on in CUDA_STAGES_COMMIT / CUDA_STAGES_DIRTY; or GIT_COMMIT_ID / GIT_DIRTY, as for
-    make); 'build/.commit' (the Makefile's record: the commit the C programs carry); 'make' (no record yet: what
-    `make commit-info` works out, git only at the top of a git work tree); 'unknown'."""
+    """(commit, dirty ("0", "1", "" unknown), source), the first found of: 'given' (the arguments, else
+    CUDA_STAGES_COMMIT / _DIRTY, else GIT_COMMIT_ID / GIT_DIRTY), 'build/.commit', 'make' (make_answer), 'unknown'."""
     environ = os.environ if environ is None else environ
     for given, given_dirty in ((commit, dirty), (environ.get(COMMIT_ENV), environ.get(DIRTY_ENV)),
                                (environ.get("GIT_COMMIT_ID"), environ.get("GIT_DIRTY"))):

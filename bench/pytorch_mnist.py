@@ -1,26 +1,11 @@
 #!/usr/bin/env python3
 """bench/pytorch_mnist.py: the MNIST MLP trainer in PyTorch, the baseline our stages race.
 
-The same problem, byte for byte: the IDX files of the export's data_dir scaled as the C drivers scale
-them (float32(pixel) / 255), the exported initial parameters (per layer W (in, out) row-major, then b),
-and the exported batch order: step s of epoch e trains on rows order[e][s*batch:(s+1)*batch], full
-batches only. The model computes h = x @ W + b per layer with ReLU between layers; the loss is the
-mean softmax cross-entropy of the batch (recorded before the update); the update is plain SGD,
-p -= lr * grad. After each epoch: test loss and accuracy. The whole data set is uploaded once and
-batches are gathered on the device (index_select), the fair equivalent of our stage 05 and later.
-
-Modes (--mode, or all): eager; compile-default and compile-max-autotune (torch.compile of the model
-and loss, whose backward AOTAutograd compiles with it, and of the SGD update, as torch.compile(model)
-and torch.compile(optimizer.step) do; the evaluation compiled too); cuda-graph (the whole training
-step - batch gather, forward, backward and update - captured once and replayed every step);
-bf16-autocast (matrix products in bf16, against our --precision bf16), bf16-cuda-graph (the same
-under autocast, captured as cuda-graph is) and bf16-compile-max-autotune (the same under autocast,
-compiled as compile-max-autotune is): PyTorch's bf16 at its best; cpu (--cpu-epochs, timed once).
-
-The compiled functions and the CUDA graph read the step's batch rows from one buffer allocated once
-(self.rows), filled before each step by a copy from the batch order on the device: a compiled
-function then sees the same tensor every step (a slice at a new offset would be a new guard, so a
-recompile), and the graph reads memory that stays its own.
+The same problem, byte for byte: the export's IDX files scaled as the C drivers scale them, its initial
+parameters and its batch order (full batches only); h = x @ W + b per layer, ReLU between layers, mean softmax
+cross-entropy, plain SGD, test loss and accuracy after each epoch. The data set is uploaded once and batches are
+gathered on the device, the fair equivalent of our stage 05 and later. Modes: results_csv.PYTORCH_MODES (cuda-graph
+captures the whole step, batch gather included; the compile modes compile the loss, the update and the evaluation).
 
   build/02/mnist --export build/bench/export --hidden 128
   python3 bench/pytorch_mnist.py --export-json build/bench/export/mnist-h128.json --mode all
@@ -74,8 +59,8 @@ def load_split(data_dir, prefix, expected):
 
 
 def load_host(spec, epochs):
-    """Everything in host memory: images, labels, the batch order of the epochs to train (full batches
-    only, flattened: global step g trains on order[g*batch:(g+1)*batch]) and the initial parameters."""
+    """Images, labels, the initial parameters and the batch order of the epochs to train, flattened (global step g
+    trains on order[g*batch:(g+1)*batch]), in host memory."""
     data_dir = spec["data_dir"]
     if not os.path.isabs(data_dir) and not os.path.isdir(data_dir):
         data_dir = os.path.join(provenance.REPO_ROOT, data_dir)
@@ -113,8 +98,7 @@ def test_metrics(params, images, labels):
 
 
 class Mnist(tc.Baseline):
-    # CUDA Graph Trees (compile-max-autotune) run a function once, record it on the second call and
-    # replay it from the third: two epochs call the evaluation twice, so the timed runs only replay.
+    # CUDA Graph Trees (max-autotune) record a function's second call: two epochs, so the timed runs only replay
     warmup_epochs = 2
 
     def __init__(self, mode, spec, host, epochs):
@@ -136,7 +120,7 @@ class Mnist(tc.Baseline):
         self.step_loss = torch.zeros(epochs * self.steps, device=dev)
         self.test_loss = torch.zeros(epochs, device=dev)
         self.test_correct = torch.zeros(epochs, dtype=torch.long, device=dev)
-        # The batch's rows (compile modes and cuda-graph): one buffer for every step, see the docstring.
+        # the batch's rows in one buffer for every step: a compiled function sees the same tensor, the graph its memory
         self.rows = torch.zeros(self.batch, dtype=torch.long, device=dev)
         self.static_rows = tc.captured(mode) or tc.compiling(mode)
         self.loss_fn = tc.compiled(mode, batch_loss)
@@ -159,8 +143,7 @@ class Mnist(tc.Baseline):
                 p.copy_(value)
 
     def batch_rows(self, g):
-        """The rows of global step g: a view of the order (eager, bf16, cpu), or the static buffer
-        filled from it (compile modes, cuda-graph)."""
+        """The rows of global step g: a view of the order, or self.rows filled from it (compile modes, cuda-graph)."""
         rows = self.order[g * self.batch:(g + 1) * self.batch]
         if not self.static_rows:
             return rows

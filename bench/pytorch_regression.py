@@ -1,19 +1,10 @@
 #!/usr/bin/env python3
 """bench/pytorch_regression.py: the regression trainer in PyTorch, the baseline our stages race.
 
-The same problem, byte for byte: x and y are the float32 files `build/NN/regression --export DIR`
-writes (train = the first n_train points, test = the rest), w and b start from the exported values,
-and each epoch is one full-batch gradient-descent step on MSE = mean((w x + b - y)^2), the gradient
-taken by autograd, the update p -= lr * grad. As in the C trainers, epoch e records the train and test
-MSE of the parameters it starts with when e % log_every == 0 or e is the last epoch, and the row's
-test_loss is the test MSE of the trained parameters.
-
-Modes (--mode, or all): eager; compile-default and compile-max-autotune (torch.compile of the loss,
-whose backward AOTAutograd compiles with it, and of the update, as torch.compile(optimizer.step) does;
-the test loss is a function of its own, so that its shape is not a recompile of the training loss);
-cuda-graph (an epoch's forward, backward and update captured once and replayed every epoch); cpu
-(--cpu-epochs, timed once). The bf16-* modes do not apply: autocast changes matrix products, and
-this model has none.
+The same problem, byte for byte: the exported x, y, w and b; each epoch one full-batch gradient-descent step on
+MSE = mean((w x + b - y)^2); epoch e records the train and test MSE it starts with when e % log_every == 0 or e is
+the last, as the C trainers do. Modes: the fp32 ones (the bf16-* modes change matrix products, and this model has
+none); cuda-graph captures an epoch's forward, backward and update.
 
   build/02/regression --export build/bench/export
   python3 bench/pytorch_regression.py --export-json build/bench/export/regression-5000000.json --mode all
@@ -32,16 +23,13 @@ def mse(w, b, x, y):
 
 
 def test_mse(w, b, x, y):
-    """The test loss: mse under another name, so that torch.compile compiles it as a function of its
-    own (compiled code is cached per function: the test set's shape would recompile mse)."""
+    """mse under another name: compiled code is cached per function, and the test set's shape would recompile mse."""
     residual = w * x + b - y
     return (residual * residual).mean()
 
 
 class Regression(tc.Baseline):
-    # Epochs 0, 10 and 20 record losses, the others do not: every path runs, and CUDA Graph Trees
-    # (compile-max-autotune: run once, record on the second call, replay from the third) have recorded
-    # the test-loss evaluation too, before the timed runs.
+    # epochs 0, 10 and 20 record losses: every path runs, and CUDA Graph Trees record the test loss's second call
     warmup_epochs = 21
 
     def __init__(self, mode, spec, x, y, epochs):

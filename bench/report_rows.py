@@ -34,8 +34,8 @@ def fail(message, status=2):
 
 
 def ratio(old, new, meaning=False):
-    """old / new as "1.23x"; "n/a" where either is missing or new is not positive. meaning: and what a relative
-    speed means: "(faster)", "(slower)", or "(the same within noise)" within 3 %."""
+    """old / new as "1.23x" ("n/a" without both); meaning: and "(faster)", "(slower)" or, within 3 %, "(the same
+    within noise)"."""
     if old in ("", None) or new in ("", None) or number(new) <= 0:
         return "n/a"
     r = number(old) / number(new)
@@ -98,8 +98,8 @@ def ncu_value(cell):
 
 
 def short_name(name):
-    """No "void ", template arguments or parameter list (the "(...)" that ends it, matched from the right:
-    parameter types hold parentheses); cutlass::Kernel2<NAME> is NAME; one word."""
+    """A kernel's name in one word: no "void ", template arguments or parameter list; cutlass::Kernel2<NAME> is
+    NAME."""
     name, depth = name[5:] if name.startswith("void ") else name, 0
     for i in range(len(name) - 1, -1, -1) if name.endswith(")") else ():
         depth += {")": 1, "(": -1}.get(name[i], 0)
@@ -128,7 +128,7 @@ def awk_string(x):
 
 
 def profile_groups(rows, to_us):
-    """({(kernel, shape): {"n": launches, "time", "dram", "sm": the values collected}}, all times in row order)."""
+    """({(kernel, shape): {"n": launches, "time", "dram", "sm": values}}, every time in row order)."""
     groups, times = {}, []
     for row in rows:
         shape = f"{awk_string(ncu_value(row['launch__grid_size']))}x{awk_string(ncu_value(row['launch__block_size']))}"
@@ -189,7 +189,7 @@ def trainer_table(stage, own, candidate):
 
 
 def vector_add_table(own_rows, candidate_rows):
-    """Stage 01: one row per version, matched by name; kernel-only (loop_ms) and with transfers (e2e_ms)."""
+    """Stage 01: a row per version, matched by name, kernel only (loop_ms) and with transfers (e2e_ms)."""
     line = "    %-20s %10s %10s %-30s %10s %10s %s"
     print(f"  speed on {own_rows[0]['device']}, medians; speed = the candidate's relative to the stage's:")
     print(line % ("version", "kernel ms", "candidate", "speed", "total ms", "candidate", "speed"))

@@ -1,10 +1,8 @@
 """bench/results_csv.py: the one reader of the CSV files of results/, and the rules for choosing rows.
 
-Standard library only (the tables, the reports, the plots' data selection and the tests run without
-PyTorch or a GPU). Per GPU (<slug> = its name, lower case, dashes), results/ holds <slug>.csv (result rows,
-RESULT_COLUMNS: common/report.h), <slug>-curves.csv.gz (loss curves, CURVE_COLUMNS, gzip) and
-<slug>-breakdown.csv (BREAKDOWN_COLUMNS). The header is the schema version: schema 1 files (OLDER_HEADERS)
-are still read, their missing columns empty, and never appended to.
+Standard library only. Per GPU (<slug>: gpu_slug), results/ holds <slug>.csv (RESULT_COLUMNS), <slug>-curves.csv.gz
+(CURVE_COLUMNS) and <slug>-breakdown.csv (BREAKDOWN_COLUMNS). Schema 1 files (OLDER_HEADERS) are still read, their
+missing columns empty, and never appended to.
 """
 
 import collections
@@ -49,8 +47,7 @@ MNIST_TRAIN = 60_000  # images in the MNIST (and Fashion-MNIST) training set
 MNIST_PIXELS = 784
 MNIST_CLASSES = 10
 
-# PyTorch baselines (stage "pytorch"), in the order the tables list them. The bf16-* modes run their
-# matrix products under torch.autocast(bfloat16): eagerly, captured in a CUDA graph, and compiled.
+# PyTorch baselines (stage "pytorch"), in the order the tables list them; bf16-*: under torch.autocast(bfloat16).
 PYTORCH_MODES = ("eager", "compile-default", "compile-max-autotune", "cuda-graph", "bf16-autocast",
                  "bf16-cuda-graph", "bf16-compile-max-autotune", "cpu")
 
@@ -60,8 +57,7 @@ PHASES = ("h2d", "forward", "loss", "backward", "update", "eval", "d2h")
 REFERENCE = "cpu-reference"
 PYTORCH = "pytorch"
 
-# The precisions a ladder table shows for a stage (PyTorch has a counterpart for each: its fp32 modes
-# and bf16-autocast); other precisions (tf32) appear in the stage's variants table only.
+# The precisions a ladder table shows for a stage; others (tf32) appear in its variants table only.
 LADDER_PRECISIONS = ("fp32", "bf16")
 
 
@@ -83,8 +79,7 @@ def open_text(path):
 
 
 def compress_curves(path):
-    """Folds the plain curve file path into path + ".gz" (created, or extended without a second header)
-    and removes it: a full run's curves are several MB of text, a few hundred KB compressed."""
+    """Folds the plain curve file path into path + ".gz" (created, or extended without a second header)."""
     if not os.path.exists(path):
         return
     with open(path, newline="") as f:
@@ -106,9 +101,8 @@ def read_header(path):
 
 
 def read_rows(path, columns=None):
-    """(header, rows) of a CSV file (plain or .gz), blank lines skipped, each row a defaultdict(str) so that a
-    field the file lacks reads as empty. With columns: SchemaError unless the header is columns or an older
-    schema's header of the same file kind (OLDER_HEADERS), or a line has another number of fields."""
+    """(header, rows) of a CSV file (plain or .gz), blank lines skipped, each row a defaultdict(str). With
+    columns: SchemaError unless the header is columns' (or an older schema's) and every line has its fields."""
     with open_text(path) as f:
         reader = csv.reader(f)
         header = tuple(next(reader, ()))
@@ -149,16 +143,14 @@ def report_num(text):
 
 
 def schema_of(header, columns):
-    """The schema version of a file kind's header: SCHEMA_VERSION for columns, 1 for its older header,
-    None for anything else."""
+    """SCHEMA_VERSION for columns, 1 for its older header, None for anything else."""
     if tuple(header) == tuple(columns):
         return SCHEMA_VERSION
     return 1 if tuple(header) in OLDER_HEADERS.get(tuple(columns), ()) else None
 
 
 def append_csv(path, columns, rows):
-    """Appends rows (dicts; missing keys and None are empty fields), writing the header first when
-    the file is new or empty, as common/report.c does."""
+    """Appends rows (dicts; missing keys and None are empty fields), the header first in a new file."""
     new = not os.path.exists(path) or os.path.getsize(path) == 0
     if not new and read_header(path) != tuple(columns):
         raise SchemaError(f"{path}: exists with another header; move it aside")
@@ -171,8 +163,7 @@ def append_csv(path, columns, rows):
 
 
 def result_files(results_dir, columns=RESULT_COLUMNS):
-    """The files of results_dir (sorted) whose header is columns' (of any schema read_rows reads): result rows,
-    told apart from curves, breakdowns and ladder rows."""
+    """The files of results_dir (sorted) whose header is columns' (of any schema read_rows reads)."""
     names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
     paths = [os.path.join(results_dir, name) for name in names if name.endswith(".csv")]
     return [p for p in paths if os.path.isfile(p) and schema_of(read_header(p), columns)]
@@ -234,13 +225,8 @@ def regression_train_points(points):
 
 
 def throughput(row):
-    """(value, unit) of a row's achieved rate over its loop time, or (None, unit).
-
-    regression: GB/s of the minimum traffic, x and y (4 B each) read once per epoch:
-                epochs * n_train * 8 B / loop time.
-    MNIST:      GFLOP/s of the training GEMMs, mnist_flops_per_sample * samples per epoch * epochs / loop
-                time, samples per epoch = (60,000 // batch) * batch.
-    """
+    """(value or None, unit) over the loop time: regression GB/s of x and y read once an epoch; MNIST GFLOP/s of
+    the training GEMMs, samples per epoch = (60,000 // batch) * batch."""
     epochs, loop_ms = integer(row, "epochs"), number(row, "loop_ms")
     if row["trainer"] == "regression":
         points = integer(row, "points")
@@ -258,22 +244,18 @@ def throughput(row):
 # variants: a stage's rows in its default variant are the ladder's; the others are attribution rows
 
 VARIANT_LIST = re.compile(r"const\s+char\s*\*\s*const\s+(REGRESSION|MNIST)_VARIANTS\s*\[\s*\]\s*=\s*\{\s*\"([^\"]+)\"")
-
-
 STAGE_DIR = re.compile(r"\d\d-[\w-]+")  # a stage folder: NN-name
 
 
 def stage_dirs(root):
-    """{'01': '01-vector-add', '02': '02-llm-baseline', ...}: the stage folders (STAGE_DIR) of root, in
-    order; {} when root is not a folder."""
+    """{'01': '01-vector-add', ...}: the stage folders of root, in order."""
     names = sorted(os.listdir(root)) if os.path.isdir(root) else []
     return {name[:2]: name for name in names if STAGE_DIR.fullmatch(name) and os.path.isdir(os.path.join(root, name))}
 
 
 def source_default_variants(root):
-    """{(stage, trainer): the stage's default variant}: the first name of REGRESSION_VARIANTS /
-    MNIST_VARIANTS in root/NN-*/{regression,mnist}.cu (common/trainer.h: the first is the default);
-    every NN-* folder with a trainer counts (01-vector-add has none)."""
+    """{(stage, trainer): the first name of the VARIANT_LIST in root/NN-*/<trainer>.cu}, the default
+    (common/trainer.h)."""
     found = {}
     for stage, name in stage_dirs(root).items():
         for trainer in ("regression", "mnist"):
@@ -289,9 +271,8 @@ def source_default_variants(root):
 
 
 def variant_defaults(rows, known=None):
-    """{(stage, trainer): default variant} for the GPU stages in rows. known (source_default_variants)
-    decides where its name has rows; otherwise the variant of the first row of that stage and trainer
-    (make bench runs every stage's default before its other variants)."""
+    """{(stage, trainer): default variant} of the GPU stages in rows: known's (source_default_variants) where its
+    name has rows, else the first row's (make bench runs every stage's default before its other variants)."""
     known, seen = known or {}, {}
     for row in rows:
         if row["stage"] not in (PYTORCH, REFERENCE):
@@ -308,8 +289,7 @@ def is_default_variant(row, defaults):
 
 
 # ----------------------------------------------------------------------------
-# the persistent sweep (bench/run_bench.py): MNIST with one hidden layer of each width, stage 07's graphs
-# against stage 08's persistent kernel (fp32, up to 512 units; wider layers run 07's graphs there too)
+# the persistent sweep (bench/run_bench.py): MNIST with one hidden layer of each width, stage 07 against 08
 
 PERSISTENT_SWEEP_WIDTHS = (0, 32, 64, 128, 256, 512, 1024)  # 0: --hidden 0, no hidden layer
 PERSISTENT_SWEEP_STAGES = ("07", "08")
@@ -321,11 +301,8 @@ def one_layer_width(hidden):
 
 
 def persistent_sweep(rows, defaults=None):
-    """{width: {stage: row}} of the persistent sweep: MNIST rows of the PERSISTENT_SWEEP_STAGES with at
-    most one hidden layer, batch 128, fp32, each stage's default variant, any epochs (ms/epoch
-    compares), of the newest run that measured stage 08 (the run id of its last such row; {} when
-    none did); per width and stage the newest row. The ladder's --hidden 0 and 128 rows are points
-    of it: the sweep does not run those widths again."""
+    """{width: {stage: newest row}}: MNIST rows of the PERSISTENT_SWEEP_STAGES with at most one hidden layer, batch
+    128, fp32, default variants, any epochs, of the newest run that measured stage 08 ({} when none did)."""
     if defaults is None:
         defaults = variant_defaults(rows)
     kept = [row for row in rows
@@ -440,12 +417,8 @@ def _newest(rows, config, key_of):
 
 
 def select_entries(rows, config, defaults=None):
-    """The entries of config's ladder table, ordered: CPU reference, fp32 stages, bf16 stages, PyTorch.
-
-    Stages count in their default variant (defaults: variant_defaults, computed from rows when None)
-    and at the LADDER_PRECISIONS only; torch.compile rows only when clean (compile_audit). For each
-    entry the newest row wins, one that ran the configuration's epochs first.
-    """
+    """The entries of config's ladder table: CPU reference, fp32 stages, bf16 stages, PyTorch. Stages in their
+    default variant at the LADDER_PRECISIONS, torch.compile rows only when clean; the newest row each (_newest)."""
     if defaults is None:
         defaults = variant_defaults(rows)
 
@@ -463,9 +436,8 @@ def select_entries(rows, config, defaults=None):
 
 
 def variant_entries(rows, config, stage, defaults=None):
-    """A stage's entries of every variant and precision for config: the default variant's fp32 entry
-    first, then in the order the rows were first written (make bench: the stage's own order). Newest
-    row per (variant, precision), one of the configuration's epochs first."""
+    """A stage's entries of every variant and precision for config (_newest), the default's fp32 entry first,
+    then in the order the rows were first written."""
     if defaults is None:
         defaults = variant_defaults(rows)
     chosen = _newest(rows, config, lambda row: (row["variant"], row["precision"] or "fp32")
@@ -491,9 +463,8 @@ def device_of(rows):
 
 
 def last_blocks(curve_rows):
-    """Loss curves keyed (stage, trainer, variant, hidden, series) -> [(index, value)], keeping for each
-    key only its last run: a run appends its points in increasing index order, so an index that does
-    not increase starts a new run."""
+    """{(stage, trainer, variant, hidden, series): [(index, value)]} of each key's last run (an index that does
+    not increase starts a new run)."""
     curves = {}
     for row in curve_rows:
         key = (row["stage"], row["trainer"], row["variant"], row["hidden"], row["series"])
@@ -513,17 +484,15 @@ def last_blocks(curve_rows):
 # setup, wall time, spread, the torch.compile audit and runs (schema 2)
 
 def wall_ms(row):
-    """setup + e2e: what a user waits for one training run, preparations included; None unless the
-    row records both (schema 1 rows have no setup)."""
+    """setup + e2e: what a user waits for one training run; None unless the row records both."""
     setup, e2e = number(row, "setup_ms"), number(row, "e2e_ms")
     return None if setup is None or e2e is None else setup + e2e
 
 
-def spread(row, column="e2e"):
-    """(n, min, max) of a timed figure over the row's repeats ("e2e", "loop", "setup", "epoch"), or
-    None when the row does not record them."""
+def spread(row):
+    """(n, min, max) of e2e over the row's repeats, None when the row does not record them."""
     n = integer(row, "repeats")
-    return None if n is None or n < 1 else (n, number(row, f"{column}_min_ms"), number(row, f"{column}_max_ms"))
+    return None if n is None or n < 1 else (n, number(row, "e2e_min_ms"), number(row, "e2e_max_ms"))
 
 
 def is_compile_mode(row):
@@ -531,9 +500,8 @@ def is_compile_mode(row):
 
 
 def compile_audit(row):
-    """(clean, why not): a torch.compile row is clean when its torch._dynamo audit says 0 graph breaks
-    and 0 recompiles (compilations during the timed runs count as recompiles); a row without the
-    audit (schema 1, or counters missing) is not. Every other row is clean."""
+    """(clean, why not): a torch.compile row is clean with an audit of 0 graph breaks and 0 recompiles; any
+    other row is clean."""
     if not is_compile_mode(row):
         return True, ""
     breaks, recompiles = integer(row, "graph_breaks"), integer(row, "recompiles")
@@ -545,8 +513,7 @@ def compile_audit(row):
 
 
 def run_ids(rows):
-    """The distinct run ids of rows in order of first appearance; "" stands for rows that record none
-    (schema 1)."""
+    """The distinct run ids of rows in order of first appearance ("": none recorded)."""
     return list(dict.fromkeys(row.get("run_id", "") for row in rows))
 
 
@@ -554,12 +521,10 @@ def run_ids(rows):
 # PyTorch modes (bench/torch_common.py runs them; here so that they are tested without PyTorch)
 
 def mode_precision(mode):
-    """bf16 for the bf16-* modes (autocast), fp32 for the others."""
     return "bf16" if mode.startswith("bf16-") else "fp32"
 
 
 def mode_compiles(mode):
-    """compile-default, compile-max-autotune, bf16-compile-max-autotune: torch.compile."""
     return "compile-" in mode
 
 
@@ -568,14 +533,13 @@ def mode_max_autotune(mode):
 
 
 def mode_captured(mode):
-    """cuda-graph, bf16-cuda-graph: the whole training step captured once, replayed every step."""
+    """The whole training step captured in a CUDA graph once, replayed every step."""
     return mode in ("cuda-graph", "bf16-cuda-graph")
 
 
 def pytorch_setup_ms(mode, capture_ms, warmup_train_ms, warmup_epochs, ms_per_epoch):
-    """A PyTorch row's setup_ms: the capture for the captured modes; for the compile modes the warm-up
-    training less warmup_epochs timed epochs (what compilation, autotuning and CUDA Graph Trees'
-    recording cost, never below 0); 0 for the eager modes and cpu, which prepare nothing."""
+    """A PyTorch row's setup_ms: the capture (captured modes); the warm-up training less warmup_epochs timed
+    epochs, never below 0 (compile modes: compilation and autotuning); 0 for the others, which prepare nothing."""
     if mode_captured(mode):
         return capture_ms
     if mode_compiles(mode):
@@ -586,8 +550,8 @@ def pytorch_setup_ms(mode, capture_ms, warmup_train_ms, warmup_epochs, ms_per_ep
 # ----------------------------------------------------------------------------
 # the assistant loop (make loop, tools/loop.sh): its rows in results/loop/<gpu>.csv
 
-# a round's three timed runs (stage 02, the candidate as 02-try, stage 08) share one run id; the hand-written
-# stages' rows measured beside the rounds share one loop-stages id
+# a round's timed runs (stage 02, the candidate as 02-try, stage 08) share a run id; the hand-written stages one
+# loop-stages id
 LOOP_ROUND_RUN = re.compile(r"loop-(?P<trainer>regression|mnist)-(?P<mode>open|guided)-r(?P<round>\d+)-\d{8}T\d{6}Z")
 LOOP_STAGES_RUN = re.compile(r"loop-stages-\d{8}T\d{6}Z")
 LOOP_CANDIDATE = "02-try"
@@ -595,8 +559,7 @@ LOOP_FIGURE = {"regression": "e2e_ms", "mnist": "ms_per_epoch"}  # what the loop
 
 
 def _newest_runs(rows, key_of):
-    """{key: {stage: row}} of the newest run of each key: key_of(row) gives a row's key or None. Run ids end in
-    their UTC start, so the largest is the newest."""
+    """{key_of(row): {stage: row}} of each key's newest run (the largest run id: they end in their UTC start)."""
     newest, runs = {}, {}
     for row in rows:
         key = key_of(row)
@@ -615,8 +578,7 @@ def loop_figure(row):
 
 
 def loop_rounds(rows):
-    """{(trainer, mode, round): {stage: row}} of each round's newest run: stage 02, the candidate
-    (LOOP_CANDIDATE) and stage 08, timed one after the other; a failed round has no rows."""
+    """{(trainer, mode, round): {stage: row}} of each round's newest run; a failed round has no rows."""
     def key_of(row):
         match = LOOP_ROUND_RUN.fullmatch(row["run_id"])
         return match and (match["trainer"], match["mode"], int(match["round"]))
@@ -624,5 +586,5 @@ def loop_rounds(rows):
 
 
 def loop_stages(rows):
-    """{trainer: {stage: row}} of the newest loop-stages run: the hand-written stages at the loop's flags."""
+    """{trainer: {stage: row}} of the newest loop-stages run."""
     return _newest_runs(rows, lambda row: row["trainer"] if LOOP_STAGES_RUN.fullmatch(row["run_id"]) else None)

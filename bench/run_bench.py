@@ -1,27 +1,12 @@
 #!/usr/bin/env python3
-"""bench/run_bench.py: every measurement of `make bench`, appended to the CSV files of one GPU.
+"""bench/run_bench.py: every measurement of `make bench`, appended to the CSV files of one GPU (tools/bench.mk).
 
-Run by tools/bench.mk after the build and `make data`; standard library only (the PyTorch scripts it
-starts need PyTorch). The phases (ESSENTIAL, then OPTIONAL while the budget lasts; what each runs: PLANS
-and the Bench method of its name): vector add (stage 01's versions); ladder (every built stage on the
-canonical configs in its default variant, and --precision bf16 where a stage offers it); variants (the
-stage READMEs' attribution rows, VARIANT_RUNS); reference (the CPU reference); pytorch (the baselines);
-then breakdown, persistent sweep (stages 07 and 08 at each one-layer width), size sweep (regression at
-other sizes), width sweep (MNIST at two hidden layers of width W) and compile (torch.compile modes).
-
-The budget (--budget-s, env BENCH_BUDGET_S; the plan's budget_s by default) bounds the wall time: an
-optional phase, or a run inside one, that would start past it (or whose estimate would take it past
-it) is skipped with the reason printed, and an optional run still going at the budget plus a grace
-period is stopped. Tables and figures are then made from what was measured. Each phase prints its
-elapsed seconds, and the summary compares them with the plan's estimates.
-
-The stages say which variants and precisions they offer (--list-variants, the default first); the ladder
-runs pass no --variant, so they are the default's rows.
-
-Output: RESULTS/<slug>.csv, <slug>-curves.csv, <slug>-breakdown.csv (<slug> from the GPU's name);
-files of an earlier run for the same GPU are moved to build/bench/previous/<time>/ first. Exit status
-1 when any run failed (the others still ran); skipped and stopped runs are not failures. Every row,
-curve point and breakdown row carries the run's one run id, commit and dirty flag (run_provenance).
+The phases: ESSENTIAL, then OPTIONAL while the budget (--budget-s, BENCH_BUDGET_S, else the plan's) lasts; an
+optional run that would pass it is skipped, saying why, and one still going at the budget plus GRACE_S is stopped.
+What each phase runs: PLANS and the Bench method of its name. The ladder passes no --variant: its rows are each
+stage's default's. Output: RESULTS/<slug>.csv, -curves.csv(.gz), -breakdown.csv, an earlier run's moved to
+build/bench/previous/ first; every row carries the run's one run id, commit and dirty flag (run_provenance).
+Exit status 1 when any run failed (skipped and stopped runs are not failures). Standard library only.
 """
 
 import argparse
@@ -42,13 +27,11 @@ import results_csv as rc
 EXIT_USAGE = 2  # common/exit_codes.h: a stage that does not offer a flag value answers with it
 GRACE_S = 10  # an optional run still going this long past the budget is stopped
 
-# Stages whose MNIST GEMMs are the naive ones: at --hidden 1024,1024 a run takes seconds per epoch, so
-# the ladder times them once instead of plan.repeat times.
+# Stages whose naive MNIST GEMMs take seconds an epoch at --hidden 1024,1024: the ladder times them naive_repeat times.
 NAIVE_GEMM_STAGES = ("02", "03")
 
-# The attribution rows of the stage READMEs (make_tables.py draws a variants table per stage from
-# them): (stage, trainer, flag, names, MNIST --hidden values). names None: every name the stage offers
-# but its default (the ladder ran that one). A name or stage that is not offered is skipped, saying so.
+# The stage READMEs' variants tables: (stage, trainer, flag, names, MNIST --hidden values); names None: every
+# name the stage offers but its default (the ladder's). A name or stage not offered is skipped, saying so.
 VARIANT_RUNS = (
     ("04", "regression", "variant", None, ("",)),            # shared (default), atomic, shuffle
     ("06", "regression", "variant", None, ("",)),            # fused (default), cublas
@@ -62,20 +45,14 @@ VARIANT_RUNS = (
 
 
 ESSENTIAL = ("vector add", "ladder", "variants", "reference", "pytorch")
-# The sweeps come before compile: they take about a minute together, stage 08's README quotes the
-# persistent sweep and TEACHING.md reads the size and width figures, so torch.compile's minutes must
-# not crowd them out of the budget.
+# The sweeps before compile: the READMEs quote them, and torch.compile's minutes must not crowd them out.
 OPTIONAL = ("breakdown", "persistent sweep", "size sweep", "width sweep", "compile")
 
 
-# What each kind of run measures, and the seconds each phase is expected to take on an H200 (NVIDIA
-# H200, first run on a machine: inductor's caches cold), from a smoke run's PyTorch figures (MNIST
-# eager 224 ms/epoch, compilation and autotuning about 2 minutes for both compile modes together) and
-# napkin math for the C stages (about 1 s of process, CUDA and data start-up per run). The summary at
-# the end of a run prints the real times next to these.
+# What each kind of run measures, and each phase's estimated seconds on an H200 with inductor's caches cold (the
+# summary at the end prints the real times beside them).
 PLANS = {
-    # Under 2 minutes with `make bench BENCH=quick`: every kind of measurement once, at one MNIST
-    # width, timed once, no torch.compile (compiling takes 10-100 s per model).
+    # every kind of measurement once, at one MNIST width, no torch.compile (10-100 s a model)
     "quick": SimpleNamespace(
         budget_s=100,
         repeat=1, pytorch_repeat={"regression": 1, "mnist": 1},
@@ -86,19 +63,12 @@ PLANS = {
         breakdown_epochs={"regression": 20, "mnist": 1},
         sizes=(50_000, 500_000), size_limit_s=4, size_pytorch=(), size_modes=(),
         widths=(512, 2048), width_epochs=1, width_modes=("eager",), width_bf16=False,
-        # No persistent sweep: the 100 s are spent, and the ladder's --hidden 128 rows already put 08
-        # against 07 once.
-        persistent_widths=(), persistent_epochs=1,
+        persistent_widths=(), persistent_epochs=1,  # the ladder's --hidden 128 rows put 08 against 07 once
         estimate_s={"vector add": 3, "ladder": 22, "variants": 10, "reference": 5, "pytorch": 21,
                     "breakdown": 14, "persistent sweep": 0, "compile": 0, "size sweep": 9, "width sweep": 15},
     ),
-    # About 8 minutes of measurements (the budget: 480 s): 3 timed runs per canonical C
-    # configuration (1 for the naive GEMMs at 1024,1024; 2 for PyTorch MNIST), every PyTorch mode on
-    # the canonical configs but torch.compile on regression and --hidden 128 only (bf16 compiled at
-    # 1024,1024 only), bf16 at 1024,1024,
-    # the CPU references and PyTorch cpu at 1 MNIST epoch (rows marked "(1 epoch)", compared by
-    # ms/epoch); the sweeps time once, leave out the compile modes and the CPU, and stop a stage's
-    # size sweep before a run predicted to pass size_limit_s.
+    # About 8 minutes: torch.compile on regression and --hidden 128 only (bf16 at 1024,1024), the CPU at 1 MNIST
+    # epoch (rows marked "(1 epoch)"); the sweeps time once, and a size sweep stops before passing size_limit_s.
     "full": SimpleNamespace(
         budget_s=480,
         repeat=3, pytorch_repeat={"regression": 3, "mnist": 2},
@@ -108,14 +78,12 @@ PLANS = {
         cpu_epochs={"regression": rc.REGRESSION_EPOCHS, "0": 1, "128": 1, "1024,1024": 1},
         compile_modes=("compile-default", "compile-max-autotune"),
         compile_configs={"regression": 35, "128": 95},  # config -> estimated seconds (both modes)
-        # autocast + max-autotune at the bf16 config (an estimate: autotuning 3 GEMM shapes in bf16)
         bf16_compile_modes=("bf16-compile-max-autotune",), bf16_compile_configs={"1024,1024": 80},
         breakdown_epochs={"regression": rc.REGRESSION_EPOCHS, "mnist": 2},
         sizes=(5_000, 50_000, 500_000, 50_000_000), size_limit_s=15,
         size_pytorch=(50_000_000,), size_modes=("eager", "cuda-graph"),
         widths=(2048, 4096), width_epochs=2, width_modes=("eager", "cuda-graph", "bf16-autocast"),
         width_bf16=True,  # with the ladder's --hidden 1024,1024 rows: widths 1024, 2048, 4096
-        # 5 widths (the ladder has 0 and 128) x 2 stages, about a second a run at 3 epochs
         persistent_widths=rc.PERSISTENT_SWEEP_WIDTHS, persistent_epochs=3,
         estimate_s={"vector add": 3, "ladder": 70, "variants": 35, "reference": 12, "pytorch": 60,
                     "breakdown": 20, "persistent sweep": 9, "compile": 210, "size sweep": 37, "width sweep": 24},
@@ -154,16 +122,14 @@ def budget_seconds(plan, argument=None, environ=os.environ):
 
 
 def parse_listed_names(text, flag):
-    """The names of the "variant NAME" / "precision NAME" lines a driver prints for --list-variants,
-    in order (the default first), or None when there are none."""
+    """The NAMEs of the "FLAG NAME" lines of --list-variants, the default first; None when there are none."""
     names = [line.split(None, 1)[1].strip() for line in text.splitlines()
              if line.startswith(flag + " ") and line.split(None, 1)[1].strip()]
     return names or None
 
 
 def predict_seconds(first_seconds, last_points, last_seconds, next_points):
-    """Wall time of the next size of a sweep, from wall(n) = overhead + k * n: the smallest size is
-    almost all overhead (process start, data generation, CUDA context), the rest scales with n."""
+    """The next size's wall time from wall(n) = overhead + k n, the smallest size's time all overhead."""
     work = max(last_seconds - first_seconds, 0.0)
     return first_seconds + work * next_points / last_points
 
@@ -172,8 +138,7 @@ BREAKDOWN_LINE = re.compile(r"^\s+(%s)\s+([0-9.]+)(?:\s*ms)?\s+([0-9.]+)\s*%%\s*
 
 
 def parse_breakdown(text):
-    """[(phase, ms, pct)] from the --breakdown table the drivers print (common/report.c):
-    '  forward        123.456   45.6%' (a ' ms' after the number is accepted too)."""
+    """[(phase, ms, pct)] of the --breakdown table's lines (common/report.c), '  forward   123.456 [ms]  45.6%'."""
     matches = (BREAKDOWN_LINE.match(line) for line in text.splitlines())
     return [(m.group(1), float(m.group(2)), float(m.group(3))) for m in matches if m]
 
@@ -200,8 +165,7 @@ class Bench:
         print(f"-- skipped: {what}: {why}", flush=True)
 
     def fits(self, what, estimate_s):
-        """Inside an optional phase: whether a run expected to take estimate_s seconds fits the budget
-        (saying so when it does not); outside, always."""
+        """Inside an optional phase: whether a run of about estimate_s fits the budget (saying so if not)."""
         if not self.optional or self.budget.allows(estimate_s):
             return True
         self.skip(what, f"{self.budget.elapsed():.0f} s elapsed + about {estimate_s:.0f} s would pass the "
@@ -231,14 +195,12 @@ class Bench:
     # ---- running things
 
     def run(self, command, capture=False, allowed=(0,)):
-        """Runs command (printed first); returns (exit status, stdout if captured, wall seconds). A
-        status outside allowed is recorded as a failure; an optional run stopped at the budget returns
-        status None and is recorded as skipped."""
+        """(exit status, stdout if captured, wall seconds) of command; a status not allowed is a failure, and an
+        optional run stopped at the budget returns status None, skipped."""
         print("$ " + " ".join(command), flush=True)
         start = time.perf_counter()
         timeout = self.timeout()
-        # A run that may be stopped gets a process group of its own, so that stopping it stops its
-        # helpers too (torch.compile's compile workers).
+        # a run that may be stopped gets a process group of its own: stopping it stops its helpers too
         try:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE if capture else None, text=True,
                                     start_new_session=timeout is not None)
@@ -263,16 +225,14 @@ class Bench:
 
     @functools.cache
     def offered(self, stage, trainer, flag):
-        """The names a stage offers for --variant or --precision (MNIST), its default first, as its
-        --list-variants prints them (asked once); None when it lists none."""
+        """The names a stage offers for --variant or --precision, the default first (--list-variants); None: none."""
         names = parse_listed_names(provenance.output_of([f"build/{stage}/{trainer}", "--list-variants"]) or "", flag)
         if names is None:
             print(f"-- build/{stage}/{trainer} --list-variants: no {flag} names in its answer", flush=True)
         return names
 
     def c_run(self, stage, trainer, flags, repeat, curve=False, variant=None, precision=None):
-        """One run of build/<stage>/<trainer> with result rows; variant and precision None: the stage's
-        defaults (no flag passed). Returns the exit status (EXIT_USAGE: not offered, not a failure)."""
+        """The exit status of a run of build/<stage>/<trainer> (EXIT_USAGE: not offered, not a failure)."""
         command = [f"build/{stage}/{trainer}", "--quiet", "--repeat", str(repeat), "--csv", self.csv] + flags
         if variant is not None:
             command += ["--variant", variant]
@@ -303,8 +263,7 @@ class Bench:
         self.run(command)
 
     def export(self, subdir, trainer, flags):
-        """Exports with the first stage's driver (every driver writes the same files); returns the JSON
-        path, or None when the export failed."""
+        """The JSON path of an export by the first stage's driver (all write the same files); None if it failed."""
         directory = os.path.join("build", "bench", "export", subdir)
         status, _, _ = self.run([f"build/{self.stages[0]}/{trainer}", "--quiet", "--export", directory] + flags)
         if status != 0:
@@ -338,7 +297,7 @@ class Bench:
                 naive = stage in NAIVE_GEMM_STAGES and hidden == "1024,1024"
                 self.c_run(stage, "mnist", self.canonical_flags("mnist", hidden),
                            plan.naive_repeat if naive else plan.repeat, curve=True)
-        # No --curve for bf16: a curve row has no precision column, so it would mix with the fp32 curve.
+        # no --curve for bf16: a curve row has no precision column
         for stage in self.stages:
             if "bf16" not in (self.offered(stage, "mnist", "precision") or []):
                 continue
@@ -447,9 +406,8 @@ class Bench:
             self.pytorch("regression", self.export("size", "regression", ["--points", str(n)]), plan.size_modes, 1)
 
     def sweep(self, who, run_size):
-        """Runs run_size(n) (returns the exit status) for the plan's sizes, smallest first, and stops
-        (saying why) before a size whose predicted wall time passes the plan's limit or the budget, or
-        after a failed run. The canonical size is the ladder's, and is not run again."""
+        """run_size(n) for the plan's sizes but the canonical one, smallest first, until a failed run or a size
+        predicted to pass the plan's limit or the budget."""
         first = last = None
         for n in self.plan.sizes:
             if n == rc.REGRESSION_POINTS:
@@ -474,9 +432,8 @@ class Bench:
             last = (n, seconds)
 
     def persistent_sweep(self):
-        """Stages 07 and 08 (those built) at each of plan.persistent_widths, one hidden layer, once each.
-        A width the ladder ran for a stage is its point already; any other canonical width runs the
-        canonical epochs, so that the ladder tables never meet a shorter run of their configuration."""
+        """Stages 07 and 08 once at each persistent width the ladder did not run; a canonical width at the
+        canonical epochs (the ladder tables must never meet a shorter run of their configuration)."""
         plan = self.plan
         stages = [s for s in rc.PERSISTENT_SWEEP_STAGES if s in self.stages]
         if not plan.persistent_widths or not stages:
@@ -509,7 +466,7 @@ class Bench:
 
 
 def move_aside(results_dir, slug):
-    """Moves an earlier run's files for this GPU to build/bench/previous/<time>/: each run starts fresh."""
+    """Moves an earlier run's files for this GPU to build/bench/previous/<time>/."""
     names = [f"{slug}.csv", f"{slug}-curves.csv", f"{slug}-curves.csv.gz", f"{slug}-breakdown.csv"]
     names += [f"{slug}-{figure}.png" for figure in plots.FIGURES]
     old = [n for n in names if os.path.exists(os.path.join(results_dir, n))]
@@ -523,9 +480,8 @@ def move_aside(results_dir, slug):
 
 
 def run_provenance(root, commit=None, dirty=None, environ=None):
-    """(commit, dirty, run id, problem) of this run, and the environment every program it starts gets
-    them in (set in environ, os.environ by default). problem: why the run must not start (a commit
-    given that is not the one build/.commit says the C programs were built at), else None."""
+    """(commit, dirty, run id, problem), set in environ for every program the run starts; problem: a commit
+    given that is not the one the C programs were built at (build/.commit), else None."""
     environ = os.environ if environ is None else environ
     commit, dirty, source = provenance.resolve_commit(root, commit, dirty, environ)
     built, _ = provenance.build_record(root)

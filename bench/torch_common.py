@@ -1,18 +1,10 @@
-"""bench/torch_common.py: what the two PyTorch baselines share: modes, command line, clock, warm-up and
-repeats, the parameter update, and the rows they append (result rows and loss curves, bench/results_csv.py).
+"""bench/torch_common.py: what the two PyTorch baselines share: modes, command line, clock, warm-up and repeats,
+the parameter update, and the rows they append (bench/results_csv.py).
 
-Timing follows docs/DESIGN.md, "Timing": e2e runs from the training data in host memory (plain
-CPU tensors, as the C drivers use plain malloc memory) to the trained parameters back in host memory;
-loop is the training loop with the data already on the device; both come from CUDA events recorded
-on the stream the work runs on, after an untimed warm-up. What the warm-up prepares that a user of the
-mode pays once per training is the row's setup_ms, as the C stages' setup (handles, autotuning,
-graph instantiation): the capture of the training step (cuda-graph modes, host clock), and the
-compilation (compile modes: the warm-up's training time less its epochs at the timed median epoch).
-Eager modes and cpu prepare nothing: setup 0 (their first-use costs, like the C drivers', are left
-in the untimed warm-up).
-
-Every row carries its provenance (bench/provenance.py), the torch version, the thread count of --mode
-cpu, the repeats (n, min / max) and, for compile modes, the torch._dynamo audit (print_compile_counts).
+Timing as docs/DESIGN.md, "Timing": e2e from the training data in plain CPU tensors to the trained parameters back
+on the host, loop with the data on the device, both by CUDA events after an untimed warm-up. What the warm-up
+prepares once per training is the row's setup_ms, as the C stages' setup: the capture (cuda-graph modes) or the
+compilation (compile modes); eager modes and cpu prepare nothing (setup 0).
 """
 
 import argparse
@@ -68,8 +60,7 @@ def parse_args(trainer, modes):
 
 
 def load_export(args, trainer):
-    """The export JSON of args.export_json, with its file names resolved next to it; args.epochs and
-    args.cpu_epochs default to the export's epochs."""
+    """The export JSON of args.export_json ("dir": its folder); args.epochs and args.cpu_epochs default to its."""
     path = args.export_json
     try:
         with open(path) as f:
@@ -85,7 +76,7 @@ def load_export(args, trainer):
 
 
 def read_array(spec, key, dtype, count):
-    """The raw little-endian array of spec[key] (a file next to the JSON), checked to hold count values."""
+    """The raw little-endian array of the file spec[key], checked to hold count values."""
     path = os.path.join(spec["dir"], spec[key])
     try:
         array = np.fromfile(path, dtype=dtype)
@@ -121,8 +112,7 @@ def fmt(value, spec):
 
 
 def report_row(args, row, points):
-    """Prints the result row (a dict of RESULT_COLUMNS), then appends it and the loss curves' points
-    ((series, index, value) each) where asked for."""
+    """Prints the result row, then appends it and the loss curves' (series, index, value) points where asked."""
     fields = ("variant", "points", "hidden", "epochs", "setup_ms", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
               "train_loss", "test_loss", "test_acc", "w", "b", "graph_breaks", "recompiles")
     print("pytorch " + row["trainer"] + "  " + "  ".join(f"{k} {row[k]}" for k in fields if row.get(k)), flush=True)
@@ -138,33 +128,28 @@ def report_row(args, row, points):
 # modes
 
 def compiled(mode, fn):
-    """fn as the mode runs it. dynamic=False: every shape gets its own specialized graph, as the C
-    trainers have fixed sizes. Each compiled function must see the same shapes, strides and storage
-    offsets on every call (a slice at a new offset is a new guard, so a recompile): the trainers give
-    it tensors allocated once, and keep per-step Python ints out of it."""
+    """fn as the mode runs it; dynamic=False: one specialized graph per shape, as the C trainers have fixed sizes.
+    A compiled function must see the same shapes, strides and offsets every call (a new one is a recompile)."""
     if not compiling(mode):
         return fn
     return torch.compile(fn, mode="max-autotune" if max_autotune(mode) else None, dynamic=False)
 
 
-compiling = results_csv.mode_compiles  # compile-default, compile-max-autotune, bf16-compile-max-autotune
+compiling = results_csv.mode_compiles
 max_autotune = results_csv.mode_max_autotune
-captured = results_csv.mode_captured  # cuda-graph, bf16-cuda-graph: the training step in a CUDA graph
-precision_of = results_csv.mode_precision  # bf16 for the bf16-* modes
+captured = results_csv.mode_captured
+precision_of = results_csv.mode_precision
 
 
 def keep_addresses(mode, tensors):
-    """compile-max-autotune replays CUDA graphs (CUDA Graph Trees), which copy every input whose
-    address may change into a buffer of their own: marking the data set, the batch-row buffer and the
-    parameters static avoids copying the whole data set on every call."""
+    """max-autotune's CUDA Graph Trees copy every input whose address may change: tensors marked static are not."""
     if max_autotune(mode):
         for t in tensors:
             torch._dynamo.mark_static_address(t)
 
 
 def autocast(mode):
-    """The bf16-* modes: matrix products in bf16 with fp32 parameters, against our --precision bf16.
-    Inside a CUDA graph capture the autocast cache stays off (PyTorch's CUDA-graph documentation: a
+    """The bf16-* modes: matrix products in bf16 with fp32 parameters; no autocast cache in a captured graph (a
     cached cast would be a tensor of the capture that the next replay does not recompute)."""
     if precision_of(mode) == "bf16":
         return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not captured(mode))
@@ -173,31 +158,26 @@ def autocast(mode):
 
 @torch.no_grad()
 def sgd_update(params, lr):
-    """p -= lr * grad for every parameter: what torch.optim.SGD(params, lr) does (no momentum, no
-    weight decay) with its default multi-tensor implementation, written out so that it can be
-    captured in a CUDA graph, and compiled (as torch.compile(optimizer.step) is), on every PyTorch
-    version."""
+    """p -= lr * grad: torch.optim.SGD(params, lr)'s multi-tensor step, written out so that every PyTorch version
+    can capture it in a CUDA graph and compile it."""
     torch._foreach_add_(params, [p.grad for p in params], alpha=-lr)
 
 
 def mark_step(mode):
-    """compile-max-autotune: tell CUDA Graph Trees that a new iteration begins, so that the outputs of
-    the last one (already copied out) may be overwritten."""
+    """max-autotune: tells CUDA Graph Trees that a new iteration begins (the last one's outputs may go)."""
     if max_autotune(mode):
         torch.compiler.cudagraph_mark_step_begin()
 
 
 def reset_compiler(mode):
-    """Before and after a compile mode: drop compiled code and compile counters, so that no mode reuses
-    or counts another's compilation."""
+    """Drops compiled code and counters around a compile mode: no mode reuses or counts another's compilation."""
     if compiling(mode):
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
 
 
 def compile_counts():
-    """(graphs compiled, recompiles, graph breaks, {reason: count} of recompiles and breaks) from
-    torch._dynamo's counters; None where this PyTorch does not keep them."""
+    """(graphs compiled, recompiles, graph breaks, {reason: count}) of torch._dynamo's counters, or None."""
     try:
         counters = torch._dynamo.utils.counters
         reasons = {f"recompile: {k}": v for k, v in counters["recompiles"].items()}
@@ -209,11 +189,8 @@ def compile_counts():
 
 
 def print_compile_counts(mode, after_warmup):
-    """Once per compile mode, after its timed runs: what torch._dynamo compiled. A clean compile has
-    one graph per compiled function (train step, update, evaluation), no recompile and no graph break,
-    and compiles nothing during the timed runs. Returns the row's audit columns, {graph_breaks,
-    recompiles} (a graph compiled during the timed runs counts as a recompile); empty where the
-    counters are missing, which makes the row not clean."""
+    """Prints what torch._dynamo compiled for a compile mode; returns the row's audit columns (a graph compiled
+    during the timed runs counts as a recompile; empty without counters, which makes the row not clean)."""
     if not compiling(mode):
         return {}
     now = compile_counts()
@@ -235,8 +212,8 @@ def print_compile_counts(mode, after_warmup):
 # clocks
 
 class Clock:
-    """The marks of one timed run: e2e start, loop start, the end of each epoch, e2e stop. CUDA events on
-    the current stream; for --mode cpu the host clock (nothing is uploaded, so e2e is the loop, h2d empty)."""
+    """The marks of a timed run: e2e start, loop start, each epoch's end, e2e stop. CUDA events on the current
+    stream; for --mode cpu the host clock (no upload: e2e is the loop, h2d empty)."""
 
     def __init__(self, epochs, cuda):
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(epochs + 3)] if cuda else None
@@ -276,12 +253,8 @@ class Clock:
 # one mode of one trainer
 
 class Baseline:
-    """A trainer in one mode, with self.params and self.lr. Subclasses provide:
-      upload()        host data and initial parameters -> the device buffers (resets the training)
-      train(n, clk)   n epochs, calling clk.epoch_end(e) after each when clk is not None
-      download()      trained parameters -> host memory
-      graph_loss_of() cuda-graph only: the loss of the training step that capture() records
-    """
+    """A trainer in one mode, with self.params and self.lr; subclasses provide upload() (host data and initial
+    parameters to the device), train(n, clock or None), download() and graph_loss_of() (the captured step's loss)."""
 
     warmup_epochs = 1
 
@@ -295,16 +268,10 @@ class Baseline:
             torch.cuda.synchronize()
 
     def capture(self, warmup_steps=3):
-        """Records the training step (forward under the mode's autocast, backward, update) into
-        self.graph, the whole-network capture of PyTorch's CUDA-graph documentation: a few eager steps
-        on a side stream first (cuBLAS and autograd set themselves up there, outside the capture),
-        gradients set to None so that the captured backward allocates them in the graph's memory pool,
-        then the capture on the same stream. self.graph_loss: the loss the graph writes.
-
-        The graph replays fixed addresses: every tensor graph_loss_of() reads must be allocated before
-        the capture and stay alive as long as the graph (attributes of the trainer, never locals of the
-        capturing function: a freed tensor's memory is handed to the next allocation, and the graph
-        would read that). The warm-up steps change the parameters: upload them again before training."""
+        """Records the training step into self.graph (loss: self.graph_loss), the whole-network capture of PyTorch's
+        CUDA-graph documentation: eager steps on a side stream first, gradients None so that the captured backward
+        allocates them in the graph's pool. Every tensor graph_loss_of() reads must outlive the graph (an
+        attribute, never a local); the warm-up steps change the parameters: upload them again."""
         def step():
             with autocast(self.mode):
                 loss = self.graph_loss_of()
@@ -328,10 +295,8 @@ class Baseline:
         torch.cuda.synchronize()
 
     def warm_up(self):
-        """Untimed: compiles (compile modes), captures (cuda-graph modes) and runs warmup_epochs epochs,
-        so that the timed runs see neither compilation nor the first-use costs of CUDA libraries. The
-        CPU mode has none, like the CPU reference. Returns (capture ms, warm-up training ms, warm-up
-        epochs), host clock, for the row's setup_ms."""
+        """Untimed capture or compilation and warmup_epochs epochs (none for cpu); returns (capture ms, warm-up
+        training ms, warm-up epochs) for the row's setup_ms."""
         if self.mode == "cpu":
             return 0.0, 0.0, 0
         self.upload()
@@ -365,10 +330,8 @@ class Baseline:
 
 
 def measure(baseline, repeat):
-    """Warm-up, then repeat timed runs (one for the CPU mode): the row's timing columns, formatted:
-    median e2e, loop and h2d, the median of the runs' median epoch, the number of runs and the min /
-    max of each, and setup_ms, in ms (empty where it does not apply). Compile modes then print what
-    torch._dynamo compiled, and their rows get its audit (graph_breaks, recompiles)."""
+    """Warm-up, then repeat timed runs (one for cpu): the row's timing columns, formatted (medians, min / max,
+    repeats, setup_ms) and a compile mode's audit."""
     t0 = time.perf_counter()
     capture_ms, warmup_train_ms, warmup_epochs = baseline.warm_up()
     what = {"cuda-graph": " (capture)", "bf16-cuda-graph": " (capture)", "cpu": " (none)"}.get(
