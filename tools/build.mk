@@ -1,6 +1,5 @@
-# tools/build.mk: how every program and suite is built, with the compilers, flags and stage lists the top Makefile
-# sets: libcommon.a, each stage's trainers and GPU suite, stage 01's vector_add and the kernel ladders (versions_rules),
-# the CPU suites and the exercises' CPU checks.
+# tools/build.mk: the build rules, with the top Makefile's compilers, flags and stage lists: libcommon.a, each stage's
+# trainers and GPU suite, vector_add and the kernel ladders (versions_rules), the CPU suites and the exercises' checks.
 
 # A changed GENCODE or compiler rebuilds everything.
 ARCH_STAMP := $(BUILD)/.arch-$(shell echo '$(GENCODE) $(NVCC)' | cksum | cut -d' ' -f1)

@@ -35,7 +35,7 @@ STAGE_LADDERS = $(filter $(BUILD)/$(NN)/%,$(LADDER_BINS))
 PICKED_LADDERS = $(if $(LADDER),$(filter %/$(LADDER)_ladder,$(STAGE_LADDERS)),$(STAGE_LADDERS))
 LADDER_RECORD_CSV = results/$(GPU_SLUG)-ladders.csv
 
-stage-ladder: $(PICKED_LADDERS)
+$(call verb,ladder): $(PICKED_LADDERS)
 	@if [ -z "$(PICKED_LADDERS)" ]; then echo "error: stage $(NN) has no ladder '$(LADDER)'; its ladders:" \
 	    "$(patsubst $(BUILD)/$(NN)/%_ladder,%,$(STAGE_LADDERS))" >&2; exit 2; fi
 	@set -e; csv=; \

@@ -15,7 +15,7 @@ PROFILE_BIN = $(BUILD)/$(NN)
 PROFILE_OUT = $(BUILD)/profile/$(NN)
 
 .PHONY: stage-profile
-stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist $(NEEDS_MNIST)
+$(call verb,profile): $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist $(NEEDS_MNIST)
 	@if [ "$(RECORD)" = 1 ]; then \
 	    command -v ncu >/dev/null 2>&1 || { echo "error: RECORD=1 records ncu's summaries, and ncu is not installed" >&2; exit 2; }; \
 	    [ "$(words $(TRAINER))" = 2 ] || { echo "error: RECORD=1 records both trainers: leave TRAINER unset" >&2; exit 2; }; \
