@@ -50,7 +50,6 @@ COMMON_LIB := $(BUILD)/common/libcommon.a
 stage_dir = $(filter $(1)-%,$(STAGE_DIRS) $(LADDER_ONLY_DIRS) 01-vector-add)
 STAGE_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist)
 
-
 # ----------------------------------------------------------------------------
 # Values that reach a shell. The variables the stage verbs hand to their recipes (FILE, ARGS, MNIST_ARGS, TRAINER,
 # EXERCISE, ANSWER, TRY_RUN, NN; make loop's FROM, ROUND, MODE; make grade's STAGE, SUBMISSIONS, JOBS, CSV) are
@@ -141,7 +140,7 @@ else
 # ----------------------------------------------------------------------------
 # the commands (`make help` lists them), left out under `make stage N VERB`
 
-.PHONY: all help test check prerequisites commit-info data bench clean profile sanitize stage-run stage-compare stage-diff stage-test
+.PHONY: all help test check commit-info data bench clean profile sanitize stage-run stage-compare stage-diff stage-test
 
 all: $(STAGE_BINS) $(BUILD)/01/vector_add
 
@@ -158,10 +157,8 @@ TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo
 # make test: what a student runs, in a few minutes; make check: the slow smoke suites of the tools. Both build
 # quietly (-s: warnings and errors only, after one line when anything is to be built) after checking that Criterion
 # and zlib are there (tests/prerequisites.sh).
-prerequisites:
+test check:
 	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
-
-test check: prerequisites
 	@$(MAKE) --no-print-directory -s -q $(TEST_BINS) 2>/dev/null || \
 	    echo "building the suites' programs and every stage (warnings and errors only; minutes on a fresh clone)"
 	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
