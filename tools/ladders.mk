@@ -9,7 +9,7 @@
 #   make stage N ladder RECORD=1        also append their rows to results/<gpu>-ladders.csv, where
 #                                       bench/make_tables.py finds them for the stage README's tables
 #
-# Built by the top Makefile's versions_rules (a test links its ladder compiled with -DLADDER_NO_MAIN). A ladder
+# Built by tools/build.mk's versions_rules (a test links its ladder compiled with -DLADDER_NO_MAIN). A ladder
 # may include another stage's ladder (06's GEMM ladder starts from 04's kernels) or its own stage's trainer (08's
 # regression ladder includes regression.cu): each depends on every ladder source and every .cu of its stage folder.
 
@@ -35,7 +35,7 @@ STAGE_LADDERS = $(filter $(BUILD)/$(NN)/%,$(LADDER_BINS))
 PICKED_LADDERS = $(if $(LADDER),$(filter %/$(LADDER)_ladder,$(STAGE_LADDERS)),$(STAGE_LADDERS))
 LADDER_RECORD_CSV = results/$(GPU_SLUG)-ladders.csv
 
-stage-ladder: $(PICKED_LADDERS)
+$(call verb,ladder): $(PICKED_LADDERS)
 	@if [ -z "$(PICKED_LADDERS)" ]; then echo "error: stage $(NN) has no ladder '$(LADDER)'; its ladders:" \
 	    "$(patsubst $(BUILD)/$(NN)/%_ladder,%,$(STAGE_LADDERS))" >&2; exit 2; fi
 	@set -e; csv=; \

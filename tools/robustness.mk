@@ -54,11 +54,9 @@ SAN_VECTOR_ADD_ARGS ?= --n 1000003 --repeat 1
 # memcheck also reports device memory a run never frees
 SAN_FLAGS_memcheck ?= --leak-check full
 
-sanitize: SAN_STAGES := $(ALL_STAGES)
-stage-sanitize: SAN_STAGES := $(NN)
-# (without a GPU, nothing is built or fetched before the recipe's one error line)
-sanitize: $(if $(DETECTED_ARCH),$(STAGE_BINS) $(BUILD)/01/vector_add)
-stage-sanitize: $(if $(DETECTED_ARCH),$(if $(filter 01,$(NN)),$(BUILD)/01/vector_add,$(BUILD)/$(NN)/regression $(BUILD)/$(NN)/mnist))
+# make stage N sanitize (stage-sanitize NN=...) runs stage NN; make sanitize (the top Makefile) runs it for every stage
+SAN_STAGES = $(or $(NN),$(ALL_STAGES))
+SAN_BINS = $(foreach s,$(SAN_STAGES),$(if $(filter 01,$(s)),$(BUILD)/01/vector_add,$(BUILD)/$(s)/regression $(BUILD)/$(s)/mnist))
 
 # The MNIST cuts: the first images and labels of each split, with the count in the header changed.
 SAN_CUTS := mnist-small mnist-tiny
@@ -72,23 +70,21 @@ $(SAN_CUTS:%=$(SAN_DIR)/%/.done): $(SAN_DIR)/%/.done: | $(MNIST_DATA)
 	cut train-images-idx3-ubyte $$train 8 784 && cut train-labels-idx1-ubyte $$train 0 1 && \
 	cut t10k-images-idx3-ubyte $$test 8 784 && cut t10k-labels-idx1-ubyte $$test 0 1 && touch $@
 SAN_MNIST_CUT := $(foreach d,$(SAN_MNIST_DATA) $(SAN_RACECHECK_MNIST_DATA),$(if $(filter $(SAN_CUTS:%=$(SAN_DIR)/%),$(d)),$(d)/.done))
-sanitize: $(if $(DETECTED_ARCH),$(SAN_MNIST_CUT))
-stage-sanitize: $(if $(DETECTED_ARCH),$(if $(filter 01,$(NN)),,$(SAN_MNIST_CUT)))
 
 # A full matrix (every stage, all four tools, the default sizes) is a result worth keeping: its summary
 # is copied to results/<gpu>-sanitize.txt (-sanitize-all-variants.txt with SAN_VARIANTS=all), where
 # bench/make_tables.py finds it for the READMEs.
 SAN_SIZES_CHANGED := $(filter-out file,$(foreach v,SAN_REGRESSION_ARGS SAN_MNIST_ARGS SAN_VECTOR_ADD_ARGS SAN_MNIST_DATA SAN_RACECHECK_MNIST_DATA,$(origin $(v))))
 SAN_FULL_MATRIX := $(if $(SAN_SIZES_CHANGED)$(filter command line,$(origin SAN_STAGES)),,$(filter 4,$(words $(sort $(filter memcheck racecheck synccheck initcheck,$(SAN_TOOLS))))))
-sanitize: SAN_RESULT := $(if $(SAN_FULL_MATRIX),sanitize$(if $(filter all,$(SAN_VARIANTS)),-all-variants))
-stage-sanitize: SAN_RESULT :=
+SAN_RESULT = $(if $(NN),,$(if $(SAN_FULL_MATRIX),sanitize$(if $(filter all,$(SAN_VARIANTS)),-all-variants)))
 
 # the settings tools/sanitize_run.sh reads
 SAN_EXPORTS := BUILD SAN_DIR SAN_TIMEOUT COMPUTE_SANITIZER SAN_REGRESSION_ARGS SAN_MNIST_ARGS SAN_VECTOR_ADD_ARGS \
     SAN_MNIST_DATA SAN_RACECHECK_MNIST_DATA SAN_FLAGS_memcheck SAN_FLAGS_racecheck SAN_FLAGS_synccheck SAN_FLAGS_initcheck
 export $(SAN_EXPORTS)
 
-sanitize stage-sanitize:
+# (without a GPU, nothing is built or fetched before the recipe's one error line)
+$(call verb,sanitize): $(if $(DETECTED_ARCH),$(SAN_BINS) $(if $(filter-out 01,$(SAN_STAGES)),$(SAN_MNIST_CUT)))
 	@if [ -z "$(DETECTED_ARCH)" ]; then echo "error: make sanitize needs an NVIDIA GPU and nvidia-smi lists none here:" \
 	    "read the recorded verdicts, results/*-sanitize.txt" >&2; exit 4; fi
 	@if [ ! -x "$(COMPUTE_SANITIZER)" ]; then echo "error: compute-sanitizer not found in $(CUDA_HOME)/bin or on PATH: set COMPUTE_SANITIZER=/path/to/compute-sanitizer" >&2; exit 2; fi
