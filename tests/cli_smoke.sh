@@ -82,6 +82,23 @@ say() { run_case say_case "$@"; }
 parallel_begin() { case_jobs=${CLI_JOBS:-$(nproc 2>/dev/null || echo 2)}; }
 parallel_end() { wait; case_jobs=1; }
 
+# Without an NVIDIA driver, the programs that link cuBLAS, cuBLASLt and cuDNN (mnist, the kernel ladders) load
+# stand-ins for them (tests/stand_in_libraries.sh), half a second less each: every case here is decided before
+# any CUDA call (flags, data, files, memory, the CPU reference) or at the first one (no CUDA device), and a program
+# that called a stand-in would abort and fail its case. The cases run through real_libraries (each program's
+# --help or --list-variants, and mnist without a device) load the real ones, so that each program is seen to load.
+# shellcheck source=tests/stand_in_libraries.sh
+source "$(dirname "$0")/stand_in_libraries.sh"
+real_ld_path=${LD_LIBRARY_PATH-}
+real_ld_set=${LD_LIBRARY_PATH+set}
+if no_nvidia_driver; then
+    stubs=$(stand_in_libraries "$tmp/stubs" "$stage_build/mnist" "$stage_build/regression" "${stage_build%/*}"/0[1-9]/*_ladder)
+    [ -z "$stubs" ] || export LD_LIBRARY_PATH=$stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+real_libraries() {
+    if [ -n "$real_ld_set" ]; then env LD_LIBRARY_PATH="$real_ld_path" "$@"; else env -u LD_LIBRARY_PATH "$@"; fi
+}
+
 # ----------------------------------------------------------------------------
 # flags: exit 2
 
@@ -105,7 +122,7 @@ expect "mnist: batch out of range"         2 "batch"            -- "$stage_build
 expect "mnist: unknown variant"            2 "variant"          -- "$stage_build/mnist" --variant nope
 expect "mnist: missing value"              2 "needs a value"    -- "$stage_build/mnist" --data
 expect "regression: --help"                0 ""                 -- "$stage_build/regression" --help
-expect "mnist: --list-variants"            0 ""                 -- "$stage_build/mnist" --list-variants
+expect "mnist: --list-variants"            0 ""                 -- real_libraries "$stage_build/mnist" --list-variants
 parallel_end
 
 # ----------------------------------------------------------------------------
@@ -327,7 +344,7 @@ for ladder in $ladders; do
     expect "$ladder: size with exponent" 2 "wants a whole"   -- "$ladder" $size_flag 1e6
     expect "$ladder: missing value"     2 "missing value"    -- "$ladder" --version
     expect "$ladder: unwritable --csv"  2 "append rows"      -- "$ladder" --csv /nonexistent/ladders.csv
-    expect "$ladder: --help"            0 ""                 -- "$ladder" --help
+    expect "$ladder: --help"            0 ""                 -- real_libraries "$ladder" --help
 done
 parallel_end
 
@@ -378,7 +395,7 @@ else
     expect_lines "make: a GPU verb without a GPU" 2 \
         "^error: make stage 5 compare needs an NVIDIA GPU .*05-streams/README.md, or run stage 5 on the CPU with make stage 5 run$" \
         "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 4$" -- submake stage 5 compare
-    expect "mnist: no CUDA device"         4 "no CUDA device"   -- "$stage_build/mnist" --data "$set_dir" --batch 8 --epochs 1
+    expect "mnist: no CUDA device"         4 "no CUDA device"   -- real_libraries "$stage_build/mnist" --data "$set_dir" --batch 8 --epochs 1
     for ladder in $ladders; do expect "$ladder: no CUDA device" 4 "no CUDA device" -- "$ladder" --repeat 1; done
     say SKIP "[SKIP] device-memory and GPU divergence checks: no GPU here"
 fi

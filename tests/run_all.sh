@@ -15,6 +15,8 @@ last_stage=${stages##* }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 names=() tallies=() reported=()
+# shellcheck source=tests/stand_in_libraries.sh
+source "$(dirname "$0")/stand_in_libraries.sh"
 if [ "$mode" = test ]; then max_jobs=$(nproc 2>/dev/null || echo 2); else max_jobs=1; fi
 
 # run_one I COMMAND...: COMMAND's output in $dir/I.log (a Criterion suite's TAP report in $dir/I.tap), its exit
@@ -41,55 +43,17 @@ suite() {
     run_one "$i" "$@" &
 }
 
-# no_nvidia_driver: true where no NVIDIA driver is installed: nvidia-smi lists no GPU and no libcuda.so.1 is where
-# the loader or the CUDA runtime would look for it. There cudaGetDeviceCount fails and every GPU test skips.
-no_nvidia_driver() {
-    local d
-    nvidia-smi -L >/dev/null 2>&1 && return 1
-    ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && return 1
-    for d in $(tr ':' ' ' <<<"${LD_LIBRARY_PATH:-}") /usr/local/cuda/lib64 /usr/local/cuda/compat /usr/lib/wsl/lib /lib /usr/lib /lib64 \
-        /usr/lib64 /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /lib/aarch64-linux-gnu /usr/lib/aarch64-linux-gnu; do
-        [ -n "$d" ] && [ -e "$d/libcuda.so.1" ] && return 1
-    done
-    return 0
-}
-
-# stand_in_libraries SUITE...: without an NVIDIA driver, stand-ins for the cuBLAS, cuBLASLt and cuDNN libraries the
-# suites link, in $dir/stubs: each exports the functions the suites import from it (same names, same symbol
-# versions) and aborts if one is ever called. Criterion runs every test in a process of its own, and loading the
-# real cuBLASLt there costs about half a second of CPU (its initializers touch ~100 MB), the whole of a test that
-# skips at its first line (no CUDA device). Every test still runs, in its own process, and skips on its own. Prints
-# the folder, or nothing where the stand-ins could not be made (the suites then load the real libraries).
-stand_in_libraries() {
-    local out=$dir/stubs lib sym
-    mkdir -p "$out" || return 0
-    nm -D --undefined-only "$@" 2>/dev/null | sed -n 's/^ *U \([A-Za-z_][A-Za-z0-9_]*\)@\(lib\(cublas\|cublasLt\|cudnn\)\.so\.[0-9]*\)$/\2 \1/p' |
-        sort -u >"$out/symbols" || return 0
-    [ -s "$out/symbols" ] || return 0
-    for lib in $(cut -d' ' -f1 "$out/symbols" | sort -u); do
-        {
-            echo '#include <stdio.h>'
-            echo '#include <stdlib.h>'
-            echo "static void stand_in(const char *f) { fprintf(stderr, \"error: %s called, but $lib is a stand-in (tests/run_all.sh: no NVIDIA driver)\\n\", f); abort(); }"
-            for sym in $(sed -n "s/^$lib //p" "$out/symbols"); do echo "void $sym(void) { stand_in(\"$sym\"); }"; done
-        } >"$out/$lib.c"
-        printf '%s { global: *; };\n' "$lib" >"$out/$lib.map"
-        "${CC:-gcc}" -shared -fPIC -o "$out/$lib" -Wl,-soname,"$lib" -Wl,--version-script="$out/$lib.map" "$out/$lib.c" \
-            2>/dev/null || return 0
-    done
-    echo "$out"
-}
-
 # gpu_suites SUITE...: the GPU suites, one after another in one background job (Criterion already runs each
 # suite's tests on every core, and several suites at once would share out the GPU's memory). Without an NVIDIA
-# driver they load stand_in_libraries instead of cuBLAS and cuDNN; with one, the real libraries, as always.
+# driver, where every one of their tests skips at its first line, they load stand-ins for cuBLAS, cuBLASLt and cuDNN
+# (tests/stand_in_libraries.sh); each test still runs in a process of its own and skips on its own.
 gpu_suites() {
     local first=${#names[@]} s stubs=
     for s in "$@"; do
         names+=("GPU suite $s")
         tallies+=(criterion)
     done
-    if no_nvidia_driver; then stubs=$(stand_in_libraries "$@"); fi
+    if no_nvidia_driver; then stubs=$(stand_in_libraries "$dir/stubs" "$@"); fi
     (
         [ -z "$stubs" ] || export LD_LIBRARY_PATH=$stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         i=$first
