@@ -4,9 +4,9 @@
 # Run from the repository root: bash tests/cli_smoke.sh build/02   (make test does this);
 # CLI_SHOW=1 also prints each message. Nothing here uses the network: the make data cases run
 # tools/fetch_mnist.sh with MNIST_OFFLINE=1 and with npm, curl and wget replaced by failing stubs.
-# Each case's lines go to a numbered file and are printed in order at the end; the cases of a block between
-# parallel_begin and parallel_end (cases that share no state: each one's files are its own) run CLI_JOBS at a
-# time (default: every core), since most of them are a program that loads cuBLAS and cuDNN, half a second each.
+# Each case's lines go to a numbered file and are printed in order at the end. Without an NVIDIA driver, the cases
+# of a block between parallel_begin and parallel_end (cases that share no state: each one's files are its own) run
+# CLI_JOBS at a time (default: every core); with one, every case runs alone, in order, as the GPU cases need.
 set -u
 stage_build=${1:-build/02}
 passed=0 failed=0 skipped=0
@@ -79,7 +79,8 @@ expect() { run_case expect_case "$@"; }
 expect_lines() { run_case expect_lines_case "$@"; }
 check() { run_case check_case "$@"; }
 say() { run_case say_case "$@"; }
-parallel_begin() { case_jobs=${CLI_JOBS:-$(nproc 2>/dev/null || echo 2)}; }
+parallel_jobs=1
+parallel_begin() { case_jobs=$parallel_jobs; }
 parallel_end() { wait; case_jobs=1; }
 
 # Without an NVIDIA driver, the programs that link cuBLAS, cuBLASLt and cuDNN (mnist, the kernel ladders) load
@@ -92,6 +93,7 @@ source "$(dirname "$0")/stand_in_libraries.sh"
 real_ld_path=${LD_LIBRARY_PATH-}
 real_ld_set=${LD_LIBRARY_PATH+set}
 if no_nvidia_driver; then
+    parallel_jobs=${CLI_JOBS:-$(nproc 2>/dev/null || echo 2)}
     stubs=$(stand_in_libraries "$tmp/stubs" "$stage_build/mnist" "$stage_build/regression" "${stage_build%/*}"/0[1-9]/*_ladder)
     [ -z "$stubs" ] || export LD_LIBRARY_PATH=$stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
