@@ -181,7 +181,7 @@ check() {
     : >"$work/citations"
     [ "${#files[@]}" -gt 0 ] && awk -v top_names="$top_names" "$EXTRACT" "${files[@]}" >"$work/citations"
     while IFS=$'\t' read -r file line kind token pattern; do
-        dir=$(dirname "$file")
+        dir=${file%/*}; [ "$dir" != "$file" ] || dir=.  # dirname, without a process per citation
         if [ "$kind" = root ]; then path=$pattern; else path=$dir/$pattern; fi
         case $path in
         *[*?[]*) compgen -G "$path" >/dev/null && continue ;;

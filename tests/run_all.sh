@@ -15,6 +15,8 @@ last_stage=${stages##* }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 names=() tallies=() reported=()
+# shellcheck source=tests/stand_in_libraries.sh
+source "$(dirname "$0")/stand_in_libraries.sh"
 if [ "$mode" = test ]; then max_jobs=$(nproc 2>/dev/null || echo 2); else max_jobs=1; fi
 
 # run_one I COMMAND...: COMMAND's output in $dir/I.log (a Criterion suite's TAP report in $dir/I.tap), its exit
@@ -42,14 +44,18 @@ suite() {
 }
 
 # gpu_suites SUITE...: the GPU suites, one after another in one background job (Criterion already runs each
-# suite's tests on every core, and several suites at once would share out the GPU's memory)
+# suite's tests on every core, and several suites at once would share out the GPU's memory). Without an NVIDIA
+# driver, where every one of their tests skips at its first line, they load stand-ins for cuBLAS, cuBLASLt and cuDNN
+# (tests/stand_in_libraries.sh); each test still runs in a process of its own and skips on its own.
 gpu_suites() {
-    local first=${#names[@]} s
+    local first=${#names[@]} s stubs=
     for s in "$@"; do
         names+=("GPU suite $s")
         tallies+=(criterion)
     done
+    if no_nvidia_driver; then stubs=$(stand_in_libraries "$dir/stubs" "$@"); fi
     (
+        [ -z "$stubs" ] || export LD_LIBRARY_PATH=$stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         i=$first
         for s in "$@"; do run_one $((i++)) "$s"; done
     ) &
