@@ -1,7 +1,8 @@
 // Stage 09, MNIST: stage 08's trainer with the first layer's products on tensor cores. A second persistent kernel,
 // mma_epoch_kernel, cuts W0 into tiles of 8 hidden units by a range of pixels, one a block, and runs both of its
 // products on the tile as mma.sync instructions (common/mma_tf32.cuh): 3xTF32 in fp32, one product under --precision
-// tf32. Stage 08's kernel runs without a hidden layer and below compute capability 8.0 (with a note).
+// tf32. Without a hidden layer there is nothing for tensor cores to shorten: softmax_cluster_kernel runs the epoch in
+// one thread-block cluster (9.0), with no grid barrier. Stage 08's kernel runs where these cannot (with a note).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -211,6 +212,7 @@ typedef struct {
     float *values;         // tensor cores: (batch, hidden) the step's hidden values
     int ranges, range_tiles;  // tensor cores: W0's pixel ranges, each range_tiles m16 products (16 pixels) long
     int products;          // tensor cores: 1 tf32, 2 3xTF32 (fp32's accuracy); 0: stage 08's kernel runs
+    int cluster;           // without a hidden layer: 1 where softmax_cluster_kernel runs, one cluster
     int blocks;           // the launch (host side): blocks of PERSISTENT_THREADS,
     size_t shared_bytes;  // with this much dynamic shared memory each
 } EpochArgs;
@@ -660,6 +662,177 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
         for (int j = tid; j < CLASSES; j += MMA_THREADS) b_last[j] = my_b_last[j];
 }
 
+// ----------------------------------------------------------------------------
+// without a hidden layer: the epoch in one thread-block cluster (compute capability 9.0)
+
+// A step of softmax regression is 1 MFLOP, nothing a tensor core shortens: stage 08's kernel waits on its two grid
+// barriers and the L2 round trips between them. One cluster of CLUSTER_BLOCKS blocks trades them for cluster barriers
+// and distributed shared memory (a block writes into another block's shared memory): block r owns W's rows for
+// pixels [49 r, 49 r + 49) and the batch's rows [8 r, 8 r + 8). A: my pixels' share of every logit, pushed to the
+// row's owner. B: the owner sums its rows' 16 shares, softmax, pushes dlogits to every block. C: my pixels' gradient.
+#define CLUSTER_BLOCKS 16                          // above 8, a non-portable cluster size
+#define CLUSTER_THREADS 1024
+#define CLUSTER_PIXELS (PIXELS / CLUSTER_BLOCKS)   // 49 pixels a block
+#define CLUSTER_MAX_BATCH 128
+#define CLUSTER_ROWS (CLUSTER_MAX_BATCH / CLUSTER_BLOCKS)  // 8 rows a block
+#define CLUSTER_CHUNK 7                            // A: a thread's pixels of a row
+#define CLUSTER_CHUNKS (CLUSTER_PIXELS / CLUSTER_CHUNK)
+#define CLUSTER_BYTES ((CLUSTER_MAX_BATCH * CLUSTER_PIXELS + CLUSTER_THREADS - 1) / CLUSTER_THREADS)  // a thread's pixels
+
+static size_t cluster_shared_bytes(void) {  // softmax_cluster_kernel's layout, in its order
+    return (2 * CLUSTER_MAX_BATCH * CLUSTER_PIXELS + CLUSTER_PIXELS * CLASSES + CLASSES +
+            CLUSTER_CHUNKS * CLUSTER_MAX_BATCH * CLASSES + CLUSTER_BLOCKS * CLUSTER_ROWS * CLASSES +
+            CLUSTER_MAX_BATCH * CLASSES + CLUSTER_ROWS + 256 + 4 * CLUSTER_MAX_BATCH) * sizeof(float);
+}
+
+__global__ void __launch_bounds__(CLUSTER_THREADS) softmax_cluster_kernel(EpochArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    extern __shared__ float shared[];
+    const int batch = a.batch, tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
+    const int rank = (int)cluster.block_rank(), first = rank * CLUSTER_PIXELS, row0 = rank * CLUSTER_ROWS;
+    float *x = shared;                                    // (2, batch, 49) my pixels of this step's, the next step's rows
+    float *w = x + 2 * CLUSTER_MAX_BATCH * CLUSTER_PIXELS;  // (49, CLASSES) my rows of W
+    float *b = w + CLUSTER_PIXELS * CLASSES;              // (CLASSES,) every block's copy, updated alike
+    float *part = b + CLASSES;                            // A: (7, batch, CLASSES) the chunks' parts; C: (16, 49, CLASSES)
+    float *inbox = part + CLUSTER_CHUNKS * CLUSTER_MAX_BATCH * CLASSES;  // (16, 8, CLASSES) the blocks' shares, my rows
+    float *dlogit = inbox + CLUSTER_BLOCKS * CLUSTER_ROWS * CLASSES;     // (batch, CLASSES) pushed by the rows' owners
+    float *loss = dlogit + CLUSTER_MAX_BATCH * CLASSES;   // (8,) my rows' cross-entropy
+    float *byte_value = loss + CLUSTER_ROWS;              // (256,) mnist_pixel_value of each byte: no division in the loop
+    int32_t *rows = (int32_t *)(byte_value + 256);        // (2, batch) this step's and the next step's
+    int32_t *labels = rows + 2 * CLUSTER_MAX_BATCH;       // (2, batch)
+    float *W = a.params, *B = a.params + PIXELS * CLASSES;
+    for (int e = tid; e < CLUSTER_PIXELS * CLASSES; e += CLUSTER_THREADS) w[e] = W[first * CLASSES + e];
+    if (tid < CLASSES) b[tid] = B[tid];
+    for (int v = tid; v < 256; v += CLUSTER_THREADS) byte_value[v] = mnist_pixel_value((uint8_t)v);
+    for (int i = tid; i < batch; i += CLUSTER_THREADS) rows[i] = a.rows[i], labels[i] = a.labels[a.rows[i]];
+    __syncthreads();
+    for (int e = tid; e < batch * CLUSTER_PIXELS; e += CLUSTER_THREADS)
+        x[e] = byte_value[a.pixels[(int64_t)rows[e / CLUSTER_PIXELS] * PIXELS + first + e % CLUSTER_PIXELS]];
+    cluster.sync();  // every block has started before any block writes into its shared memory
+
+    for (int step = 0; step < a.steps; step++) {
+        int cur = step & 1, nxt = cur ^ 1;
+        bool more = step + 1 < a.steps;
+        const float *xs = x + cur * batch * CLUSTER_PIXELS;
+        int next_row = more && tid < batch ? a.rows[(int64_t)(step + 1) * batch + tid] : 0;
+        // A: a thread a row by 7 pixels, all ten classes (a warp reads one row of w: a broadcast)
+        int i = warp % (CLUSTER_MAX_BATCH / WARP_SIZE) * WARP_SIZE + lane, c = warp / (CLUSTER_MAX_BATCH / WARP_SIZE);
+        if (c < CLUSTER_CHUNKS && i < batch) {
+            float s[CLASSES] = {0.0f};
+            for (int p = c * CLUSTER_CHUNK; p < (c + 1) * CLUSTER_CHUNK; p++)
+                for (int j = 0; j < CLASSES; j++) s[j] = fmaf(xs[i * CLUSTER_PIXELS + p], w[p * CLASSES + j], s[j]);
+            for (int j = 0; j < CLASSES; j++) part[(c * batch + i) * CLASSES + j] = s[j];
+        }
+        if (more && tid < batch) rows[nxt * batch + tid] = next_row;
+        __syncthreads();
+        for (int e = tid; e < batch * CLASSES; e += CLUSTER_THREADS) {  // my share of logit e, into its owner's inbox
+            float share = 0.0f;
+            for (int q = 0; q < CLUSTER_CHUNKS; q++) share += part[q * batch * CLASSES + e];
+            int row = e / CLASSES, owner = row / CLUSTER_ROWS;
+            cluster.map_shared_rank(inbox, owner)[(rank * CLUSTER_ROWS + row % CLUSTER_ROWS) * CLASSES + e % CLASSES] = share;
+        }
+        cluster.sync();
+
+        // B: the next step's pixels set off; a warp a row of mine: 16 shares summed, softmax, dlogits to every block
+        uint8_t next_bytes[CLUSTER_BYTES];
+        int next_label = 0;
+        for (int k = 0; k < CLUSTER_BYTES; k++) {
+            int e = tid + k * CLUSTER_THREADS;
+            if (more && e < batch * CLUSTER_PIXELS)
+                next_bytes[k] = a.pixels[(int64_t)rows[nxt * batch + e / CLUSTER_PIXELS] * PIXELS + first + e % CLUSTER_PIXELS];
+        }
+        if (more && tid < batch) next_label = a.labels[rows[nxt * batch + tid]];
+        if (warp < CLUSTER_ROWS && row0 + warp < batch) {
+            float z = -INFINITY;
+            if (lane < CLASSES) {
+                float sum = 0.0f;
+                for (int q = 0; q < CLUSTER_BLOCKS; q++) sum += inbox[(q * CLUSTER_ROWS + warp) * CLASSES + lane];
+                z = sum + b[lane];
+            }
+            float m = z;
+            for (int o = WARP_SIZE / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+            float ez = lane < CLASSES ? expf(z - m) : 0.0f, sum = ez;
+            for (int o = WARP_SIZE / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);
+            int label = labels[cur * batch + row0 + warp];
+            float z_label = __shfl_sync(0xffffffff, z, label);
+            float d = (ez / sum - (lane == label)) / (float)batch;
+            for (int q = 0; q < CLUSTER_BLOCKS && lane < CLASSES; q++)
+                cluster.map_shared_rank(dlogit, q)[(row0 + warp) * CLASSES + lane] = d;
+            if (lane == 0) loss[warp] = logf(sum) - (z_label - m);
+        }
+        cluster.sync();
+
+        // C: a thread a pixel by 8 rows, all ten classes (a warp reads one row of dlogit); the 16 parts summed
+        int p = tid % CLUSTER_PIXELS, rc = tid / CLUSTER_PIXELS;
+        if (rc < CLUSTER_MAX_BATCH / CLUSTER_ROWS) {
+            float s[CLASSES] = {0.0f};
+            for (int r = rc * CLUSTER_ROWS; r < min(rc * CLUSTER_ROWS + CLUSTER_ROWS, batch); r++)
+                for (int j = 0; j < CLASSES; j++) s[j] = fmaf(xs[r * CLUSTER_PIXELS + p], dlogit[r * CLASSES + j], s[j]);
+            for (int j = 0; j < CLASSES; j++) part[(rc * CLUSTER_PIXELS + p) * CLASSES + j] = s[j];
+        }
+        if (tid == CLUSTER_THREADS - 1 && row0 < batch) {  // an idle thread: my rows' loss
+            float sum = 0.0f;
+            for (int r = 0; r < min(CLUSTER_ROWS, batch - row0); r++) sum += loss[r];
+            atomicAdd(a.loss_sum + step, sum);
+        }
+        __syncthreads();
+        if (tid < CLUSTER_PIXELS * CLASSES) {
+            float grad = 0.0f;
+            for (int q = 0; q < CLUSTER_MAX_BATCH / CLUSTER_ROWS; q++) grad += part[q * CLUSTER_PIXELS * CLASSES + tid];
+            w[tid] -= a.lr * grad;
+        }
+        if (warp >= 16 && warp < 16 + CLASSES) {  // b's gradient: warp 16 + j sums column j of dlogit
+            float grad = 0.0f;
+            for (int r = lane; r < batch; r += WARP_SIZE) grad += dlogit[r * CLASSES + warp - 16];
+            for (int o = WARP_SIZE / 2; o > 0; o /= 2) grad += __shfl_xor_sync(0xffffffff, grad, o);
+            if (lane == 0) b[warp - 16] -= a.lr * grad;
+        }
+        for (int k = 0; k < CLUSTER_BYTES; k++) {  // the next step's pixels land
+            int e = tid + k * CLUSTER_THREADS;
+            if (more && e < batch * CLUSTER_PIXELS) x[nxt * batch * CLUSTER_PIXELS + e] = byte_value[next_bytes[k]];
+        }
+        if (more && tid < batch) labels[nxt * batch + tid] = next_label;
+        __syncthreads();
+    }
+    cluster.sync();  // no block leaves while another could still write into its shared memory
+    for (int e = tid; e < CLUSTER_PIXELS * CLASSES; e += CLUSTER_THREADS) W[first * CLASSES + e] = w[e];
+    if (rank == 0 && tid < CLASSES) B[tid] = b[tid];
+#else
+    __trap();  // never launched: cluster_layout finds no code for 9.0 in this build
+#endif
+}
+
+// One cluster of CLUSTER_BLOCKS blocks, the whole grid
+static cudaLaunchConfig_t cluster_config(const EpochArgs *a, cudaLaunchAttribute *attribute, cudaStream_t stream) {
+    cudaLaunchConfig_t config = {};
+    attribute->id = cudaLaunchAttributeClusterDimension;
+    attribute->val.clusterDim.x = CLUSTER_BLOCKS, attribute->val.clusterDim.y = attribute->val.clusterDim.z = 1;
+    config.gridDim = dim3(CLUSTER_BLOCKS), config.blockDim = dim3(CLUSTER_THREADS);
+    config.dynamicSmemBytes = a->shared_bytes, config.stream = stream, config.attrs = attribute, config.numAttrs = 1;
+    return config;
+}
+
+// --hidden 0: 1 where this GPU, this build and the batch allow one cluster; else 0 and why
+static int cluster_layout(const MnistConfig *cfg, EpochArgs *a, char *why, size_t why_len) {
+    if (!feature_available(FEATURE_CLUSTERS, (const void *)softmax_cluster_kernel, why, why_len)) return 0;
+    if (cfg->batch > CLUSTER_MAX_BATCH) return snprintf(why, why_len, "its batch is at most %d", CLUSTER_MAX_BATCH), 0;
+    a->shared_bytes = cluster_shared_bytes();
+    cudaCheck(cudaFuncSetAttribute(softmax_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)a->shared_bytes));
+    cudaCheck(cudaFuncSetAttribute(softmax_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchAttribute attribute;
+    cudaLaunchConfig_t config = cluster_config(a, &attribute, 0);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, softmax_cluster_kernel, &config) != cudaSuccess) {
+        (void)cudaGetLastError();  // a cluster size this GPU does not place: none fits
+        clusters = 0;
+    }
+    if (!clusters) return snprintf(why, why_len, "this GPU places no cluster of %d blocks", CLUSTER_BLOCKS), 0;
+    a->blocks = CLUSTER_BLOCKS, a->products = 0, a->cluster = 1;
+    return 1;
+}
+
 // With --variant persistent named, one error line and EXIT_CUDA; else one note a process, and 0 (07's graph runs)
 static int persistent_unavailable(const MnistConfig *cfg, const char *why) {
     static int noted = 0;
@@ -709,13 +882,15 @@ static int persistent_layout(const MnistConfig *cfg, int steps, EpochArgs *a) {
     a->steps = steps;
     a->batch = cfg->batch;
     a->lr = cfg->lr;
-    char why[160] = "it has no hidden layer";
+    char why[160];
     if (hidden && mma_layout(cfg, sms, max_shared, a, why, sizeof(why))) return 1;
     if (cfg->precision != PRECISION_FP32)
         return persistent_unavailable(cfg, "it trains in tf32 only on tensor cores, with a hidden layer");
+    if (!hidden && cluster_layout(cfg, a, why, sizeof(why))) return 1;
     static int noted = 0;
-    if (hidden && !noted++)
-        fprintf(stderr, "note: the first layer's products run on the CUDA cores, stage 08's kernel: %s\n", why);
+    if (!noted++)
+        fprintf(stderr, "note: %s, stage 08's kernel: %s\n",
+                hidden ? "the first layer's products run on the CUDA cores" : "no cluster runs the epoch", why);
     a->products = 0;
     a->slice = hidden ? 1 : PIXEL_SLICE;
     for (;; a->slice *= 2) {
@@ -996,10 +1171,13 @@ int train_mnist(const MnistConfig *cfg, const MnistData *data, MnistResult *out)
             args.loss_sum = d_loss_sum + (int64_t)epoch * steps, args.rows = d_order + (int64_t)epoch * n_train;
             void *kernel_args[] = {&args};
             const void *kernel = persistent.products ? (const void *)mma_epoch_kernel : (const void *)mlp_epoch_kernel;
+            cudaLaunchAttribute attribute;
+            cudaLaunchConfig_t config = cluster_config(&args, &attribute, stream);
             TIMED_PHASE(&clock, PHASE_FORWARD, stream)
-                cudaCheck(cudaLaunchCooperativeKernel(kernel, persistent_blocks,
-                                                      persistent.products ? MMA_THREADS : PERSISTENT_THREADS,
-                                                      kernel_args, persistent.shared_bytes, stream));
+                if (persistent.cluster) cudaCheck(cudaLaunchKernelEx(&config, softmax_cluster_kernel, args));
+                else cudaCheck(cudaLaunchCooperativeKernel(kernel, persistent_blocks,
+                                                           persistent.products ? MMA_THREADS : PERSISTENT_THREADS,
+                                                           kernel_args, persistent.shared_bytes, stream));
         } else if (!use_graph) {
             for (int step = 0; step < steps; step++) train_step(&step_args, &clock, stream);
         } else {
