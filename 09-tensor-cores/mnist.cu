@@ -1,8 +1,8 @@
 // Stage 09, MNIST: stage 08's trainer with the first layer's products on tensor cores. A second persistent kernel,
 // mma_epoch_kernel, cuts W0 into tiles of 8 hidden units by a range of pixels, one a block, and runs both of its
 // products on the tile as mma.sync instructions (common/mma_tf32.cuh): 3xTF32 in fp32, one product under --precision
-// tf32. Without a hidden layer there is nothing for tensor cores to shorten: softmax_cluster_kernel runs the epoch in
-// one thread-block cluster (9.0), with no grid barrier. Stage 08's kernel runs where these cannot (with a note).
+// tf32. Without a hidden layer barriers, not products, bound a step: softmax_cluster_kernel runs the epoch in one
+// thread-block cluster (9.0), with no grid barrier. Stage 08's kernel runs where these cannot (with a note).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -665,8 +665,8 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_epoch_kernel(EpochArgs a) {
 // ----------------------------------------------------------------------------
 // without a hidden layer: the epoch in one thread-block cluster (compute capability 9.0)
 
-// A step of softmax regression is 1 MFLOP, nothing a tensor core shortens: stage 08's kernel waits on its two grid
-// barriers and the L2 round trips between them. One cluster of CLUSTER_BLOCKS blocks trades them for cluster barriers
+// A step of softmax regression is 4 MFLOP: stage 08's kernel spends it waiting on its two grid barriers and the L2
+// round trips between them. One cluster of CLUSTER_BLOCKS blocks trades them for cluster barriers
 // and distributed shared memory (a block writes into another block's shared memory): block r owns W's rows for
 // pixels [49 r, 49 r + 49) and the batch's rows [8 r, 8 r + 8). A: my pixels' share of every logit, pushed to the
 // row's owner. B: the owner sums its rows' 16 shares, softmax, pushes dlogits to every block. C: my pixels' gradient.
