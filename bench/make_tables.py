@@ -75,14 +75,14 @@ def source_line(rows, device, source):
 
 
 def runs_note(rows, what):
-    """The warning above a table whose rows record no run (schema 1) or several (TableError unless
+    """The warning above a table whose rows come from several runs or record none (TableError unless
     --allow-mixed-runs); "" for rows of one recorded run."""
     runs = rc.run_ids(rows)
     if not rows or (len(runs) == 1 and runs[0]):
         return ""
     if runs == [""]:
-        return ("*⚠ Run not recorded: these rows (CSV schema 1) carry no run id, so they may come from "
-                "more than one run; a new `make bench` records one.*\n\n")
+        return ("*⚠ Run not recorded: these rows carry no run id, so they may come from more "
+                "than one run; a new `make bench` records one.*\n\n")
     named = ", ".join(f"`{run}`" if run else "not recorded" for run in runs)
     if MIXED_RUNS != "mark":
         raise TableError(f"{what}: rows of {len(runs)} runs ({named}); a table shows one run: measure again "
@@ -218,7 +218,7 @@ FOOTNOTE_SETUP = (
     "plans, pinned buffers, graph capture and instantiation; PyTorch: the capture of cuda-graph modes, the compilation "
     "of compile modes, 0 for eager); wall = setup + e2e, what one training run costs its user; speedups "
     "marked (wall) are ratios of wall times. e2e spread: the smallest and largest e2e of the n timed runs "
-    "(the e2e shown is their median). — where a row does not record it (CSV schema 1)."
+    "(the e2e shown is their median). — where a row does not record it."
 )
 FOOTNOTE_GBS = (
     "GB/s: the minimum traffic, epochs × n_train × 8 B (x and y read once per epoch) ÷ loop time; "

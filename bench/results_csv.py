@@ -1,8 +1,7 @@
 """bench/results_csv.py: the one reader of the CSV files of results/, and the rules for choosing rows.
 
 Standard library only. Per GPU (<slug>: gpu_slug), results/ holds <slug>.csv (RESULT_COLUMNS), <slug>-curves.csv.gz
-(CURVE_COLUMNS) and <slug>-breakdown.csv (BREAKDOWN_COLUMNS). Schema 1 files (OLDER_HEADERS) are still read, their
-missing columns empty, and never appended to.
+(CURVE_COLUMNS) and <slug>-breakdown.csv (BREAKDOWN_COLUMNS); a file of another header is refused.
 """
 
 import collections
@@ -25,17 +24,6 @@ RESULT_COLUMNS = (
 # common/report.h REPORT_CURVE_HEADER
 CURVE_COLUMNS = ("stage", "trainer", "variant", "hidden", "series", "index", "value", "device", "commit", "run_id")
 BREAKDOWN_COLUMNS = ("stage", "trainer", "hidden", "epochs", "phase", "ms", "pct", "device", "commit", "run_id")
-
-# Schema 1 (before setup, repeats and provenance): still read, never appended to.
-RESULT_COLUMNS_V1 = (
-    "stage", "trainer", "variant", "points", "hidden", "batch", "epochs", "lr", "precision",
-    "device", "cc", "cuda", "driver", "e2e_ms", "loop_ms", "ms_per_epoch", "h2d_ms",
-    "train_loss", "test_loss", "test_acc", "w", "b", "commit",
-)
-CURVE_COLUMNS_V1 = ("stage", "trainer", "variant", "hidden", "series", "index", "value")
-BREAKDOWN_COLUMNS_V1 = ("stage", "trainer", "hidden", "epochs", "phase", "ms", "pct")
-OLDER_HEADERS = {RESULT_COLUMNS: (RESULT_COLUMNS_V1,), CURVE_COLUMNS: (CURVE_COLUMNS_V1,),
-                 BREAKDOWN_COLUMNS: (BREAKDOWN_COLUMNS_V1,)}
 
 # docs/DESIGN.md, "Canonical configurations": the ladder tables show exactly these.
 REGRESSION_POINTS = 5_000_000
@@ -102,7 +90,7 @@ def read_header(path):
 
 def read_rows(path, columns=None):
     """(header, rows) of a CSV file (plain or .gz), blank lines skipped, each row a defaultdict(str). With
-    columns: SchemaError unless the header is columns' (or an older schema's) and every line has its fields."""
+    columns: SchemaError unless the header is columns' and every line has its fields."""
     with open_text(path) as f:
         reader = csv.reader(f)
         header = tuple(next(reader, ()))
@@ -143,10 +131,8 @@ def report_num(text):
 
 
 def schema_of(header, columns):
-    """SCHEMA_VERSION for columns, 1 for its older header, None for anything else."""
-    if tuple(header) == tuple(columns):
-        return SCHEMA_VERSION
-    return 1 if tuple(header) in OLDER_HEADERS.get(tuple(columns), ()) else None
+    """SCHEMA_VERSION for columns' header, None for anything else."""
+    return SCHEMA_VERSION if tuple(header) == tuple(columns) else None
 
 
 def append_csv(path, columns, rows):

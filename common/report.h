@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-// Schema 2 (bench/results_csv.py reads schema 1 files too: the header tells them apart); DESIGN.md's
+// Schema 2 (bench/results_csv.py reads only this header); DESIGN.md's
 // "Result rows" gives the columns. torch, graph_breaks and recompiles: PyTorch rows only.
 #define REPORT_CSV_SCHEMA 2
 #define REPORT_CSV_HEADER                                                                        \

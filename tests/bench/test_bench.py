@@ -264,15 +264,15 @@ class CurveFileTest(unittest.TestCase):
     added without a second header, and read_csv reads the .gz as it reads plain CSV."""
 
     def test_compress_and_extend(self):
-        header = ",".join(rc.CURVE_COLUMNS_V1)  # a schema 1 file: read with the new columns empty
+        header = ",".join(rc.CURVE_COLUMNS)
         with tempfile.TemporaryDirectory() as tmp:
             plain = os.path.join(tmp, "fixture-gpu-curves.csv")
             with open(plain, "w") as f:
-                f.write(header + "\n07,regression,fused,,train_loss,0,1.5\n")
+                f.write(header + "\n07,regression,fused,,train_loss,0,1.5,GPU,c16,run-1\n")
             rc.compress_curves(plain)
             self.assertFalse(os.path.exists(plain))
             with open(plain, "w") as f:
-                f.write(header + '\n07,mnist,epoch-graph,"1024,1024",step_loss,3,0.25\n')
+                f.write(header + '\n07,mnist,epoch-graph,"1024,1024",step_loss,3,0.25,GPU,c16,run-2\n')
             rc.compress_curves(plain)
             rows = rc.read_csv(plain + ".gz", rc.CURVE_COLUMNS)
         self.assertEqual([r["value"] for r in rows], ["1.5", "0.25"])
@@ -1173,7 +1173,7 @@ class MixedRunsPolicy:
 class SetupWallSpreadTest(unittest.TestCase):
     def test_wall_is_setup_plus_e2e_and_needs_both(self):
         self.assertEqual(rc.wall_ms(timed_row("07", setup=130, e2e=227)), 357)
-        self.assertIsNone(rc.wall_ms(timed_row("07", e2e=227)))  # schema 1: no setup recorded
+        self.assertIsNone(rc.wall_ms(timed_row("07", e2e=227)))  # no setup recorded
         self.assertEqual(make_tables.fmt_3(None), "—")
         self.assertEqual(make_tables.fmt_3(0.0), "0")
         self.assertEqual(make_tables.fmt_3(49.5), "49.5")
@@ -1231,27 +1231,29 @@ class SetupWallSpreadTest(unittest.TestCase):
         self.assertEqual(seven[9:12], ["1.10×", "0.85×", "1.12×"])
         self.assertNotIn("pays back", make_tables.stage_block([("results/x.csv", rows)], "06"))  # nothing before
 
-    def test_schema_1_files_are_read_and_not_appended_to(self):
+    def test_files_of_another_header_are_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "old-gpu.csv")
             with open(path, "w") as f:
-                f.write(",".join(rc.RESULT_COLUMNS_V1) + "\n")
-                f.write("05,mnist,tile16,,128,128,10,0.1,fp32,OLD-GPU,9.0,13.0,13.0,100,95,9,5,0.1,0.1,0.97,,,abc\n")
-            self.assertEqual(rc.result_files(tmp), [path])
-            row = rc.read_csv(path, rc.RESULT_COLUMNS)[0]
-            self.assertEqual((row["e2e_ms"], row["commit"], row["setup_ms"], row["run_id"]), ("100", "abc", "", ""))
-            self.assertEqual(rc.schema_of(rc.read_header(path), rc.RESULT_COLUMNS), 1)
+                f.write("stage,trainer,e2e_ms,commit\n05,mnist,100,abc\n")
+            self.assertEqual(rc.result_files(tmp), [])
             with self.assertRaises(rc.SchemaError):
-                rc.append_csv(path, rc.RESULT_COLUMNS, [row])
-            lines = make_tables.ladder_lines(rc.select_entries([row], rc.Config("mnist", "128")))
-            self.assertEqual([lines[0][c] for c in (SETUP, E2E, WALL, SPREAD)], ["—", "100", "—", "—"])
+                rc.read_csv(path, rc.RESULT_COLUMNS)
+            with self.assertRaises(rc.SchemaError):
+                rc.append_csv(path, rc.RESULT_COLUMNS, [timed_row("05")])
+        self.assertEqual(rc.schema_of(rc.RESULT_COLUMNS, rc.RESULT_COLUMNS), rc.SCHEMA_VERSION)
         self.assertEqual(rc.schema_of(("stage", "e2e_ms"), rc.RESULT_COLUMNS), None)
+
+    def test_a_row_without_setup_or_spread_shows_dashes(self):
+        row = timed_row("05", setup="", e2e_min_ms="", e2e_max_ms="", repeats="")
+        lines = make_tables.ladder_lines(rc.select_entries([row], rc.Config("mnist", "128")))
+        self.assertEqual([lines[0][c] for c in (SETUP, WALL, SPREAD)], ["—", "—", "—"])
 
     def test_curves_of_another_header_are_not_folded_together(self):
         with tempfile.TemporaryDirectory() as tmp:
             plain = os.path.join(tmp, "x-curves.csv")
             with open(plain, "w") as f:
-                f.write(",".join(rc.CURVE_COLUMNS_V1) + "\n05,mnist,a,0,step_loss,0,1.5\n")
+                f.write("stage,trainer,variant,hidden,series,index,value\n05,mnist,a,0,step_loss,0,1.5\n")
             rc.compress_curves(plain)
             with open(plain, "w") as f:
                 f.write(",".join(rc.CURVE_COLUMNS) + "\n05,mnist,a,0,step_loss,0,1.5,GPU,c16,run-1\n")
