@@ -752,8 +752,7 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) softmax_cluster_kernel(EpochA
             }
             float m = z;
             for (int o = WARP_SIZE / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
-            float ez = lane < CLASSES ? expf(z - m) : 0.0f, sum = ez;
-            for (int o = WARP_SIZE / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);
+            float ez = lane < CLASSES ? expf(z - m) : 0.0f, sum = warp_sum(ez);
             int label = labels[cur * batch + row0 + warp];
             float z_label = __shfl_sync(0xffffffff, z, label);
             float d = (ez / sum - (lane == label)) / (float)batch;
@@ -785,7 +784,7 @@ __global__ void __launch_bounds__(CLUSTER_THREADS) softmax_cluster_kernel(EpochA
         if (warp >= 16 && warp < 16 + CLASSES) {  // b's gradient: warp 16 + j sums column j of dlogit
             float grad = 0.0f;
             for (int r = lane; r < batch; r += WARP_SIZE) grad += dlogit[r * CLASSES + warp - 16];
-            for (int o = WARP_SIZE / 2; o > 0; o /= 2) grad += __shfl_xor_sync(0xffffffff, grad, o);
+            grad = warp_sum(grad);
             if (lane == 0) b[warp - 16] -= a.lr * grad;
         }
         for (int k = 0; k < CLUSTER_BYTES; k++) {  // the next step's pixels land
